@@ -1,0 +1,130 @@
+/* Task exit and reaping: do_exit(), exit_notify(), release_task(), wait4(). */
+#include "sched.h"
+#include "fs.h"
+#include "syscalls.h"
+#include "uaccess.h"
+
+#define WNOHANG 0x00000001
+
+static void exit_mm(struct task_struct *tsk)
+{
+	struct mm_struct *mm = tsk->mm;
+
+	if (!mm)
+		return;
+	tsk->mm = NULL;
+	if (atomic_dec_and_test(&mm->users))
+		kfree(mm);
+}
+
+/* Hand tsk's children to init, then tell the parent. */
+static void exit_notify(struct task_struct *tsk)
+{
+	struct task_struct *child, *n;
+	struct task_struct *reaper = find_task_by_vpid(1);
+
+	spin_lock(&tasklist_lock);
+	list_for_each_entry_safe(child, n, &tsk->children, sibling) {
+		list_del_init(&child->sibling);
+		if (reaper && reaper != tsk) {
+			child->real_parent = reaper;
+			list_add_tail(&child->sibling, &reaper->children);
+		} else {
+			child->real_parent = NULL;
+		}
+	}
+	tsk->exit_state = EXIT_ZOMBIE;
+	spin_unlock(&tasklist_lock);
+	/* The parent is woken from finish_task_switch(), once this task is off its CPU. */
+}
+
+void __noreturn do_exit(long code)
+{
+	struct task_struct *tsk = current;
+
+	tsk->flags |= PF_EXITING;
+	tsk->exit_code = (int)code;
+	hypercall(HC_TASK_EXIT, tsk->pid, code, 0, 0);
+	exit_mm(tsk);
+	exit_files(tsk);
+	exit_fs(tsk);
+	exit_notify(tsk);
+	set_current_state(TASK_DEAD);
+	schedule();
+	panic("do_exit: dead task %d scheduled again", tsk->pid);
+}
+
+void __noreturn make_task_dead(int signr)
+{
+	current->oops = 1;
+	do_exit(signr);
+}
+
+static void release_task(struct task_struct *p)
+{
+	spin_lock(&tasklist_lock);
+	list_del_init(&p->sibling);
+	list_del_init(&p->tasks);
+	nr_threads--;
+	spin_unlock(&tasklist_lock);
+	free_pid(p);
+	p->exit_state = EXIT_DEAD;
+	put_task_stack(p);
+	kfree(p);
+}
+
+static int wait_task_zombie(struct task_struct *p, int __user *stat_addr)
+{
+	pid_t pid = p->pid;
+	int status = p->exit_code;
+	if (stat_addr && put_user(status, stat_addr))
+		return -EFAULT;
+	release_task(p);
+	return pid;
+}
+
+pid_t kernel_wait4(pid_t upid, int __user *stat_addr, int options)
+{
+	struct task_struct *tsk = current, *p;
+
+	for (;;) {
+		bool any = false;
+		DEFINE_WAIT(wait);
+
+		prepare_to_wait(&tsk->wait_chldexit, &wait);
+		spin_lock(&tasklist_lock);
+		list_for_each_entry(p, &tsk->children, sibling) {
+			if (upid > 0 && p->pid != upid)
+				continue;
+			any = true;
+			if (p->exit_state == EXIT_ZOMBIE && p->__state == TASK_DEAD &&
+			    !p->on_cpu) {
+				spin_unlock(&tasklist_lock);
+				finish_wait(&tsk->wait_chldexit, &wait);
+				return wait_task_zombie(p, stat_addr);
+			}
+		}
+		spin_unlock(&tasklist_lock);
+		if (!any || (options & WNOHANG)) {
+			finish_wait(&tsk->wait_chldexit, &wait);
+			return any ? 0 : -ECHILD;
+		}
+		schedule();
+		finish_wait(&tsk->wait_chldexit, &wait);
+	}
+}
+
+SYSCALL_DECL(exit)
+{
+	do_exit((regs->di & 0xff) << 8);
+}
+
+SYSCALL_DECL(exit_group)
+{
+	do_exit((regs->di & 0xff) << 8);
+}
+
+SYSCALL_DECL(wait4)
+{
+	return kernel_wait4((pid_t)regs->di, (int __user *)regs->si, (int)regs->dx);
+}

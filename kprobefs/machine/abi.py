@@ -1,0 +1,59 @@
+"""Numbers shared with the emulated kernel: system calls, flags, hypercalls."""
+
+__all__ = [
+    "SYSCALLS", "AT_FDCWD", "AT_REMOVEDIR", "O_RDONLY", "O_WRONLY", "O_RDWR", "O_CREAT",
+    "O_EXCL", "O_TRUNC", "O_APPEND", "O_NONBLOCK", "O_DIRECTORY", "PR_SET_NAME",
+    "PR_GET_NAME", "AF_INET", "SOCK_STREAM", "HC", "IDLE_WAKE_TASK", "IDLE_NET_RX",
+    "IDLE_UPCALL", "S_IFDIR", "S_IFREG", "S_IFLNK",
+]
+
+#: x86_64 system call numbers the kernel implements.
+SYSCALLS = {
+    "read": 0, "write": 1, "open": 2, "close": 3, "stat": 4, "lseek": 8, "getpid": 39,
+    "socket": 41, "accept": 43, "bind": 49, "listen": 50, "clone": 56, "fork": 57,
+    "exit": 60, "wait4": 61, "uname": 63, "getcwd": 79, "chdir": 80, "mkdir": 83,
+    "rmdir": 84, "unlink": 87, "symlink": 88, "readlink": 89, "getppid": 110,
+    "prctl": 157, "gettid": 186, "getdents64": 217, "exit_group": 231, "openat": 257,
+    "mkdirat": 258, "newfstatat": 262, "unlinkat": 263, "symlinkat": 266,
+    "readlinkat": 267, "accept4": 288, "clone3": 435,
+}
+
+AT_FDCWD = -100
+AT_REMOVEDIR = 0x200
+O_RDONLY, O_WRONLY, O_RDWR = 0, 1, 2
+O_CREAT = 0o100
+O_EXCL = 0o200
+O_TRUNC = 0o1000
+O_APPEND = 0o2000
+O_NONBLOCK = 0o4000
+O_DIRECTORY = 0o200000
+PR_SET_NAME, PR_GET_NAME = 15, 16
+AF_INET, SOCK_STREAM = 2, 1
+S_IFDIR, S_IFREG, S_IFLNK = 0o040000, 0o100000, 0o120000
+
+
+class HC:
+    """Hypercall numbers (enum hypercall_nr in include/kernel.h)."""
+
+    IDLE = 1
+    SYSCALL_DONE = 2
+    TASK_NEW = 3
+    TASK_EXIT = 4
+    IRET = 5
+    CLOCK = 6
+    CONSOLE = 7
+    PANIC = 8
+    HOSTFS_LOOKUP = 16
+    HOSTFS_OPEN = 17
+    HOSTFS_READ = 18
+    HOSTFS_WRITE = 19
+    HOSTFS_RELEASE = 20
+    HOSTFS_READDIR = 21
+    UPCALL_DONE = 22
+    BOOTED = 23
+
+
+IDLE_WAKE_TASK = 1
+IDLE_NET_RX = 2
+IDLE_UPCALL = 3
+HYPERCALL_VECTOR = 0x81

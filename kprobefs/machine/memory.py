@@ -1,0 +1,204 @@
+"""Physical memory, the page tables and virtual-address access from the host.
+
+One address space serves every task: the kernel image at __START_KERNEL_map, a direct map
+of all RAM at PAGE_OFFSET, and a window of user pages per task in the low half.  The host
+builds every page-table entry, so it translates addresses from its own record of the
+mappings instead of walking the tables.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from unicorn import Uc
+
+from ..errors import MachineError
+
+__all__ = ["PhysicalLayout", "AddressSpace", "FaultError"]
+
+PAGE = 4096
+LARGE = 2 << 20
+START_KERNEL_MAP = 0xFFFFFFFF80000000
+PAGE_OFFSET = 0xFFFF888000000000
+USER_WINDOW_BASE = 0x0000_0001_0000_0000
+USER_WINDOW_SIZE = 16 << 20
+
+_P, _W, _U, _PS = 1, 2, 4, 0x80
+
+
+class FaultError(MachineError):
+    """The host touched a virtual address that is not mapped."""
+
+    def __init__(self, addr: int):
+        super().__init__(f"no mapping for {addr:#x}")
+        self.addr = addr
+
+
+class PhysicalLayout:
+    """Where things live in physical memory."""
+
+    def __init__(self, ram_mb: int = 256, kernel_heap_mb: int = 96):
+        self.ram_size = ram_mb << 20
+        self.page_tables = (0x100000, 0x800000)
+        self.kernel_load = 0x1000000
+        self.kernel_heap_size = kernel_heap_mb << 20
+        self.kernel_heap = None  # set once the image size is known
+
+    def place_heap(self, image_end_pa: int) -> tuple[int, int]:
+        start = (image_end_pa + LARGE - 1) & ~(LARGE - 1)
+        self.kernel_heap = (start, start + self.kernel_heap_size)
+        if self.kernel_heap[1] > self.ram_size - (16 << 20):
+            raise MachineError("not enough RAM for the kernel heap and user pages")
+        return self.kernel_heap
+
+
+class AddressSpace:
+    """The page tables (built by the host) and virtual reads/writes over them."""
+
+    def __init__(self, uc: Uc, layout: PhysicalLayout):
+        self.uc = uc
+        self.layout = layout
+        uc.mem_map(0, layout.ram_size)
+        self._pt_next, self._pt_end = layout.page_tables
+        self.pml4 = self._alloc_table()
+        self._pages: dict[int, int] = {}  # virtual page number -> physical page address
+        self._user_free: list[int] = []
+        self._user_next = 0
+        self._user_end = layout.ram_size
+
+    # ---- page-table construction --------------------------------------------------------
+    def _alloc_table(self) -> int:
+        if self._pt_next >= self._pt_end:
+            raise MachineError("out of page-table memory")
+        pa = self._pt_next
+        self._pt_next += PAGE
+        self.uc.mem_write(pa, bytes(PAGE))
+        return pa
+
+    def _entry_addr(self, va: int, levels: int) -> int:
+        """Physical address of the entry for va at depth `levels` (1 = PDPT … 3 = PT)."""
+        table = self.pml4
+        for shift in (39, 30, 21)[:levels]:
+            slot = table + ((va >> shift) & 511) * 8
+            (e,) = struct.unpack("<Q", self.uc.mem_read(slot, 8))
+            if not e & _P:
+                nxt = self._alloc_table()
+                self.uc.mem_write(slot, struct.pack("<Q", nxt | _P | _W | _U))
+                e = nxt | _P
+            table = e & 0x000FFFFFFFFFF000
+        shift = (39, 30, 21, 12)[levels]
+        return table + ((va >> shift) & 511) * 8
+
+    def map_page(self, va: int, pa: int, writable: bool = True, user: bool = False) -> None:
+        flags = _P | (_W if writable else 0) | (_U if user else 0)
+        self.uc.mem_write(self._entry_addr(va, 3), struct.pack("<Q", pa | flags))
+        self._pages[va >> 12] = pa
+
+    def unmap_page(self, va: int) -> None:
+        self.uc.mem_write(self._entry_addr(va, 3), bytes(8))
+        self._pages.pop(va >> 12, None)
+
+    def map_large(self, va: int, pa: int, writable: bool = True) -> None:
+        flags = _P | _PS | (_W if writable else 0)
+        self.uc.mem_write(self._entry_addr(va, 2), struct.pack("<Q", pa | flags))
+
+    def setup_kernel_mappings(self, image_segments) -> None:
+        """Map the image with 4 KiB pages (text read-only) and all RAM at PAGE_OFFSET."""
+        for seg in image_segments:
+            start = seg.vaddr & ~(PAGE - 1)
+            end = (seg.vaddr + seg.memsz + PAGE - 1) & ~(PAGE - 1)
+            for va in range(start, end, PAGE):
+                self.map_page(va, seg.paddr + (va - seg.vaddr), writable=seg.writable)
+        for off in range(0, self.layout.ram_size, LARGE):
+            self.map_large(PAGE_OFFSET + off, off)
+
+    # ---- translation --------------------------------------------------------------------
+    def translate(self, va: int) -> int:
+        """Physical address of va; raises FaultError if unmapped."""
+        pa = self._pages.get(va >> 12)
+        if pa is not None:
+            return pa | (va & 0xFFF)
+        if PAGE_OFFSET <= va < PAGE_OFFSET + self.layout.ram_size:
+            return va - PAGE_OFFSET
+        raise FaultError(va)
+
+    def is_mapped(self, va: int) -> bool:
+        try:
+            self.translate(va)
+            return True
+        except FaultError:
+            return False
+
+    def read(self, va: int, size: int) -> bytes:
+        """Read size bytes at a virtual address (may span pages)."""
+        out = bytearray()
+        while size > 0:
+            pa = self.translate(va)
+            n = min(size, PAGE - (va & 0xFFF))
+            out += self.uc.mem_read(pa, n)
+            va += n
+            size -= n
+        return bytes(out)
+
+    def write(self, va: int, data: bytes) -> None:
+        """Write bytes at a virtual address, ignoring page protections (as the host)."""
+        mv = memoryview(data)
+        while mv:
+            pa = self.translate(va)
+            n = min(len(mv), PAGE - (va & 0xFFF))
+            self.uc.mem_write(pa, bytes(mv[:n]))
+            va += n
+            mv = mv[n:]
+
+    def read_u64(self, va: int) -> int:
+        return struct.unpack("<Q", self.read(va, 8))[0]
+
+    def read_cstring(self, va: int, limit: int = 4096) -> bytes:
+        """Bytes up to (not including) the first NUL, at most limit bytes."""
+        out = bytearray()
+        while len(out) < limit:
+            n = min(limit - len(out), PAGE - (va & 0xFFF))
+            chunk = self.read(va, n)
+            nul = chunk.find(b"\0")
+            if nul >= 0:
+                return bytes(out + chunk[:nul])
+            out += chunk
+            va += n
+        return bytes(out)
+
+    # ---- user windows -------------------------------------------------------------------
+    def set_user_pool(self, start_pa: int) -> None:
+        self._user_next = start_pa
+
+    def _alloc_user_page(self) -> int:
+        if self._user_free:
+            return self._user_free.pop()
+        if self._user_next + PAGE > self._user_end:
+            raise MachineError("out of user memory")
+        pa = self._user_next
+        self._user_next += PAGE
+        return pa
+
+    def ensure_user_pages(self, va: int, size: int) -> None:
+        """Back [va, va+size) with zeroed user pages where not yet mapped."""
+        first, last = va & ~(PAGE - 1), (va + max(size, 1) - 1) & ~(PAGE - 1)
+        for page in range(first, last + PAGE, PAGE):
+            if page >> 12 not in self._pages:
+                pa = self._alloc_user_page()
+                self.uc.mem_write(pa, bytes(PAGE))
+                self.map_page(page, pa, writable=True, user=True)
+
+    def release_user_window(self, base: int) -> None:
+        """Unmap and free every page of the window at base."""
+        lo, hi = base >> 12, (base + USER_WINDOW_SIZE) >> 12
+        for vpn in [v for v in self._pages if lo <= v < hi]:
+            pa = self._pages[vpn]
+            self.unmap_page(vpn << 12)
+            self._user_free.append(pa)
+
+    def flush_tlb(self) -> None:
+        """Drop the CPU's cached translations after page-table changes (a CR3 reload,
+        as on real hardware)."""
+        from unicorn.x86_const import UC_X86_REG_CR3
+
+        self.uc.reg_write(UC_X86_REG_CR3, self.pml4)
