@@ -1,0 +1,17 @@
+"""The kprobe-based event tracer (the only package that imports lark)."""
+
+from .fetch import (
+    FetchContext, FetchFault, FetchProgram, build_record_fields, encode_args,
+    format_event_format, print_args,
+)
+from .parser import (
+    DeleteSpec, FetchArgSpec, ProbeSpec, SymbolResolver, compare_arg_types,
+    format_error_log_entry, format_probe, is_same_probe, parse_command, split_commands,
+)
+
+__all__ = [
+    "parse_command", "split_commands", "format_probe", "format_error_log_entry", "ProbeSpec",
+    "DeleteSpec", "FetchArgSpec", "SymbolResolver", "compare_arg_types", "is_same_probe",
+    "FetchContext", "FetchFault", "FetchProgram", "encode_args", "print_args",
+    "format_event_format", "build_record_fields",
+]
