@@ -116,7 +116,7 @@ class KernelImage:
             self._raw_symbols.setdefault(s.name, s["st_value"])
             if s["st_shndx"] == "SHN_ABS" or kind not in ("STT_FUNC", "STT_OBJECT", "STT_NOTYPE"):
                 continue
-            letter = self._type_letter(s["st_value"], kind)
+            letter = self._type_letter(s["st_shndx"])
             if letter is None:
                 continue
             if bind == "STB_LOCAL":
@@ -130,15 +130,19 @@ class KernelImage:
             self._by_name.setdefault(s.name, []).append(s)
         self.text_start, self.text_end = text[0], text[0] + text[1]
 
-    def _type_letter(self, addr: int, kind: str) -> str | None:
-        for name, letter in ((".text", "T"), (".rodata", "R"), ("__ex_table", "R"),
-                             ("__mcount_loc", "R"), ("_kprobe_blacklist", "R"),
-                             (".data", "D"), (".bss", "B")):
-            start, size = self.sections.get(name, (0, 0))
-            if start <= addr < start + size or (addr == start + size and kind == "STT_NOTYPE"
-                                                 and name in (".text", ".data")):
-                return letter
-        return None
+    def _type_letter(self, shndx) -> str | None:
+        """The kallsyms/nm letter of a symbol defined in section shndx (None: not listed)."""
+        if not isinstance(shndx, int):
+            return None
+        sec = self._elf.get_section(shndx)
+        flags = sec["sh_flags"]
+        if not flags & 0x2:  # SHF_ALLOC
+            return None
+        if flags & 0x4:  # SHF_EXECINSTR
+            return "T"
+        if sec["sh_type"] == "SHT_NOBITS":
+            return "B"
+        return "D" if flags & 0x1 else "R"  # SHF_WRITE
 
     # ---- sections read as tables -------------------------------------------------------
     def read(self, addr: int, size: int) -> bytes:

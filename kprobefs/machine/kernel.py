@@ -171,7 +171,7 @@ class Kernel:
         img = self.image
         end_pa = 0
         for seg in img.segments:
-            self.uc.mem_write(seg.paddr, seg.data + bytes(seg.memsz - len(seg.data)))
+            self.mem.ram[seg.paddr:seg.paddr + seg.memsz] = seg.data + bytes(seg.memsz - len(seg.data))
             end_pa = max(end_pa, seg.paddr + seg.memsz)
         heap = self.layout.place_heap(end_pa)
         self.mem.set_user_pool(heap[1])

@@ -255,8 +255,13 @@ int printk(const char *fmt, ...);
 void __noreturn panic(const char *fmt, ...);
 #define BUG() do { __asm__ __volatile__("ud2"); __builtin_unreachable(); } while (0)
 #define BUG_ON(c) do { if (unlikely(c)) BUG(); } while (0)
-#define WARN_ON(c) ({ int __c = !!(c); if (unlikely(__c)) \
-	printk(KERN_WARNING "WARNING at %s:%d\n", __FILE__, __LINE__); __c; })
+#define WARN_ON(c) ({							\
+	int __c = !!(c);							\
+	if (unlikely(__c)) {							\
+		printk(KERN_WARNING "WARNING at %s:%d\n", __FILE__, __LINE__);	\
+	}									\
+	__c;									\
+})
 
 /* ---- memory ------------------------------------------------------------------------ */
 #define GFP_KERNEL 0u

@@ -60,7 +60,12 @@ SYSCALL_DECL(getppid)
 
 void __set_task_comm(struct task_struct *tsk, const char *from, bool exec)
 {
-	strscpy(tsk->comm, from, sizeof(tsk->comm));
+	char buf[TASK_COMM_LEN];
+
+	/* Pad with NULs, as strscpy_pad() does: comm is copied out whole. */
+	memset(buf, 0, sizeof(buf));
+	strscpy(buf, from, sizeof(buf));
+	memcpy(tsk->comm, buf, sizeof(buf));
 }
 
 #define PR_SET_NAME 15

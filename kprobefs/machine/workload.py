@@ -1,0 +1,180 @@
+"""A background workload: tasks that keep the kernel busy the way a real system is, with
+file I/O, directories, links, forks and exits, and TCP connections arriving from the NIC.
+
+Each worker is a generator that yields system calls ``(name, *args)`` and receives their
+results; a seeded random generator picks what they do, so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import time
+from typing import Generator
+
+from . import abi
+from .kernel import Kernel, ProcessExited, SyscallRequest, Task, UserBuffer
+
+__all__ = ["Workload", "tcp_syn_packet"]
+
+Step = Generator[tuple, int, None]
+
+
+def _csum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def tcp_syn_packet(src_ip: int, dst_ip: int, sport: int, dport: int, seq: int = 1,
+                   payload: bytes = b"", flags: int = 0x02) -> bytes:
+    """An IPv4 packet carrying a TCP segment (SYN by default), checksums filled in."""
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq, 0, 5 << 4, flags, 65535, 0, 0) + payload
+    pseudo = struct.pack("!IIBBH", src_ip, dst_ip, 0, 6, len(tcp))
+    tcp = tcp[:16] + struct.pack("!H", _csum(pseudo + tcp)) + tcp[18:]
+    total = 20 + len(tcp)
+    ip = struct.pack("!BBHHHBBHII", 0x45, 0, total, 0, 0x4000, 64, 6, 0, src_ip, dst_ip)
+    ip = ip[:10] + struct.pack("!H", _csum(ip)) + ip[12:]
+    return ip + tcp
+
+
+class Workload:
+    """Workers issuing system calls; ``step()`` keeps every worker with one call in flight.
+
+    ``rate`` is the number of operations a second that :meth:`pump` lets through (0 stops
+    the workload); :meth:`run` ignores it and simply runs a number of operations.
+    """
+
+    def __init__(self, kernel: Kernel, seed: int = 0, workers: int = 3, rate: float = 50.0):
+        self.kernel = kernel
+        self.rng = random.Random(seed)
+        self.rate = rate
+        self.completed = 0
+        self.errors: dict[str, int] = {}
+        self._budget = 0.0
+        self._last = time.monotonic()
+        self._unlimited = False
+        self._listener_port = 8000 + self.rng.randrange(1000)
+        self._tasks = [kernel.spawn(f"kworker-load{i}") for i in range(workers)]
+        self._gens = {t.pid: self._worker(t, i) for i, t in enumerate(self._tasks)}
+        self._ready: dict[int, tuple] = {t.pid: next(self._gens[t.pid]) for t in self._tasks}
+
+    # ---- driving ---------------------------------------------------------------------
+    def _submit(self, task: Task, call: tuple) -> None:
+        self.kernel.submit(task, *call, on_done=lambda req: self._done(task, call[0], req))
+
+    def _done(self, task: Task, name: str, req: SyscallRequest) -> None:
+        """Runs in the emulation thread when a worker's call returns."""
+        self.completed += 1
+        result = req.result if req.error is None else -3
+        if result < 0:
+            self.errors[name] = self.errors.get(name, 0) + 1
+        try:
+            call = self._gens[task.pid].send(result)
+        except StopIteration:
+            return
+        if self._unlimited:
+            self._submit(task, call)
+        else:
+            self._ready[task.pid] = call
+
+    def _release(self, limit: float) -> int:
+        n = 0
+        for pid in list(self._ready):
+            if n >= limit:
+                break
+            task = next(t for t in self._tasks if t.pid == pid)
+            self._submit(task, self._ready.pop(pid))
+            n += 1
+        return n
+
+    def run(self, ops: int, timeout: float = 60.0) -> None:
+        """Run until `ops` more operations have completed, as fast as the machine goes."""
+        target = self.completed + ops
+        deadline = time.monotonic() + timeout
+        with self.kernel.lock:
+            self._unlimited = True
+            try:
+                self._release(len(self._ready))
+                while self.completed < target:
+                    if not self.kernel.run_slice():
+                        break
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the workload did not make progress")
+            finally:
+                self._unlimited = False
+
+    def pump(self) -> None:
+        """Let through as many operations as the rate allows since the last call.
+        Caller holds the kernel lock."""
+        now = time.monotonic()
+        self._budget = min(self._budget + (now - self._last) * self.rate, 10.0)
+        self._last = now
+        self._budget -= self._release(int(self._budget))
+
+    # ---- what a worker does ----------------------------------------------------------
+    def _worker(self, task: Task, index: int) -> Step:
+        rng = random.Random(self.rng.random())
+        if index == 0:
+            yield from self._listener(task, rng)
+        n = 0
+        while True:
+            n += 1
+            kind = rng.choice(("file", "file", "dir", "link", "fork", "stat"))
+            yield from getattr(self, f"_do_{kind}")(task, rng, f"/tmp/w{task.pid}-{n}")
+
+    def _do_file(self, task: Task, rng: random.Random, path: str) -> Step:
+        fd = yield ("openat", abi.AT_FDCWD, path, abi.O_CREAT | abi.O_RDWR, 0o644)
+        if fd < 0:
+            return
+        data = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 512)))
+        yield ("write", fd, data, len(data))
+        yield ("lseek", fd, 0, 0)
+        yield ("read", fd, UserBuffer(len(data)), len(data))
+        yield ("close", fd)
+        if rng.random() < 0.7:
+            yield ("unlink", path)
+
+    def _do_dir(self, task: Task, rng: random.Random, path: str) -> Step:
+        if (yield ("mkdir", path, 0o755)) == 0:
+            yield ("getdents64", abi.AT_FDCWD, UserBuffer(256), 256)
+            yield ("rmdir", path)
+
+    def _do_link(self, task: Task, rng: random.Random, path: str) -> Step:
+        if (yield ("symlink", "/tmp", path)) == 0:
+            yield ("readlink", path, UserBuffer(64), 64)
+            yield ("unlink", path)
+
+    def _do_stat(self, task: Task, rng: random.Random, path: str) -> Step:
+        yield ("newfstatat", abi.AT_FDCWD, "/tmp", UserBuffer(144), 0)
+        yield ("getppid",)
+
+    def _do_fork(self, task: Task, rng: random.Random, path: str) -> Step:
+        child = yield ("fork",)
+        if child > 0:
+            kid = self.kernel.tasks.get(child)
+            if kid is not None:
+                try:
+                    self.kernel.submit(kid, "exit", rng.randrange(4))
+                except ProcessExited:
+                    pass
+            yield ("wait4", child, UserBuffer(4), 0, 0)
+
+    def _listener(self, task: Task, rng: random.Random) -> Step:
+        """Worker 0 listens on a port; packets for it arrive from the NIC."""
+        fd = yield ("socket", abi.AF_INET, abi.SOCK_STREAM, 0)
+        if fd < 0:
+            return
+        addr = struct.pack("<H", abi.AF_INET) + struct.pack("!H", self._listener_port) + bytes(12)
+        if (yield ("bind", fd, addr, 16)) < 0 or (yield ("listen", fd, 16)) < 0:
+            return
+        for i in range(3):
+            self.kernel.inject_packet(tcp_syn_packet(0x0A000002, 0x0A000001,
+                                                     40000 + rng.randrange(20000),
+                                                     self._listener_port))
+            conn = yield ("accept4", fd, 0, 0, abi.O_NONBLOCK)
+            if conn >= 0:
+                yield ("close", conn)
