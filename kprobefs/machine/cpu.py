@@ -49,16 +49,19 @@ class Registers:
     as in a kprobe's pt_regs.  Setting ``ip`` redirects execution.
     """
 
-    __slots__ = ("_uc",)
+    __slots__ = ("_uc", "_fast")
 
     def __init__(self, uc):
+        from ._fastuc import FastRegs
+
         object.__setattr__(self, "_uc", uc)
+        object.__setattr__(self, "_fast", FastRegs(uc))
 
     def __getattr__(self, name):
         if name == "orig_ax":
             return 0xFFFFFFFFFFFFFFFF
         try:
-            return self._uc.reg_read(UC_REG[name])
+            return self._fast.get(UC_REG[name])
         except KeyError:
             raise AttributeError(name) from None
 
@@ -66,17 +69,18 @@ class Registers:
         if name == "orig_ax":
             return
         try:
-            self._uc.reg_write(UC_REG[name], value & 0xFFFFFFFFFFFFFFFF)
+            self._fast.set(UC_REG[name], value)
         except KeyError:
             raise AttributeError(name) from None
 
     def snapshot(self) -> dict:
         """Every pt_regs field as a dict (orig_ax = -1)."""
-        d = {name: self._uc.reg_read(reg) for name, reg in UC_REG.items()}
+        get = self._fast.get
+        d = {name: get(reg) for name, reg in UC_REG.items()}
         d["orig_ax"] = 0xFFFFFFFFFFFFFFFF
         return d
 
     def restore(self, values: dict) -> None:
         for name, reg in UC_REG.items():
             if name in values and name not in ("cs", "ss"):
-                self._uc.reg_write(reg, values[name] & 0xFFFFFFFFFFFFFFFF)
+                self._fast.set(reg, values[name])

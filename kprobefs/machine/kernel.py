@@ -22,14 +22,15 @@ from unicorn import (
 )
 from unicorn.x86_const import (
     UC_X86_REG_CR0, UC_X86_REG_CR3, UC_X86_REG_CR4, UC_X86_REG_EFLAGS, UC_X86_REG_GS_BASE,
-    UC_X86_REG_R8, UC_X86_REG_R10, UC_X86_REG_RAX, UC_X86_REG_RDI, UC_X86_REG_RDX,
-    UC_X86_REG_RIP, UC_X86_REG_RSI, UC_X86_REG_RSP,
+    UC_X86_REG_R8, UC_X86_REG_R9, UC_X86_REG_R10, UC_X86_REG_RAX, UC_X86_REG_RCX,
+    UC_X86_REG_RDI, UC_X86_REG_RDX, UC_X86_REG_RIP, UC_X86_REG_RSI, UC_X86_REG_RSP,
 )
 
 from ..errors import KernelError, KernelOops, KernelWedged, MachineError
 from . import abi
 from .abi import HC
 from .cpu import KERNEL_CS, KERNEL_DS, PT_REGS_SIZE, Registers, pack_pt_regs, unpack_pt_regs
+from ._fastuc import FastRegs
 from ._quirks import clear_exception_state
 from .image import FENTRY_NOP, KernelImage
 from .memory import (
@@ -135,6 +136,9 @@ class Kernel:
         self.layout = PhysicalLayout(ram_mb=ram_mb)
         self.mem = AddressSpace(self.uc, self.layout)
         self.regs = Registers(self.uc)
+        self.fast = FastRegs(self.uc)
+        self._breakpoints: dict[int, int] = {}
+        self._bp_declined: int | None = None
         self.cpus = [Cpu(i) for i in range(cpus)]
         self.cpu: Cpu | None = None  # the CPU emulating now (inside emu_start)
         self._loaded_cpu: Cpu | None = None
@@ -144,6 +148,8 @@ class Kernel:
         self._wakeups: collections.deque = collections.deque()  # idle-loop words
         self._trap_handlers: dict[int, list] = collections.defaultdict(list)
         self.exit_listeners: list[Callable[[int], None]] = []
+        #: Called after every slice (the engine's delayed optimizer lives here).
+        self.tick_listeners: list[Callable[[], None]] = []
         self.console: list[str] = []
         self.hostfs = None  # set by the layer that serves debugfs/tracefs/proc
         self.panicked: str | None = None
@@ -198,6 +204,9 @@ class Kernel:
         uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
         uc.hook_add(UC_HOOK_INSN_INVALID, self._on_invalid_insn)
         self._pcpu_area = self._sym("pcpu_area")
+        self._trap_regs_off = self.kabi["pcpu.trap_regs"]
+        self._host_call_return = self._sym("host_call_return")
+        self._scratch_depth = 0
 
     def _read_kabi(self) -> dict[str, int]:
         out, p = {}, self._sym("kabi")
@@ -271,17 +280,19 @@ class Kernel:
             ran = True
             self._switch_cpu(cpu)
             if cpu.resume_rax is not None:
-                self.uc.reg_write(UC_X86_REG_RAX, cpu.resume_rax)
+                self.fast.set(UC_X86_REG_RAX, cpu.resume_rax)
                 cpu.resume_rax = None
             self._emulate(cpu)
         self._update_jiffies()
+        for tick in self.tick_listeners:
+            tick()
         return ran
 
     def _emulate(self, cpu: Cpu) -> None:
         self.cpu = cpu
         self._in_emulation += 1
         try:
-            rip = self.uc.reg_read(UC_X86_REG_RIP)
+            rip = self.fast.get(UC_X86_REG_RIP)
             self.uc.emu_start(rip, 0, count=self.quantum)
         except UcError as e:
             self._cpu_error(cpu, e)
@@ -331,19 +342,20 @@ class Kernel:
     def _on_interrupt(self, uc, intno, _user_data) -> None:
         try:
             if intno == abi.HYPERCALL_VECTOR:
-                nr = uc.reg_read(UC_X86_REG_RAX)
-                handler = self._hypercalls.get(nr) or self._hostfs_hypercall
-                ret = handler(nr) if handler == self._hostfs_hypercall else handler()
+                nr = self.fast.get(UC_X86_REG_RAX)
+                handler = self._hypercalls.get(nr)
+                ret = handler() if handler else self._hostfs_hypercall(nr)
                 if ret is not None:
-                    uc.reg_write(UC_X86_REG_RAX, ret & _U64)
+                    self.fast.set(UC_X86_REG_RAX, ret)
                 return
             if intno in _CONTRIBUTORY:
                 clear_exception_state(uc)
                 if intno == 8:  # only ever a page fault Unicorn mistook for a nested one
                     intno = 14
-            for handler in self._trap_handlers.get(intno, ()):
-                if handler(self, self.cpu):
-                    return
+            ip = self.fast.get(UC_X86_REG_RIP)
+            declined, self._bp_declined = self._bp_declined, None
+            if not (intno == 3 and declined == ip - 1) and self._run_trap_handlers(intno, ip):
+                return
             self._deliver_exception(intno)
         except Exception as e:  # a bug in a handler must not unwind through Unicorn
             log.exception("host handler failed on vector %#x", intno)
@@ -377,19 +389,27 @@ class Kernel:
         uc.reg_write(UC_X86_REG_RIP, self._sym(stub))
         uc.reg_write(UC_X86_REG_EFLAGS, regs["flags"] & ~0x100)
 
+    def _run_trap_handlers(self, vector: int, ip: int) -> bool:
+        for handler in self._trap_handlers.get(vector, ()):
+            if handler(self, self.cpu, ip):
+                return True
+        return False
+
     def add_trap_handler(self, vector: int, handler: Callable) -> None:
-        """handler(kernel, cpu) -> bool runs on `int3` (3) or a single-step (1) before the
-        kernel sees it; True means handled (the CPU resumes at whatever ip it set)."""
+        """handler(kernel, cpu, ip) -> bool runs on a trap before the kernel sees it: a
+        breakpoint (3; ip is the address after the int3), a single-step (1), or a fault
+        (14, 13, ...; ip is the faulting instruction).  True means handled: the handler has
+        set the CPU's ip (with set_ip) to where execution resumes.  False passes the trap
+        on (a fault handler may first move ip, e.g. back to a probed address)."""
         self._trap_handlers[vector].append(handler)
 
     def remove_trap_handler(self, vector: int, handler: Callable) -> None:
         self._trap_handlers[vector].remove(handler)
 
     def _args(self):
-        uc = self.uc
-        return (uc.reg_read(UC_X86_REG_RDI), uc.reg_read(UC_X86_REG_RSI),
-                uc.reg_read(UC_X86_REG_RDX), uc.reg_read(UC_X86_REG_R10),
-                uc.reg_read(UC_X86_REG_R8))
+        get = self.fast.get
+        return (get(UC_X86_REG_RDI), get(UC_X86_REG_RSI), get(UC_X86_REG_RDX),
+                get(UC_X86_REG_R10), get(UC_X86_REG_R8))
 
     def _hc_idle(self):
         if self._wakeups:
@@ -624,6 +644,87 @@ class Kernel:
         with self.lock:
             self._write_phys(addr, data)
             self.uc.ctl_remove_cache(addr, addr + len(data))
+
+    # ---- breakpoints -----------------------------------------------------------------
+    def insert_breakpoint(self, addr: int) -> None:
+        """Deliver the int3 at addr to the trap handlers.
+
+        The caller writes the 0xcc byte itself (text_poke).  Delivery goes through a
+        code hook on the address, which costs a fifth of Unicorn's exception path and is
+        otherwise the same trap: handlers see ip = addr + 1.  An int3 no handler claims
+        executes for real and reaches the kernel's exc_int3."""
+        with self.lock:
+            if addr in self._breakpoints:
+                return
+            ram, mem = self.mem.ram, self.mem
+
+            def hit(_uc, address, _size, _ud):
+                if ram[mem.translate(address)] != 0xCC:
+                    return  # not armed any more: the hook outlived its int3
+                try:
+                    if self._run_trap_handlers(3, address + 1):
+                        return
+                except Exception as e:  # never unwind through Unicorn
+                    log.exception("breakpoint handler failed at %#x", address)
+                    self.panicked = f"breakpoint handler failed: {e!r}"
+                    self.uc.emu_stop()
+                    return
+                self._bp_declined = address
+
+            self._breakpoints[addr] = self.uc.hook_add(UC_HOOK_CODE, hit, begin=addr, end=addr)
+            self.uc.ctl_remove_cache(addr, addr + 1)
+
+    def remove_breakpoint(self, addr: int) -> None:
+        with self.lock:
+            handle = self._breakpoints.pop(addr, None)
+            if handle is not None:
+                self.uc.hook_del(handle)
+                self.uc.ctl_remove_cache(addr, addr + 1)
+
+    # ---- registers of the CPU in a hook ------------------------------------------------
+    def set_ip(self, ip: int) -> None:
+        """Redirect the current CPU (inside a hook or trap handler)."""
+        self.fast.set(UC_X86_REG_RIP, ip)
+
+    def trap_frame(self) -> int:
+        """Address of the pt_regs the current CPU's trampoline published (pcpu.trap_regs)."""
+        return self.mem.read_u64(self.cpu.gs_base + self._trap_regs_off)
+
+    def call(self, func: int | str, *args: int | str | bytes) -> int:
+        """Call a kernel function with up to six arguments on the current CPU (from a
+        hook) and return its result.  str/bytes arguments are copied into kernel memory.
+        Must be called from inside the emulation (a hook or handler)."""
+        if not self._in_emulation:
+            raise MachineError("Kernel.call() runs kernel code on the current CPU: call it "
+                               "from inside a hook")
+        if isinstance(func, str):
+            func = self._sym(func)
+        uc, fast = self.uc, self.fast
+        saved = uc.context_save()
+        try:
+            scratch = self._host_scratch + self._scratch_depth * 0x1000
+            self._scratch_depth += 1
+            values, cursor = [], scratch
+            for a in args:
+                if isinstance(a, str):
+                    a = a.encode() + b"\0"
+                if isinstance(a, (bytes, bytearray)):
+                    self.mem.write(cursor, bytes(a))
+                    values.append(cursor)
+                    cursor += (len(a) + 15) & ~15
+                else:
+                    values.append(a & _U64)
+            for reg, v in zip((UC_X86_REG_RDI, UC_X86_REG_RSI, UC_X86_REG_RDX,
+                               UC_X86_REG_RCX, UC_X86_REG_R8, UC_X86_REG_R9), values):
+                fast.set(reg, v)
+            sp = ((fast.get(UC_X86_REG_RSP) - 512) & ~0xF) - 8
+            self.mem.write(sp, struct.pack("<Q", self._host_call_return))
+            fast.set(UC_X86_REG_RSP, sp)
+            uc.emu_start(func, self._host_call_return)
+            return _signed(fast.get(UC_X86_REG_RAX))
+        finally:
+            self._scratch_depth -= 1
+            uc.context_restore(saved)
 
     def hook_code(self, begin: int, end: int, callback: Callable) -> int:
         """Run callback(kernel, address) before each instruction in [begin, end]."""

@@ -155,13 +155,15 @@ optprobe_template_end:
 
 /* ftrace: a site enabled for a callback with registers calls here.  The host runs the
  * ftrace ops at ftrace_regs_call; regs->ip starts as the return address (site + 5) and a
- * handler may change it to divert the return. */
+ * handler may change it to divert the return; regs->sp is the traced function's stack
+ * pointer at its entry, so [regs->sp] is its return address. */
 	.globl ftrace_regs_caller
 	.type ftrace_regs_caller, @function
 ftrace_regs_caller:
 	SAVE_PT_REGS
 	movq 21*8(%rsp), %rax
 	movq %rax, 16*8(%rsp)		/* regs->ip = the return address */
+	addq $8, 19*8(%rsp)		/* regs->sp = the traced function's own stack */
 	.globl ftrace_regs_call
 ftrace_regs_call:
 	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00

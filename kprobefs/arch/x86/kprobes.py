@@ -1,0 +1,458 @@
+"""The x86_64 side of kprobes: what Linux keeps in arch/x86/kernel/kprobes/.
+
+:class:`X86Kprobes` implements the arch contract the generic engine calls (prepare, arm,
+disarm, remove, optimize, unoptimize, ftrace-site patching, return-address hijacking) and
+owns the trap paths: the int3 handler, the single-step completion, the fault fixup, the
+optimized-probe detour callback and the trampolines' callbacks.  It calls up into the
+engine only through the small interface the engine hands it (``core``), so it imports
+nothing above the machine.
+
+Execution model (Linux 6.1 on a non-preemptible kernel, as kprobes.txt describes):
+an armed probe's first byte is int3; on the hit the pre-handler runs, then the original
+instruction is emulated (branches, calls, returns, pushf/popf, cli/sti), or run from a
+copy in an instruction slot: followed by a jump back (boosted: no second trap) or by an
+int3 whose trap completes the single-step and runs the post-handler.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import struct
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from unicorn.x86_const import UC_X86_REG_EFLAGS, UC_X86_REG_RCX, UC_X86_REG_RIP, UC_X86_REG_RSP
+
+from ...errors import ProbeError
+from .insn import (
+    GPR_NAMES, Insn, InsnDecodeError, OptimizePlan, can_boost, can_optimize, check_boundary,
+    decode, emulate, prepare_copy, relocate, synthesize_relcall, synthesize_reljump,
+)
+from .regs import _UC, FrameRegs, TrapRegs
+
+__all__ = ["X86Kprobes", "ArchKprobe", "Detour", "KprobeCore", "InsnSlots"]
+
+log = logging.getLogger("kprobefs.arch")
+
+INT3 = 0xCC
+FENTRY_NOP = bytes.fromhex("0f1f440000")
+_Q = struct.Struct("<Q")
+_SLOT = 64          # an instruction slot: [copy][int3] at 0, [copy][jmp back] at 32
+_DETOUR = 256       # a detour buffer: template, copied instructions, jmp back
+_PAGE = 4096
+
+
+class KprobeCore(Protocol):
+    """What the arch code calls in the generic engine."""
+
+    def get_kprobe(self, addr: int): ...
+    def kprobe_ctlblk(self, cpu: int): ...
+    def kprobes_inc_nmissed_count(self, p) -> None: ...
+    def handle_fault(self, p, regs, trapnr: int) -> None: ...
+    def ftrace_dispatch(self, site: int, parent_ip: int, regs: FrameRegs) -> None: ...
+    def kretprobe_trampoline_handler(self, regs: FrameRegs, slot: int) -> int: ...
+    def rethook_trampoline_handler(self, regs: FrameRegs, slot: int) -> int: ...
+
+
+@dataclass(eq=False)
+class ArchKprobe:
+    """Per-probe arch data: the copied instruction and where it lives."""
+
+    insn: Insn
+    opcode: bytes               # the original first byte(s) the int3 replaced
+    emulate: bool               # branch/call/ret/flags instructions are emulated
+    boostable: bool
+    slot: int | None = None     # [copy][int3] at slot, [copy][jmp back] at slot + 32
+
+    @property
+    def ss_addr(self) -> int:
+        return self.slot
+
+    @property
+    def boost_addr(self) -> int:
+        return self.slot + 32
+
+
+@dataclass(eq=False)
+class Detour:
+    """An optimized probe's detour buffer."""
+
+    addr: int
+    plan: OptimizePlan
+    buffer: int
+    call_site: int              # the hooked copy of optprobe_template_call
+    copied: int                 # where the relocated instructions start
+    saved: bytes = b""          # original bytes 1..4 under the jump, while patched
+    patched: bool = False
+    hook: int | None = None
+
+
+class InsnSlots:
+    """Executable memory for instruction slots and detour buffers, from the kernel's
+    kprobe_insn_area (within +-2 GiB of all text), in fixed-size pieces."""
+
+    def __init__(self, start: int, end: int):
+        half = start + ((end - start) // 4) & ~(_PAGE - 1)
+        self._free = {_SLOT: list(range(half - _SLOT, start - 1, -_SLOT)),
+                      _DETOUR: list(range(end - _DETOUR, half - 1, -_DETOUR))}
+
+    def get(self, size: int) -> int:
+        try:
+            return self._free[size].pop()
+        except IndexError:
+            raise ProbeError(errno.ENOMEM, "out of kprobe instruction slots") from None
+
+    def free(self, size: int, addr: int) -> None:
+        self._free[size].append(addr)
+
+
+class X86Kprobes:
+    """The arch implementation, bound to one kernel and one engine."""
+
+    def __init__(self, kernel, core: KprobeCore):
+        self.kernel = kernel
+        self.core = core
+        img = kernel.image
+        self._sym = kernel.image.symbol_value
+        self.slots = InsnSlots(self._sym("kprobe_insn_area"), self._sym("kprobe_insn_area_end"))
+        self._ss_slots: dict[int, object] = {}    # int3 after a slot copy -> probe
+        self._boost_slots: dict[int, object] = {}
+        self._detour_calls: dict[int, object] = {}  # hooked template copies -> probe
+        self._ftrace_sites = frozenset(img.ftrace_sites)
+        self._extable = frozenset(img.extable)
+        self._template = kernel.read(self._sym("optprobe_template_entry"),
+                                     self._sym("optprobe_template_end")
+                                     - self._sym("optprobe_template_entry"))
+        self._template_call = self._sym("optprobe_template_call") - self._sym(
+            "optprobe_template_entry")
+        self.kretprobe_trampoline = self._sym("kretprobe_trampoline")
+        self.rethook_trampoline = self._sym("rethook_trampoline")
+        self.ftrace_regs_caller = self._sym("ftrace_regs_caller")
+        self._fast = kernel.fast
+        self._mem = kernel.mem
+        kernel.add_trap_handler(3, self._int3)
+        kernel.add_trap_handler(14, self._fault)
+        kernel.add_trap_handler(13, self._fault)
+        self._hooks = [
+            kernel.hook_code(self._sym("ftrace_regs_call"), self._sym("ftrace_regs_call"),
+                             self._on_ftrace_call),
+            kernel.hook_code(self._sym("kretprobe_trampoline_call"),
+                             self._sym("kretprobe_trampoline_call"), self._on_kretprobe_tramp),
+            kernel.hook_code(self._sym("rethook_trampoline_call"),
+                             self._sym("rethook_trampoline_call"), self._on_rethook_tramp),
+        ]
+
+    # ==== the original bytes of text, as if no probe were there ===========================
+    def original_bytes(self, addr: int, size: int) -> bytes:
+        """Text as built (ftrace sites as the NOP they boot to), not as probes patched it."""
+        data = bytearray(self.kernel.image.read(addr, size))
+        for site in self._ftrace_sites:
+            if addr - 5 < site < addr + size:
+                for i in range(5):
+                    if 0 <= site + i - addr < size:
+                        data[site + i - addr] = FENTRY_NOP[i]
+        return bytes(data)
+
+    # ==== arch_prepare_kprobe / arch_arm / arch_disarm / arch_remove =========================
+    def prepare(self, p, func) -> ArchKprobe:
+        """Decode and copy the instruction at p.addr.  func is the containing Symbol.
+        Raises ProbeError(EILSEQ) off an instruction boundary, or the copy rules' errno."""
+        code = self.original_bytes(func.addr, func.size)
+        if not check_boundary(code, func.addr, p.addr):
+            raise ProbeError(errno.EILSEQ, f"{p.addr:#x} is not an instruction boundary")
+        off = p.addr - func.addr
+        try:
+            insn = decode(code[off:off + 15], p.addr)
+        except InsnDecodeError as e:
+            raise ProbeError(errno.EILSEQ, str(e)) from e
+        plan = prepare_copy(insn)
+        ainsn = ArchKprobe(insn=insn, opcode=bytes(code[off:off + 1]),
+                           emulate=plan.emulate_op is not None,
+                           boostable=can_boost(insn, p.addr in self._extable))
+        if not ainsn.emulate:
+            slot = self.slots.get(_SLOT)
+            try:
+                ss_copy = relocate(insn, slot) + bytes([INT3])
+                boost_copy = relocate(insn, slot + 32)
+                boost_copy += synthesize_reljump(slot + 32 + len(boost_copy), insn.next_address)
+            except ProbeError:
+                self.slots.free(_SLOT, slot)
+                raise
+            self.kernel.text_poke(slot, ss_copy)
+            self.kernel.text_poke(slot + 32, boost_copy)
+            ainsn.slot = slot
+            self._ss_slots[slot + insn.length] = p
+            self.kernel.insert_breakpoint(slot + insn.length)
+        return ainsn
+
+    def arm(self, p) -> None:
+        self.kernel.text_poke(p.addr, bytes([INT3]))
+        self.kernel.insert_breakpoint(p.addr)
+
+    def disarm(self, p) -> None:
+        self.kernel.remove_breakpoint(p.addr)
+        self.kernel.text_poke(p.addr, p.ainsn.opcode)
+
+    def remove(self, p) -> None:
+        a = p.ainsn
+        if a is not None and a.slot is not None:
+            self.kernel.remove_breakpoint(a.slot + a.insn.length)
+            self._ss_slots.pop(a.slot + a.insn.length, None)
+            self.kernel.text_poke(a.slot, bytes([INT3]) * _SLOT)
+            self.slots.free(_SLOT, a.slot)
+            a.slot = None
+
+    # ==== the int3 path ===================================================================
+    def _int3(self, kernel, cpu, ip: int) -> bool:
+        addr = ip - 1
+        p = self.core.get_kprobe(addr)
+        if p is None:
+            ss = self._ss_slots.get(addr)
+            if ss is not None:
+                return self._singlestep_done(cpu, ss)
+            return False
+        kcb = self.core.kprobe_ctlblk(cpu.index)
+        regs = TrapRegs(self._fast, self._mem, ip)
+        if kcb.current is not None:
+            # Reentered from inside a handler: count the miss and run the instruction only.
+            self.core.kprobes_inc_nmissed_count(p)
+            self._setup_singlestep(p, regs, kcb, reenter=True)
+            return True
+        kcb.current = p
+        kcb.status = "hit_active"
+        try:
+            redirected = p.pre_handler is not None and p.pre_handler(p, regs)
+        except Exception:
+            self.core.handle_fault(p, regs, 3)
+            redirected = False
+        if redirected:
+            kcb.reset()
+            regs.apply_ip()
+            return True
+        self._setup_singlestep(p, regs, kcb, reenter=False)
+        return True
+
+    def _setup_singlestep(self, p, regs: TrapRegs, kcb, reenter: bool) -> None:
+        a = p.ainsn
+        op = getattr(p, "detour", None)
+        if op is not None and not reenter and not self._has_post_handler(p):
+            # Queued for optimization but not patched yet: run the detour's copy.
+            self._fast.set(UC_X86_REG_RIP, op.copied)
+            kcb.reset()
+            return
+        if a.emulate:
+            self._emulate(a.insn)
+            if not reenter:
+                self._post(p, kcb)
+            return
+        if a.boostable and (reenter or not self._has_post_handler(p)):
+            self._fast.set(UC_X86_REG_RIP, a.boost_addr)
+            if not reenter:
+                kcb.reset()
+            return
+        if reenter:
+            kcb.push()
+            kcb.current = p
+        kcb.status = "hit_ss" if not reenter else "reenter"
+        self._fast.set(UC_X86_REG_RIP, a.ss_addr)
+
+    @staticmethod
+    def _has_post_handler(p) -> bool:
+        return p.post_handler is not None
+
+    def _singlestep_done(self, cpu, p) -> bool:
+        kcb = self.core.kprobe_ctlblk(cpu.index)
+        if kcb.current is not p:
+            return False
+        a = p.ainsn
+        self._fast.set(UC_X86_REG_RIP, a.insn.next_address)
+        if kcb.status == "reenter":
+            kcb.pop()
+            return True
+        self._post(p, kcb)
+        return True
+
+    def _post(self, p, kcb) -> None:
+        if p.post_handler is not None:
+            regs = TrapRegs(self._fast, self._mem, self._fast.get(UC_X86_REG_RIP))
+            kcb.status = "hit_ssdone"
+            try:
+                p.post_handler(p, regs, 0)
+            except Exception:
+                self.core.handle_fault(p, regs, 1)
+        kcb.reset()
+
+    def _emulate(self, insn: Insn) -> None:
+        fast = self._fast
+        r = _EmulRegs(fast, self._mem, insn)
+        sp, flags, cx = r.sp, r.flags, r.cx
+        ip = emulate(insn, r)
+        if r.sp != sp:
+            fast.set(UC_X86_REG_RSP, r.sp)
+        if r.flags != flags:
+            fast.set(UC_X86_REG_EFLAGS, r.flags)
+        if r.cx != cx:
+            fast.set(UC_X86_REG_RCX, r.cx)
+        fast.set(UC_X86_REG_RIP, ip)
+
+    def _fault(self, kernel, cpu, ip: int) -> bool:
+        """A fault while a copied instruction runs: put ip back on the probed address so
+        the kernel's own fixup (exception table) applies there, then let it handle it."""
+        kcb = self.core.kprobe_ctlblk(cpu.index)
+        p = kcb.current
+        if p is None or kcb.status not in ("hit_ss", "reenter") or p.ainsn.slot is None:
+            if p is not None and kcb.status == "hit_active":
+                regs = TrapRegs(self._fast, self._mem, ip)
+                self.core.handle_fault(p, regs, 14)
+            return False
+        if not p.ainsn.slot <= ip < p.ainsn.slot + _SLOT:
+            return False
+        self._fast.set(UC_X86_REG_RIP, p.addr)
+        if kcb.status == "reenter":
+            kcb.pop()
+        else:
+            kcb.reset()
+        return False
+
+    # ==== jump optimization ===============================================================
+    def prepare_optimized(self, p, func, armed_in_region) -> Detour | None:
+        """Build a detour buffer for p if the code allows (kprobes.txt 1.4.2 safety
+        checks).  None, with the reason logged, if it cannot be optimized."""
+        code = self.original_bytes(func.addr, func.size)
+        plan, reason = can_optimize(code, func.addr, p.addr, self._extable,
+                                    self._ftrace_sites, armed_in_region)
+        if plan is None:
+            log.debug("%s+%#x not optimized: %s", func.name, p.addr - func.addr, reason)
+            return None
+        buf = self.slots.get(_DETOUR)
+        copied = buf + len(self._template)
+        try:
+            body = plan.detour_copy(copied)
+        except ProbeError as e:
+            self.slots.free(_DETOUR, buf)
+            log.debug("not optimized: %s", e)
+            return None
+        self.kernel.text_poke(buf, self._template + body)
+        op = Detour(addr=p.addr, plan=plan, buffer=buf, call_site=buf + self._template_call,
+                    copied=copied)
+        op.hook = self.kernel.hook_code(op.call_site, op.call_site, self._on_detour)
+        self._detour_calls[op.call_site] = p
+        return op
+
+    def optimize(self, op: Detour) -> None:
+        """Replace the int3 and the next 4 bytes with `jmp detour` (the int3 stays first
+        while the tail is written, as text_poke_bp does)."""
+        jmp = synthesize_reljump(op.addr, op.buffer)
+        op.saved = self.kernel.read(op.addr + 1, 4)
+        self.kernel.text_poke(op.addr + 1, jmp[1:])
+        self.kernel.text_poke(op.addr, jmp[:1])
+        op.patched = True
+
+    def unoptimize(self, op: Detour) -> None:
+        """Back to a plain int3 probe: int3 first, then the saved tail."""
+        if not op.patched:
+            return
+        self.kernel.text_poke(op.addr, bytes([INT3]))
+        self.kernel.text_poke(op.addr + 1, op.saved)
+        op.patched = False
+
+    def free_optimized(self, op: Detour) -> None:
+        self.unoptimize(op)
+        if op.hook is not None:
+            self.kernel.hook_del(op.hook)
+            op.hook = None
+        self._detour_calls.pop(op.call_site, None)
+        self.kernel.text_poke(op.buffer, bytes([INT3]) * _DETOUR)
+        self.slots.free(_DETOUR, op.buffer)
+
+    def _on_detour(self, kernel, address: int) -> None:
+        p = self._detour_calls.get(address)
+        if p is None:
+            return
+        cpu = kernel.cpu
+        regs = FrameRegs(self._mem, kernel.trap_frame())
+        kcb = self.core.kprobe_ctlblk(cpu.index)
+        if kcb.current is not None:
+            self.core.kprobes_inc_nmissed_count(p)
+            return
+        ip_slot = regs.ip
+        regs.ip = p.addr + 1
+        kcb.current = p
+        kcb.status = "hit_active"
+        try:
+            if p.pre_handler is not None:
+                p.pre_handler(p, regs)
+        except Exception:
+            self.core.handle_fault(p, regs, 3)
+        regs.ip = ip_slot  # an optimized probe cannot redirect: ip changes are dropped
+        kcb.reset()
+
+    # ==== ftrace sites ====================================================================
+    def ftrace_make_call(self, site: int) -> None:
+        self.kernel.text_poke(site, synthesize_relcall(site, self.ftrace_regs_caller))
+
+    def ftrace_make_nop(self, site: int) -> None:
+        self.kernel.text_poke(site, FENTRY_NOP)
+
+    def _on_ftrace_call(self, kernel, _address: int) -> None:
+        regs = FrameRegs(self._mem, kernel.trap_frame())
+        site = regs.ip - 5
+        parent = self._mem.read_u64(regs.sp)
+        self.core.ftrace_dispatch(site, parent, regs)
+
+    # ==== return hooks ====================================================================
+    def prepare_kretprobe(self, regs) -> tuple[int, int]:
+        """Hijack the return address at the function entry: returns (return address,
+        the stack slot that held it) after pointing that slot at the trampoline."""
+        slot = regs.sp
+        ret = _Q.unpack(self._mem.read(slot, 8))[0]
+        self._mem.write(slot, _Q.pack(self.kretprobe_trampoline))
+        return ret, slot
+
+    def prepare_rethook(self, regs) -> tuple[int, int]:
+        slot = regs.sp
+        ret = _Q.unpack(self._mem.read(slot, 8))[0]
+        self._mem.write(slot, _Q.pack(self.rethook_trampoline))
+        return ret, slot
+
+    def _tramp(self, kernel, handler) -> None:
+        regs = FrameRegs(self._mem, kernel.trap_frame())
+        slot = regs.frame + 21 * 8          # the pushed placeholder: the old return slot
+        regs.sp = slot + 8                  # the stack as the function returned
+        real = handler(regs, slot)
+        self._mem.write(slot, _Q.pack(real))
+
+    def _on_kretprobe_tramp(self, kernel, _address: int) -> None:
+        self._tramp(kernel, self.core.kretprobe_trampoline_handler)
+
+    def _on_rethook_tramp(self, kernel, _address: int) -> None:
+        self._tramp(kernel, self.core.rethook_trampoline_handler)
+
+
+class _EmulRegs:
+    """The EmulateRegs protocol over the live CPU; the caller writes sp, flags and cx back."""
+
+    __slots__ = ("_fast", "_mem", "ip", "sp", "flags", "cx")
+
+    def __init__(self, fast, mem, insn: Insn):
+        self._fast, self._mem = fast, mem
+        self.ip = insn.address + insn.length
+        self.sp = fast.get(UC_X86_REG_RSP)
+        self.flags = fast.get(UC_X86_REG_EFLAGS)
+        self.cx = fast.get(UC_X86_REG_RCX)
+
+    def get_reg(self, index: int) -> int:
+        name = GPR_NAMES[index]
+        if name == "sp":
+            return self.sp
+        return self._fast.get(_UC[name])
+
+    def push(self, value: int) -> None:
+        self.sp -= 8
+        self._mem.write(self.sp, _Q.pack(value & 0xFFFFFFFFFFFFFFFF))
+
+    def pop(self) -> int:
+        value = _Q.unpack(self._mem.read(self.sp, 8))[0]
+        self.sp += 8
+        return value

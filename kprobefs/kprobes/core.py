@@ -1,0 +1,633 @@
+"""The generic kprobes engine: Linux's kernel/kprobes.c in Python.
+
+It keeps the table of probed addresses (one aggregate per address holding every probe
+registered there), arms and disarms them through the arch implementation it is given,
+runs the handlers, counts misses, owns the global arm switch and the optimization sysctl
+with the delayed optimizer queue, runs kretprobe instances and jprobes, and produces the
+data behind ``kprobes/list`` and ``kprobes/blacklist``.  It never looks at instruction
+bytes: that is the arch's business.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from ..errors import ProbeError
+from .ftrace import Ftrace, FtraceOps
+from .probes import (
+    KPROBE_FLAG_DISABLED, KPROBE_FLAG_FTRACE, KPROBE_FLAG_GONE, KPROBE_FLAG_OPTIMIZED,
+    KRETPROBE_MAX_DATA_SIZE, MAX_STACK_SIZE, Jprobe, Kprobe, Kretprobe, KretprobeInstance,
+)
+
+__all__ = ["KprobeEngine", "KprobeCtlblk", "ListEntry", "OPTIMIZE_DELAY"]
+
+log = logging.getLogger("kprobefs.kprobes")
+
+#: The optimizer runs this long after a probe is queued (5 jiffies at HZ=250).
+OPTIMIZE_DELAY = 0.020
+#: Functions a return probe must not hook (Linux's kretprobe_blacklist on x86).
+KRETPROBE_BLACKLIST = ("__switch_to",)
+
+
+class KprobeCtlblk:
+    """Per-CPU kprobe state: the probe whose handler runs and what stage it is in."""
+
+    __slots__ = ("current", "status", "_saved")
+
+    def __init__(self):
+        self.current = None
+        self.status = None
+        self._saved: list = []
+
+    def reset(self) -> None:
+        self.current = None
+        self.status = None
+
+    def push(self) -> None:
+        """Save the state of the probe being handled before handling a nested hit."""
+        self._saved.append((self.current, self.status))
+
+    def pop(self) -> None:
+        self.current, self.status = self._saved.pop()
+
+
+class AggrKprobe(Kprobe):
+    """The probe that stands in the table for every probe at one address."""
+
+    def __init__(self, addr: int, symbol, flags: int):
+        super().__init__(addr=addr, flags=flags)
+        self.symbol = symbol
+        self.children: list[Kprobe] = []
+        self.detour = None            # the arch's Detour once optimized (or queued)
+        self.armed = False
+        self.pre_handler = self._aggr_pre_handler
+        self.fault_handler = None
+
+    def update_post_handler(self) -> None:
+        has_post = any(c.post_handler is not None or c.kind == "j" for c in self.children)
+        self.post_handler = self._aggr_post_handler if has_post else None
+
+    def all_disabled(self) -> bool:
+        return all(c.is_disabled() for c in self.children)
+
+    def _aggr_pre_handler(self, _p, regs) -> int:
+        for child in self.children:
+            if child.is_disabled() or child.pre_handler is None:
+                continue
+            try:
+                if child.pre_handler(child, regs):
+                    return 1
+            except Exception as e:
+                _child_fault(child, regs, e)
+        return 0
+
+    def _aggr_post_handler(self, _p, regs, flags) -> None:
+        for child in self.children:
+            if child.is_disabled() or child.post_handler is None:
+                continue
+            try:
+                child.post_handler(child, regs, flags)
+            except Exception as e:
+                _child_fault(child, regs, e)
+
+
+def _child_fault(p: Kprobe, regs, exc: Exception) -> None:
+    """A handler raised: give its fault_handler the chance kprobes.txt describes, count
+    the miss, and log it; the kernel goes on."""
+    handled = False
+    if p.fault_handler is not None:
+        try:
+            handled = bool(p.fault_handler(p, regs, 14))
+        except Exception:
+            log.exception("fault_handler of probe at %#x raised", p.addr or 0)
+    if not handled:
+        p.nmissed += 1
+        log.warning("handler of probe at %s raised %r", _where(p), exc)
+
+
+def _where(p: Kprobe) -> str:
+    sym = p.symbol
+    if sym is None or p.addr is None:
+        return f"{p.addr or 0:#x}"
+    return f"{sym.name}+{p.addr - sym.addr:#x}"
+
+
+@dataclass(frozen=True)
+class ListEntry:
+    """One line of kprobes/list."""
+
+    addr: int
+    kind: str
+    symbol: str
+    offset: int
+    module: str | None
+    gone: bool
+    disabled: bool
+    optimized: bool
+    ftrace: bool
+
+    def format(self) -> str:
+        flags = ("[GONE]" if self.gone else "") + ("[DISABLED]" if self.disabled else "") \
+            + ("[OPTIMIZED]" if self.optimized else "") + ("[FTRACE]" if self.ftrace else "")
+        return (f"{self.addr:016x}  {self.kind}  {self.symbol}+{self.offset:#x}  "
+                f"{self.module or ''} {flags}")
+
+
+class KprobeEngine:
+    """The kprobes registry and runtime for one kernel, with its arch implementation
+    made by ``arch_factory(kernel, engine)`` (the daemon passes the x86 one)."""
+
+    def __init__(self, kernel, arch_factory: Callable):
+        self.kernel = kernel
+        self.image = kernel.image
+        self.arch = arch_factory(kernel, self)
+        self.ftrace = Ftrace(self.arch, self.image.ftrace_sites)
+        self._table: dict[int, AggrKprobe] = {}
+        self._order: list[Kprobe] = []          # registration order, for listings
+        self._ctl = [KprobeCtlblk() for _ in range(kernel.nr_cpus)]
+        self.kprobes_all_disarmed = False
+        self.optimization_enabled = True
+        self._optimizing: list[tuple[float, AggrKprobe]] = []
+        self._task_instances: dict[int, list[KretprobeInstance]] = {}
+        self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler)
+        self._blacklist = sorted((s.addr, s.end, s.name) for s in self.image.blacklist)
+        self._blacklist_starts = [b[0] for b in self._blacklist]
+        self.fprobes = None  # set by FprobeManager
+        kernel.exit_listeners.append(self._flush_task_instances)
+        kernel.tick_listeners.append(self.run_optimizer)
+
+    # ==== the interface the arch calls =======================================================
+    def get_kprobe(self, addr: int) -> AggrKprobe | None:
+        return self._table.get(addr)
+
+    def kprobe_ctlblk(self, cpu: int) -> KprobeCtlblk:
+        return self._ctl[cpu]
+
+    def kprobe_running(self, cpu: int) -> bool:
+        return self._ctl[cpu].current is not None
+
+    def kprobes_inc_nmissed_count(self, p: Kprobe) -> None:
+        if isinstance(p, AggrKprobe):
+            for child in p.children:
+                child.nmissed += 1
+        else:
+            p.nmissed += 1
+
+    def handle_fault(self, p: Kprobe, regs, trapnr: int) -> None:
+        _child_fault(p, regs, RuntimeError(f"trap {trapnr}"))
+
+    # ==== address resolution and safety checks ==============================================
+    def _resolve(self, symbol_name: str | None, addr: int | None, offset: int):
+        """(address, containing Symbol) for a probe spec, as _kprobe_addr() does."""
+        if (symbol_name is None) == (addr is None):
+            raise ProbeError(errno.EINVAL, "give exactly one of symbol_name and addr")
+        if symbol_name is not None:
+            syms = self.image.lookup_name(symbol_name)
+            if not syms:
+                raise ProbeError(errno.ENOENT, f"unknown symbol {symbol_name}")
+            addr = syms[0].addr
+        addr = (addr + (offset or 0)) & 0xFFFFFFFFFFFFFFFF
+        sym = self.image.symbol_at(addr)
+        if sym is None:
+            raise ProbeError(errno.ENOENT, f"no symbol contains {addr:#x}")
+        return addr, sym
+
+    def within_kprobe_blacklist(self, addr: int) -> bool:
+        i = bisect.bisect_right(self._blacklist_starts, addr) - 1
+        return i >= 0 and addr < self._blacklist[i][1]
+
+    def _check_address_safe(self, addr: int, sym) -> None:
+        img = self.image
+        if not (img.text_start <= addr < img.text_end) or not sym.is_text:
+            raise ProbeError(errno.EINVAL, f"{addr:#x} is not kernel text")
+        if self.within_kprobe_blacklist(addr):
+            raise ProbeError(errno.EINVAL, f"{sym.name} is blacklisted for kprobes")
+        base = sym.name.split(".")[0]
+        if base != sym.name and any(self.within_kprobe_blacklist(s.addr)
+                                    for s in img.lookup_name(base)):
+            raise ProbeError(errno.EINVAL, f"{sym.name} belongs to blacklisted {base}")
+
+    # ==== register / unregister ===============================================================
+    def register_kprobe(self, p: Kprobe) -> None:
+        """Register p (kprobes.txt 4.1).  Raises ProbeError with Linux's errno."""
+        if p.registered:
+            raise ProbeError(errno.EINVAL, "kprobe already registered")
+        addr, sym = self._resolve(p.symbol_name, p.addr, p.offset)
+        self._check_address_safe(addr, sym)
+        p.addr, p.symbol = addr, sym
+        p.flags &= KPROBE_FLAG_DISABLED
+        ftrace = self.ftrace.is_ftrace_location(addr)
+        if ftrace:
+            p.flags |= KPROBE_FLAG_FTRACE
+        ap = self._table.get(addr)
+        if ap is not None:
+            self._register_aggr(ap, p)
+        else:
+            ap = AggrKprobe(addr, sym, KPROBE_FLAG_FTRACE if ftrace else 0)
+            if not ftrace:
+                # Arming a probe inside an optimized probe's jump needs its bytes back.
+                self._unoptimize_covering(addr)
+                ap.ainsn = self.arch.prepare(ap, sym)
+            ap.children.append(p)
+            ap.update_post_handler()
+            self._table[addr] = ap
+            if not p.is_disabled() and not self.kprobes_all_disarmed:
+                self._arm(ap)
+        p.registered = True
+        self._order.append(p)
+        self._try_to_optimize(ap)
+
+    def _register_aggr(self, ap: AggrKprobe, p: Kprobe) -> None:
+        if p.kind == "j" and any(c.kind == "j" for c in ap.children):
+            raise ProbeError(errno.EEXIST, "a jprobe is already registered at this address")
+        if p.post_handler is not None or p.kind == "j":
+            self._unoptimize(ap)
+        ap.children.append(p)
+        ap.update_post_handler()
+        if not ap.armed and not p.is_disabled() and not self.kprobes_all_disarmed:
+            self._arm(ap)
+
+    def unregister_kprobe(self, p: Kprobe) -> None:
+        ap = self._table.get(p.addr) if p.registered else None
+        if ap is None or p not in ap.children:
+            return
+        ap.children.remove(p)
+        p.registered = False
+        self._order.remove(p)
+        if ap.children:
+            ap.update_post_handler()
+            if ap.armed and ap.all_disabled():
+                self._disarm(ap)
+            self._try_to_optimize(ap)
+            return
+        self._disarm(ap)
+        if ap.detour is not None:
+            self.arch.free_optimized(ap.detour)
+            ap.detour = None
+        if not ap.is_ftrace():
+            self.arch.remove(ap)
+        del self._table[ap.addr]
+
+    def register_kprobes(self, probes: Iterable[Kprobe]) -> None:
+        done = []
+        try:
+            for p in probes:
+                self.register_kprobe(p)
+                done.append(p)
+        except ProbeError:
+            self.unregister_kprobes(done)
+            raise
+
+    def unregister_kprobes(self, probes: Iterable[Kprobe]) -> None:
+        for p in list(probes):
+            self.unregister_kprobe(p)
+
+    # ==== enable / disable, arm / disarm ======================================================
+    def disable_kprobe(self, p: Kprobe) -> None:
+        ap = self._table.get(p.addr) if p.registered else None
+        if ap is None:
+            raise ProbeError(errno.EINVAL, "kprobe not registered")
+        if p.is_disabled():
+            return
+        p.flags |= KPROBE_FLAG_DISABLED
+        if ap.all_disabled():
+            self._disarm(ap)
+
+    def enable_kprobe(self, p: Kprobe) -> None:
+        ap = self._table.get(p.addr) if p.registered else None
+        if ap is None or p.is_gone():
+            raise ProbeError(errno.EINVAL, "kprobe not registered or gone")
+        if not p.flags & KPROBE_FLAG_DISABLED:
+            return
+        p.flags &= ~KPROBE_FLAG_DISABLED
+        if not ap.armed and not self.kprobes_all_disarmed:
+            self._arm(ap)
+            self._try_to_optimize(ap)
+
+    def _arm(self, ap: AggrKprobe) -> None:
+        if ap.armed:
+            return
+        if ap.is_ftrace():
+            self.ftrace.ftrace_set_filter_ip(self._kprobe_ftrace_ops, ap.addr)
+            if not self._kprobe_ftrace_ops.registered:
+                self.ftrace.register_ftrace_function(self._kprobe_ftrace_ops)
+        else:
+            self._unoptimize_covering(ap.addr)
+            self.arch.arm(ap)
+        ap.armed = True
+
+    def _disarm(self, ap: AggrKprobe) -> None:
+        if not ap.armed:
+            return
+        self._unoptimize(ap)
+        if ap.is_ftrace():
+            self.ftrace.ftrace_set_filter_ip(self._kprobe_ftrace_ops, ap.addr, remove=True)
+        else:
+            self.arch.disarm(ap)
+        ap.armed = False
+
+    def arm_all_kprobes(self) -> None:
+        """`echo 1 > kprobes/enabled`."""
+        if not self.kprobes_all_disarmed:
+            return
+        self.kprobes_all_disarmed = False
+        for ap in list(self._table.values()):
+            if not ap.all_disabled():
+                self._arm(ap)
+                self._try_to_optimize(ap)
+
+    def disarm_all_kprobes(self) -> None:
+        """`echo 0 > kprobes/enabled`: no probe fires; each keeps its own state."""
+        if self.kprobes_all_disarmed:
+            return
+        self.kprobes_all_disarmed = True
+        for ap in list(self._table.values()):
+            self._disarm(ap)
+
+    # ==== jump optimization ===================================================================
+    def _optimizable(self, ap: AggrKprobe) -> bool:
+        return (self.optimization_enabled and not self.kprobes_all_disarmed and ap.armed
+                and not ap.is_ftrace() and ap.post_handler is None
+                and not ap.all_disabled())
+
+    def _armed_in_region(self, addr: int, size: int = 5 + 15) -> list[int]:
+        return [a for a, ap in self._table.items()
+                if addr < a < addr + size and ap.armed]
+
+    def _try_to_optimize(self, ap: AggrKprobe) -> None:
+        if ap.detour is not None or not self._optimizable(ap):
+            return
+        op = self.arch.prepare_optimized(ap, ap.symbol, self._armed_in_region(ap.addr))
+        if op is None:
+            return
+        ap.detour = op
+        ap.flags |= KPROBE_FLAG_OPTIMIZED
+        self._optimizing.append((time.monotonic() + OPTIMIZE_DELAY, ap))
+
+    def _unoptimize(self, ap: AggrKprobe) -> None:
+        if ap.detour is None:
+            return
+        self._optimizing = [(t, q) for t, q in self._optimizing if q is not ap]
+        self.arch.free_optimized(ap.detour)
+        ap.detour = None
+        ap.flags &= ~KPROBE_FLAG_OPTIMIZED
+
+    def _unoptimize_covering(self, addr: int) -> None:
+        """Force-unoptimize any optimized probe whose jump covers addr."""
+        for ap in list(self._table.values()):
+            if ap.detour is not None and ap.addr < addr < ap.addr + ap.detour.plan.size:
+                self._unoptimize(ap)
+
+    def run_optimizer(self, force: bool = False) -> None:
+        """The delayed optimizer: patch every queued probe whose delay has passed."""
+        if not self._optimizing:
+            return
+        now = time.monotonic()
+        due = [(t, ap) for t, ap in self._optimizing if force or t <= now]
+        if not due:
+            return
+        self._optimizing = [(t, ap) for t, ap in self._optimizing if not (force or t <= now)]
+        for _, ap in due:
+            if ap.detour is not None and self._table.get(ap.addr) is ap and ap.armed:
+                self.arch.optimize(ap.detour)
+
+    def wait_for_kprobe_optimizer(self) -> None:
+        self.run_optimizer(force=True)
+
+    def set_optimization(self, enabled: bool) -> None:
+        """/proc/sys/debug/kprobes-optimization (Appendix B)."""
+        if enabled == self.optimization_enabled:
+            return
+        self.optimization_enabled = enabled
+        for ap in list(self._table.values()):
+            if enabled:
+                self._try_to_optimize(ap)
+            else:
+                self._unoptimize(ap)
+
+    # ==== ftrace-based probes =================================================================
+    def _kprobe_ftrace_handler(self, site: int, parent_ip: int, ops, regs) -> None:
+        ap = self._table.get(site)
+        if ap is None or not ap.armed:
+            return
+        kcb = self._ctl[self.kernel.cpu.index]
+        if kcb.current is not None:
+            self.kprobes_inc_nmissed_count(ap)
+            return
+        kcb.current, kcb.status = ap, "hit_active"
+        regs.ip = site + 1                      # as if an int3 at the site had trapped
+        try:
+            if not ap.pre_handler(ap, regs):
+                regs.ip = site + 5              # emulate the 5-byte NOP
+                if ap.post_handler is not None:
+                    kcb.status = "hit_ssdone"
+                    ap.post_handler(ap, regs, 0)
+        finally:
+            kcb.reset()
+
+    def ftrace_dispatch(self, site: int, parent_ip: int, regs) -> None:
+        self.ftrace.dispatch(site, parent_ip, regs)
+
+    # ==== jprobes =============================================================================
+    def register_jprobe(self, jp: Jprobe) -> None:
+        kp = jp.kp
+        kp.symbol_name, kp.addr, kp.offset = jp.symbol_name, jp.addr, 0
+        addr, _ = self._resolve(jp.symbol_name, jp.addr, 0)
+        if not self._on_func_entry(addr):
+            raise ProbeError(errno.EINVAL, "a jprobe must be at a function entry")
+        kp.kind, kp.owner = "j", jp
+        kp.pre_handler = self._setjmp_pre_handler
+        self.register_kprobe(kp)
+
+    def unregister_jprobe(self, jp: Jprobe) -> None:
+        self.unregister_kprobe(jp.kp)
+
+    def register_jprobes(self, jps: Iterable[Jprobe]) -> None:
+        done = []
+        try:
+            for jp in jps:
+                self.register_jprobe(jp)
+                done.append(jp)
+        except ProbeError:
+            self.unregister_jprobes(done)
+            raise
+
+    def unregister_jprobes(self, jps: Iterable[Jprobe]) -> None:
+        for jp in list(jps):
+            self.unregister_jprobe(jp)
+
+    def enable_jprobe(self, jp: Jprobe) -> None:
+        self.enable_kprobe(jp.kp)
+
+    def disable_jprobe(self, jp: Jprobe) -> None:
+        self.disable_kprobe(jp.kp)
+
+    def _setjmp_pre_handler(self, p: Kprobe, regs) -> int:
+        """Run the jprobe's entry with the function's arguments on a copy of the
+        registers and stack, then put both back (the longjmp of jprobe_return)."""
+        jp = p.owner
+        saved_regs = regs.snapshot()
+        sp = regs.sp
+        saved_stack = regs.read_memory(sp, MAX_STACK_SIZE)
+        try:
+            jp.entry(*(regs.regs_get_kernel_argument(i) for i in range(6)))
+        finally:
+            self.kernel.write(sp, saved_stack)
+            for name, value in saved_regs.items():
+                if name not in ("ip", "orig_ax", "cs", "ss") and getattr(regs, name) != value:
+                    setattr(regs, name, value)
+        return 0
+
+    # ==== kretprobes ==========================================================================
+    def _on_func_entry(self, addr: int) -> bool:
+        sym = self.image.symbol_at(addr)
+        return sym is not None and sym.addr == addr
+
+    def default_maxactive(self) -> int:
+        return max(10, 2 * self.kernel.nr_cpus)
+
+    def register_kretprobe(self, rp: Kretprobe) -> None:
+        addr, sym = self._resolve(rp.symbol_name, rp.addr, rp.offset)
+        if sym.addr != addr:
+            raise ProbeError(errno.EINVAL, "a return probe must be at a function entry")
+        if sym.name in KRETPROBE_BLACKLIST:
+            raise ProbeError(errno.EINVAL, f"{sym.name} cannot have a return probe")
+        if rp.data_size > KRETPROBE_MAX_DATA_SIZE:
+            raise ProbeError(errno.E2BIG, "kretprobe data_size too big")
+        if rp.maxactive <= 0:
+            rp.maxactive = self.default_maxactive()
+        rp.free_instances = [KretprobeInstance(rp, data=bytearray(rp.data_size))
+                             for _ in range(rp.maxactive)]
+        kp = rp.kp
+        kp.symbol_name, kp.addr, kp.offset = rp.symbol_name, rp.addr, rp.offset
+        kp.pre_handler, kp.post_handler = self._pre_handler_kretprobe, None
+        kp.kind, kp.owner = "r", rp
+        self.register_kprobe(kp)
+
+    def unregister_kretprobe(self, rp: Kretprobe) -> None:
+        self.unregister_kprobe(rp.kp)
+        # Instances still on tasks' stacks return through the trampoline without a handler.
+        rp.free_instances = []
+
+    def register_kretprobes(self, rps: Iterable[Kretprobe]) -> None:
+        done = []
+        try:
+            for rp in rps:
+                self.register_kretprobe(rp)
+                done.append(rp)
+        except ProbeError:
+            self.unregister_kretprobes(done)
+            raise
+
+    def unregister_kretprobes(self, rps: Iterable[Kretprobe]) -> None:
+        for rp in list(rps):
+            self.unregister_kretprobe(rp)
+
+    def enable_kretprobe(self, rp: Kretprobe) -> None:
+        self.enable_kprobe(rp.kp)
+
+    def disable_kretprobe(self, rp: Kretprobe) -> None:
+        self.disable_kprobe(rp.kp)
+
+    def _pre_handler_kretprobe(self, p: Kprobe, regs) -> int:
+        rp: Kretprobe = p.owner
+        if not rp.free_instances:
+            rp.nmissed += 1
+            return 0
+        ri = rp.free_instances.pop()
+        ri.task = self.kernel.current_pid()
+        ri.func = p.addr
+        if rp.entry_handler is not None:
+            try:
+                skip = rp.entry_handler(ri, regs)
+            except Exception as e:
+                _child_fault(p, regs, e)
+                skip = True
+            if skip:
+                rp.free_instances.append(ri)
+                return 0
+        ri.ret_addr, ri.fp = self.arch.prepare_kretprobe(regs)
+        self._task_instances.setdefault(ri.task, []).append(ri)
+        return 0
+
+    def _pop_instance(self, slot: int):
+        pid = self.kernel.current_pid()
+        stack = self._task_instances.get(pid, [])
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i].fp == slot:
+                ri = stack.pop(i)
+                if not stack:
+                    self._task_instances.pop(pid, None)
+                return ri
+        return None
+
+    def kretprobe_trampoline_handler(self, regs, slot: int) -> int:
+        """A function with a hijacked return address returned: run its kretprobe's
+        handler and give back the real return address."""
+        ri = self._pop_instance(slot)
+        if ri is None:
+            # Cannot happen unless the stack was corrupted: nothing to return to.
+            self.kernel.panicked = f"kretprobe trampoline: no instance for {slot:#x}"
+            return self.kernel.image.symbol_value("host_call_return")
+        regs.ip = ri.ret_addr
+        rp = ri.rp
+        if rp is not None and rp.kp.registered:
+            kcb = self._ctl[self.kernel.cpu.index]
+            if not rp.kp.is_disabled() and rp.handler is not None and kcb.current is None:
+                kcb.current, kcb.status = rp.kp, "hit_active"
+                try:
+                    rp.handler(ri, regs)
+                except Exception as e:
+                    _child_fault(rp.kp, regs, e)
+                finally:
+                    kcb.reset()
+            rp.free_instances.append(ri)
+        return ri.ret_addr
+
+    def rethook_trampoline_handler(self, regs, slot: int) -> int:
+        return self.fprobes.on_return(regs, slot)
+
+    def _flush_task_instances(self, pid: int) -> None:
+        """The task exited: recycle the instances it will never return through."""
+        for ri in self._task_instances.pop(pid, []):
+            if ri.rp is not None and getattr(ri.rp, "kp", None) is not None \
+                    and ri.rp.kp.registered:
+                ri.rp.free_instances.append(ri)
+
+    # ==== listings ============================================================================
+    def list_entries(self) -> list[ListEntry]:
+        """kprobes/list, in Linux's order: the 64-bucket address hash, newest first
+        within a bucket and among the probes of one address."""
+        buckets: dict[int, list[AggrKprobe]] = {}
+        for ap in self._table.values():
+            buckets.setdefault(_hash_ptr(ap.addr), []).append(ap)
+        out = []
+        for b in sorted(buckets):
+            for ap in reversed(buckets[b]):
+                for p in reversed(ap.children):
+                    out.append(ListEntry(
+                        addr=ap.addr, kind=p.kind, symbol=ap.symbol.name,
+                        offset=ap.addr - ap.symbol.addr, module=ap.symbol.module,
+                        gone=p.is_gone(),
+                        disabled=bool(p.flags & KPROBE_FLAG_DISABLED) and not p.is_gone(),
+                        optimized=ap.is_optimized(), ftrace=ap.is_ftrace()))
+        return out
+
+    def list_text(self) -> str:
+        return "".join(e.format() + "\n" for e in self.list_entries())
+
+    def blacklist_text(self) -> str:
+        return "".join(f"0x{s:016x}-0x{e:016x}\t{name}\n" for s, e, name in self._blacklist)
+
+    def registered(self) -> list[Kprobe]:
+        return list(self._order)
+
+
+def _hash_ptr(addr: int) -> int:
+    """hash_ptr(addr, KPROBE_HASH_BITS=6): the golden-ratio multiplicative hash."""
+    return ((addr * 0x61C8864680B583EB) & 0xFFFFFFFFFFFFFFFF) >> 58

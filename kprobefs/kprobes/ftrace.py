@@ -1,0 +1,91 @@
+"""ftrace's core, as far as kprobes, fprobes and the function tracer need it: ftrace_ops
+with per-site filters, and the site refcounts that decide when a call site is patched to
+call the trampoline and when it goes back to a NOP.  Site patching is the arch's job."""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import ProbeError
+
+__all__ = ["FtraceOps", "Ftrace"]
+
+
+@dataclass(eq=False)
+class FtraceOps:
+    """struct ftrace_ops: ``func(ip, parent_ip, ops, regs)`` runs at every call of a
+    function whose ftrace site is in ``filter``."""
+
+    func: Callable
+    filter: set = field(default_factory=set)
+    private: object = None
+    registered: bool = False
+
+
+class Ftrace:
+    """The registered ops and the state of every site."""
+
+    def __init__(self, arch, sites):
+        self.arch = arch
+        self.sites = frozenset(sites)
+        self._site_ops: dict[int, list[FtraceOps]] = {}
+
+    def is_ftrace_location(self, addr: int) -> bool:
+        return addr in self.sites
+
+    def _attach(self, ops: FtraceOps, site: int) -> None:
+        users = self._site_ops.setdefault(site, [])
+        if not users:
+            self.arch.ftrace_make_call(site)
+        users.append(ops)
+
+    def _detach(self, ops: FtraceOps, site: int) -> None:
+        users = self._site_ops.get(site)
+        if not users or ops not in users:
+            return
+        users.remove(ops)
+        if not users:
+            del self._site_ops[site]
+            self.arch.ftrace_make_nop(site)
+
+    def register_ftrace_function(self, ops: FtraceOps) -> None:
+        if ops.registered:
+            raise ProbeError(errno.EBUSY, "ftrace_ops already registered")
+        for site in ops.filter:
+            if site not in self.sites:
+                raise ProbeError(errno.EINVAL, f"{site:#x} is not an ftrace location")
+        for site in sorted(ops.filter):
+            self._attach(ops, site)
+        ops.registered = True
+
+    def unregister_ftrace_function(self, ops: FtraceOps) -> None:
+        if not ops.registered:
+            raise ProbeError(errno.EINVAL, "ftrace_ops not registered")
+        for site in sorted(ops.filter):
+            self._detach(ops, site)
+        ops.registered = False
+
+    def ftrace_set_filter_ip(self, ops: FtraceOps, ip: int, remove: bool = False) -> None:
+        """Add (or remove) one site to ops' filter, patching it now if ops is live."""
+        if ip not in self.sites:
+            raise ProbeError(errno.ENOENT, f"{ip:#x} is not an ftrace location")
+        if remove:
+            if ip in ops.filter:
+                ops.filter.discard(ip)
+                if ops.registered:
+                    self._detach(ops, ip)
+        elif ip not in ops.filter:
+            ops.filter.add(ip)
+            if ops.registered:
+                self._attach(ops, ip)
+
+    def dispatch(self, site: int, parent_ip: int, regs) -> None:
+        """Called from the trampoline: run every ops that filters this site."""
+        for ops in tuple(self._site_ops.get(site, ())):
+            ops.func(site, parent_ip, ops, regs)
+
+    def enabled_sites(self) -> dict[int, int]:
+        """Site -> number of ops attached (enabled_functions)."""
+        return {site: len(ops) for site, ops in self._site_ops.items()}
