@@ -101,7 +101,7 @@ def test_every_ftrace_site_is_a_nop_after_boot(kernel):
 def test_nokprobe_table_loads(image):
     names = {s.name for s in image.blacklist}
     for must in ("exc_page_fault", "notifier_call_chain", "__switch_to",
-                 "kretprobe_trampoline", "ftrace_caller", "ftrace_regs_caller",
+                 "kretprobe_trampoline", "rethook_trampoline", "optprobe_template_entry",
                  "kprobe_insn_area", "fixup_exception", "exc_int3", "die"):
         assert must in names, must
     assert "vfs_read" not in names
@@ -180,7 +180,7 @@ def test_oops_kills_one_task_only(kernel):
     site = fn.addr + 5
     original = kernel.read(site, 8)
     # movq 0xffffffffff600000, %rax -- a load from an address nothing maps
-    kernel.text_poke(site, bytes.fromhex("488b042500006000"))
+    kernel.text_poke(site, bytes.fromhex("488b04250000 60ff".replace(" ", "")))
     with pytest.raises(KernelOops):
         kernel.syscall(victim, "getppid")
     kernel.text_poke(site, original)

@@ -65,19 +65,22 @@ class AggrKprobe(Kprobe):
         self.children: list[Kprobe] = []
         self.detour = None            # the arch's Detour once optimized (or queued)
         self.armed = False
+        self.active: tuple = ()
         self.pre_handler = self._aggr_pre_handler
         self.fault_handler = None
 
     def update_post_handler(self) -> None:
+        """Recompute the handlers after a child is added, removed, enabled or disabled."""
         has_post = any(c.post_handler is not None or c.kind == "j" for c in self.children)
         self.post_handler = self._aggr_post_handler if has_post else None
+        self.active = tuple(c for c in self.children if c.pre_handler is not None)
 
     def all_disabled(self) -> bool:
         return all(c.is_disabled() for c in self.children)
 
     def _aggr_pre_handler(self, _p, regs) -> int:
-        for child in self.children:
-            if child.is_disabled() or child.pre_handler is None:
+        for child in self.active:
+            if child.flags & (KPROBE_FLAG_DISABLED | KPROBE_FLAG_GONE):
                 continue
             try:
                 if child.pre_handler(child, regs):
@@ -149,7 +152,7 @@ class KprobeEngine:
         self.ftrace = Ftrace(self.arch, self.image.ftrace_sites)
         self._table: dict[int, AggrKprobe] = {}
         self._order: list[Kprobe] = []          # registration order, for listings
-        self._ctl = [KprobeCtlblk() for _ in range(kernel.nr_cpus)]
+        self.kprobe_ctlblks = [KprobeCtlblk() for _ in range(kernel.nr_cpus)]
         self.kprobes_all_disarmed = False
         self.optimization_enabled = True
         self._optimizing: list[tuple[float, AggrKprobe]] = []
@@ -166,10 +169,10 @@ class KprobeEngine:
         return self._table.get(addr)
 
     def kprobe_ctlblk(self, cpu: int) -> KprobeCtlblk:
-        return self._ctl[cpu]
+        return self.kprobe_ctlblks[cpu]
 
     def kprobe_running(self, cpu: int) -> bool:
-        return self._ctl[cpu].current is not None
+        return self.kprobe_ctlblks[cpu].current is not None
 
     def kprobes_inc_nmissed_count(self, p: Kprobe) -> None:
         if isinstance(p, AggrKprobe):
@@ -411,27 +414,37 @@ class KprobeEngine:
                 self._unoptimize(ap)
 
     # ==== ftrace-based probes =================================================================
-    def _kprobe_ftrace_handler(self, site: int, parent_ip: int, ops, regs) -> None:
+    def _kprobe_ftrace_handler(self, site: int, _parent_ip: int, _ops, regs) -> None:
         ap = self._table.get(site)
         if ap is None or not ap.armed:
             return
-        kcb = self._ctl[self.kernel.cpu.index]
+        kcb = self.kprobe_ctlblks[self.kernel.cpu.index]
         if kcb.current is not None:
             self.kprobes_inc_nmissed_count(ap)
             return
-        kcb.current, kcb.status = ap, "hit_active"
+        kcb.current = ap
         regs.ip = site + 1                      # as if an int3 at the site had trapped
         try:
-            if not ap.pre_handler(ap, regs):
+            active = ap.active
+            if len(active) == 1 and ap.post_handler is None:
+                child = active[0]
+                redirected = not child.is_disabled() and child.pre_handler(child, regs)
+            else:
+                redirected = ap.pre_handler(ap, regs)
+            if not redirected:
                 regs.ip = site + 5              # emulate the 5-byte NOP
                 if ap.post_handler is not None:
                     kcb.status = "hit_ssdone"
                     ap.post_handler(ap, regs, 0)
+        except Exception as e:
+            _child_fault(ap.children[0], regs, e)
+            regs.ip = site + 5
         finally:
-            kcb.reset()
+            kcb.current = None
+            kcb.status = None
 
-    def ftrace_dispatch(self, site: int, parent_ip: int, regs) -> None:
-        self.ftrace.dispatch(site, parent_ip, regs)
+    def ftrace_dispatch(self, site: int, regs) -> None:
+        self.ftrace.dispatch(site, regs)
 
     # ==== jprobes =============================================================================
     def register_jprobe(self, jp: Jprobe) -> None:
@@ -577,7 +590,7 @@ class KprobeEngine:
         regs.ip = ri.ret_addr
         rp = ri.rp
         if rp is not None and rp.kp.registered:
-            kcb = self._ctl[self.kernel.cpu.index]
+            kcb = self.kprobe_ctlblks[self.kernel.cpu.index]
             if not rp.kp.is_disabled() and rp.handler is not None and kcb.current is None:
                 kcb.current, kcb.status = rp.kp, "hit_active"
                 try:

@@ -5,6 +5,7 @@ call the trampoline and when it goes back to a NOP.  Site patching is the arch's
 from __future__ import annotations
 
 import errno
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -16,12 +17,15 @@ __all__ = ["FtraceOps", "Ftrace"]
 @dataclass(eq=False)
 class FtraceOps:
     """struct ftrace_ops: ``func(ip, parent_ip, ops, regs)`` runs at every call of a
-    function whose ftrace site is in ``filter``."""
+    function whose ftrace site is in ``filter``.  parent_ip (the traced function's return
+    address) costs a register and a memory read, so it is passed only to ops that set
+    ``want_parent_ip``; the others get 0."""
 
     func: Callable
     filter: set = field(default_factory=set)
     private: object = None
     registered: bool = False
+    want_parent_ip: bool = False
 
 
 class Ftrace:
@@ -35,11 +39,21 @@ class Ftrace:
     def is_ftrace_location(self, addr: int) -> bool:
         return addr in self.sites
 
+    def _site_func(self, site: int):
+        """What the site's trampoline calls with regs: the one ops' func directly when
+        it is alone (the common case, kept cheap), else the list walk."""
+        users = self._site_ops[site]
+        if len(users) == 1 and not users[0].want_parent_ip:
+            return functools.partial(users[0].func, site, 0, users[0])
+        return functools.partial(self.dispatch, site)
+
     def _attach(self, ops: FtraceOps, site: int) -> None:
         users = self._site_ops.setdefault(site, [])
-        if not users:
-            self.arch.ftrace_make_call(site)
         users.append(ops)
+        if len(users) == 1:
+            self.arch.ftrace_make_call(site, self._site_func(site))
+        else:
+            self.arch.ftrace_update_call(site, self._site_func(site))
 
     def _detach(self, ops: FtraceOps, site: int) -> None:
         users = self._site_ops.get(site)
@@ -49,6 +63,8 @@ class Ftrace:
         if not users:
             del self._site_ops[site]
             self.arch.ftrace_make_nop(site)
+        else:
+            self.arch.ftrace_update_call(site, self._site_func(site))
 
     def register_ftrace_function(self, ops: FtraceOps) -> None:
         if ops.registered:
@@ -81,10 +97,16 @@ class Ftrace:
             if ops.registered:
                 self._attach(ops, ip)
 
-    def dispatch(self, site: int, parent_ip: int, regs) -> None:
-        """Called from the trampoline: run every ops that filters this site."""
-        for ops in tuple(self._site_ops.get(site, ())):
-            ops.func(site, parent_ip, ops, regs)
+    def dispatch(self, site: int, regs) -> None:
+        """Called from the site's trampoline: run every ops that filters this site."""
+        users = self._site_ops.get(site)
+        if not users:
+            return
+        parent = 0
+        if any(ops.want_parent_ip for ops in users):
+            parent = int.from_bytes(regs.read_memory(regs.sp, 8), "little")
+        for ops in tuple(users):
+            ops.func(site, parent if ops.want_parent_ip else 0, ops, regs)
 
     def enabled_sites(self) -> dict[int, int]:
         """Site -> number of ops attached (enabled_functions)."""

@@ -34,3 +34,21 @@ class FastRegs:
     def set(self, reg_id: int, value: int) -> None:
         self._val.value = value & 0xFFFFFFFFFFFFFFFF
         self._write(self._handle, reg_id, self._ref)
+
+
+def add_code_hook(uc: Uc, begin: int, end: int, callback) -> int:
+    """UC_HOOK_CODE on [begin, end] with callback(handle, address, size, user_data) called
+    straight from C: no binding wrappers, so about a third cheaper per hit.  The callback
+    must not raise (ctypes would print the exception and carry on)."""
+    from unicorn.unicorn_const import UC_ERR_OK, UC_HOOK_CODE
+    from unicorn.unicorn_py3.unicorn import HOOK_CODE_CFUNC, UcError, uc_hook_h
+
+    fptr = HOOK_CODE_CFUNC(callback)
+    handle = uc_hook_h()
+    status = _binding.uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_CODE, fptr,
+                                        None, ctypes.c_uint64(begin), ctypes.c_uint64(end))
+    if status != UC_ERR_OK:
+        raise UcError(status)
+    # Kept where the binding keeps its own, so Uc.hook_del() removes it the usual way.
+    uc._callbacks[handle.value] = fptr
+    return handle.value

@@ -6,11 +6,13 @@ from __future__ import annotations
 import struct
 
 from unicorn.x86_const import (
-    UC_X86_REG_CS, UC_X86_REG_EFLAGS, UC_X86_REG_R8, UC_X86_REG_R9, UC_X86_REG_R10,
+    UC_X86_REG_CS, UC_X86_REG_RFLAGS, UC_X86_REG_R8, UC_X86_REG_R9, UC_X86_REG_R10,
     UC_X86_REG_R11, UC_X86_REG_R12, UC_X86_REG_R13, UC_X86_REG_R14, UC_X86_REG_R15,
     UC_X86_REG_RAX, UC_X86_REG_RBP, UC_X86_REG_RBX, UC_X86_REG_RCX, UC_X86_REG_RDI,
     UC_X86_REG_RDX, UC_X86_REG_RIP, UC_X86_REG_RSI, UC_X86_REG_RSP, UC_X86_REG_SS,
 )
+
+KERNEL_CS, KERNEL_DS = 0x10, 0x18
 
 __all__ = ["PT_REGS_FIELDS", "PT_REGS_SIZE", "UC_REG", "Registers", "pack_pt_regs",
            "unpack_pt_regs"]
@@ -21,17 +23,17 @@ PT_REGS_FIELDS = ("r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r
 PT_REGS_SIZE = 8 * len(PT_REGS_FIELDS)
 _PT_REGS = struct.Struct(f"<{len(PT_REGS_FIELDS)}Q")
 
-#: Unicorn register ids by Linux pt_regs name (orig_ax has no hardware register).
+#: Unicorn register ids by Linux pt_regs name (orig_ax has no hardware register).  All
+#: are 64-bit reads except cs and ss, which FastRegs must not be used for.
 UC_REG = {
     "r15": UC_X86_REG_R15, "r14": UC_X86_REG_R14, "r13": UC_X86_REG_R13,
     "r12": UC_X86_REG_R12, "bp": UC_X86_REG_RBP, "bx": UC_X86_REG_RBX,
     "r11": UC_X86_REG_R11, "r10": UC_X86_REG_R10, "r9": UC_X86_REG_R9,
     "r8": UC_X86_REG_R8, "ax": UC_X86_REG_RAX, "cx": UC_X86_REG_RCX,
     "dx": UC_X86_REG_RDX, "si": UC_X86_REG_RSI, "di": UC_X86_REG_RDI,
-    "ip": UC_X86_REG_RIP, "cs": UC_X86_REG_CS, "flags": UC_X86_REG_EFLAGS,
+    "ip": UC_X86_REG_RIP, "cs": UC_X86_REG_CS, "flags": UC_X86_REG_RFLAGS,
     "sp": UC_X86_REG_RSP, "ss": UC_X86_REG_SS,
 }
-KERNEL_CS, KERNEL_DS = 0x10, 0x18
 
 
 def pack_pt_regs(values: dict) -> bytes:
@@ -76,8 +78,8 @@ class Registers:
     def snapshot(self) -> dict:
         """Every pt_regs field as a dict (orig_ax = -1)."""
         get = self._fast.get
-        d = {name: get(reg) for name, reg in UC_REG.items()}
-        d["orig_ax"] = 0xFFFFFFFFFFFFFFFF
+        d = {name: get(reg) for name, reg in UC_REG.items() if name not in ("cs", "ss")}
+        d.update(orig_ax=0xFFFFFFFFFFFFFFFF, cs=KERNEL_CS, ss=KERNEL_DS)
         return d
 
     def restore(self, values: dict) -> None:

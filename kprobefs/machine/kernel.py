@@ -21,7 +21,7 @@ from unicorn import (
     UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN_INVALID, UC_HOOK_INTR, UC_MODE_64, Uc, UcError,
 )
 from unicorn.x86_const import (
-    UC_X86_REG_CR0, UC_X86_REG_CR3, UC_X86_REG_CR4, UC_X86_REG_EFLAGS, UC_X86_REG_GS_BASE,
+    UC_X86_REG_CR0, UC_X86_REG_CR3, UC_X86_REG_CR4, UC_X86_REG_GS_BASE, UC_X86_REG_RFLAGS,
     UC_X86_REG_R8, UC_X86_REG_R9, UC_X86_REG_R10, UC_X86_REG_RAX, UC_X86_REG_RCX,
     UC_X86_REG_RDI, UC_X86_REG_RDX, UC_X86_REG_RIP, UC_X86_REG_RSI, UC_X86_REG_RSP,
 )
@@ -30,7 +30,7 @@ from ..errors import KernelError, KernelOops, KernelWedged, MachineError
 from . import abi
 from .abi import HC
 from .cpu import KERNEL_CS, KERNEL_DS, PT_REGS_SIZE, Registers, pack_pt_regs, unpack_pt_regs
-from ._fastuc import FastRegs
+from ._fastuc import FastRegs, add_code_hook
 from ._quirks import clear_exception_state
 from .image import FENTRY_NOP, KernelImage
 from .memory import (
@@ -200,13 +200,13 @@ class Kernel:
         uc.reg_write(UC_X86_REG_CR3, self.mem.pml4)
         uc.reg_write(UC_X86_REG_CR4, uc.reg_read(UC_X86_REG_CR4) | (1 << 5))
         uc.reg_write(UC_X86_REG_CR0, uc.reg_read(UC_X86_REG_CR0) | (1 << 31) | (1 << 16) | 1)
-        uc.reg_write(UC_X86_REG_EFLAGS, 0x2)
+        uc.reg_write(UC_X86_REG_RFLAGS, 0x2)
         uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
         uc.hook_add(UC_HOOK_INSN_INVALID, self._on_invalid_insn)
         self._pcpu_area = self._sym("pcpu_area")
-        self._trap_regs_off = self.kabi["pcpu.trap_regs"]
         self._host_call_return = self._sym("host_call_return")
         self._scratch_depth = 0
+        self._upcall_results: dict[int, int] = {}
 
     def _read_kabi(self) -> dict[str, int]:
         out, p = {}, self._sym("kabi")
@@ -226,7 +226,7 @@ class Kernel:
         uc.reg_write(UC_X86_REG_GS_BASE, cpu.gs_base)
         uc.reg_write(UC_X86_REG_RSP, stack_top - 8)
         uc.reg_write(UC_X86_REG_RIP, entry)
-        uc.reg_write(UC_X86_REG_EFLAGS, 0x2)
+        uc.reg_write(UC_X86_REG_RFLAGS, 0x2)
         cpu.ctx = uc.context_save()
         self._loaded_cpu = cpu
         cpu.state = "running"
@@ -387,7 +387,7 @@ class Kernel:
             return
         uc.reg_write(UC_X86_REG_RSP, frame)
         uc.reg_write(UC_X86_REG_RIP, self._sym(stub))
-        uc.reg_write(UC_X86_REG_EFLAGS, regs["flags"] & ~0x100)
+        uc.reg_write(UC_X86_REG_RFLAGS, regs["flags"] & ~0x100)
 
     def _run_trap_handlers(self, vector: int, ip: int) -> bool:
         for handler in self._trap_handlers.get(vector, ()):
@@ -453,8 +453,27 @@ class Kernel:
         return None
 
     def _hc_upcall_done(self):
-        self._upcall_result = _signed(self._args()[0])
+        self._upcall_results[self.cpu.index] = _signed(self._args()[0])
         return 0
+
+    def upcall(self, func: int | str, *args: int, timeout: float | None = 30.0) -> int:
+        """Run func(*args) (up to six integers) on an idle CPU, as a work item of its
+        idle loop, and return its result.  Drives the machine; call from outside hooks."""
+        if isinstance(func, str):
+            func = self._sym(func)
+        if len(args) > 6:
+            raise ValueError("at most six arguments")
+        with self.lock:
+            self._drive(lambda: any(c.state == "idle" for c in self.cpus), timeout)
+            cpu = next(c for c in self.cpus if c.state == "idle")
+            slot = cpu.gs_base + self.kabi["pcpu.upcall"]
+            values = [a & _U64 for a in args] + [0] * (6 - len(args))
+            self.mem.write(slot, struct.pack("<7Q", func, *values))
+            self._upcall_results.pop(cpu.index, None)
+            cpu.resume_rax = abi.IDLE_UPCALL
+            cpu.state = "running"
+            self._drive(lambda: cpu.index in self._upcall_results, timeout)
+            return self._upcall_results.pop(cpu.index)
 
     def _hostfs_hypercall(self, nr):
         if self.hostfs is None or not HC.HOSTFS_LOOKUP <= nr <= HC.HOSTFS_READDIR:
@@ -686,10 +705,6 @@ class Kernel:
         """Redirect the current CPU (inside a hook or trap handler)."""
         self.fast.set(UC_X86_REG_RIP, ip)
 
-    def trap_frame(self) -> int:
-        """Address of the pt_regs the current CPU's trampoline published (pcpu.trap_regs)."""
-        return self.mem.read_u64(self.cpu.gs_base + self._trap_regs_off)
-
     def call(self, func: int | str, *args: int | str | bytes) -> int:
         """Call a kernel function with up to six arguments on the current CPU (from a
         hook) and return its result.  str/bytes arguments are copied into kernel memory.
@@ -730,8 +745,15 @@ class Kernel:
         """Run callback(kernel, address) before each instruction in [begin, end]."""
         def trampoline(_uc, address, _size, _ud):
             callback(self, address)
+        return self.hook_code_raw(begin, end, trampoline)
+
+    def hook_code_raw(self, begin: int, end: int, callback: Callable) -> int:
+        """Like hook_code, for hot paths: callback(handle, address, size, user_data) is
+        called from C directly, with no wrapper in between, and must not raise."""
         with self.lock:
-            return self.uc.hook_add(UC_HOOK_CODE, trampoline, begin=begin, end=end)
+            handle = add_code_hook(self.uc, begin, end, callback)
+            self.uc.ctl_remove_cache(begin, end + 1)
+            return handle
 
     def hook_del(self, handle: int) -> None:
         with self.lock:

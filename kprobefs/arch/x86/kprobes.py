@@ -22,14 +22,16 @@ import struct
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from unicorn.x86_const import UC_X86_REG_EFLAGS, UC_X86_REG_RCX, UC_X86_REG_RIP, UC_X86_REG_RSP
-
 from ...errors import ProbeError
+from ...machine.cpu import UC_REG
 from .insn import (
     GPR_NAMES, Insn, InsnDecodeError, OptimizePlan, can_boost, can_optimize, check_boundary,
     decode, emulate, prepare_copy, relocate, synthesize_relcall, synthesize_reljump,
 )
-from .regs import _UC, FrameRegs, TrapRegs
+from .regs import ProbeRegs
+
+UC_X86_REG_RIP, UC_X86_REG_RSP = UC_REG["ip"], UC_REG["sp"]
+UC_X86_REG_EFLAGS, UC_X86_REG_RCX = UC_REG["flags"], UC_REG["cx"]
 
 __all__ = ["X86Kprobes", "ArchKprobe", "Detour", "KprobeCore", "InsnSlots"]
 
@@ -38,6 +40,7 @@ log = logging.getLogger("kprobefs.arch")
 INT3 = 0xCC
 FENTRY_NOP = bytes.fromhex("0f1f440000")
 _Q = struct.Struct("<Q")
+_SKIP = 1 | 2       # KPROBE_FLAG_GONE | KPROBE_FLAG_DISABLED: a child that must not run
 _SLOT = 64          # an instruction slot: [copy][int3] at 0, [copy][jmp back] at 32
 _DETOUR = 256       # a detour buffer: template, copied instructions, jmp back
 _PAGE = 4096
@@ -50,9 +53,9 @@ class KprobeCore(Protocol):
     def kprobe_ctlblk(self, cpu: int): ...
     def kprobes_inc_nmissed_count(self, p) -> None: ...
     def handle_fault(self, p, regs, trapnr: int) -> None: ...
-    def ftrace_dispatch(self, site: int, parent_ip: int, regs: FrameRegs) -> None: ...
-    def kretprobe_trampoline_handler(self, regs: FrameRegs, slot: int) -> int: ...
-    def rethook_trampoline_handler(self, regs: FrameRegs, slot: int) -> int: ...
+    def ftrace_dispatch(self, site: int, regs: ProbeRegs) -> None: ...
+    def kretprobe_trampoline_handler(self, regs: ProbeRegs, slot: int) -> int: ...
+    def rethook_trampoline_handler(self, regs: ProbeRegs, slot: int) -> int: ...
 
 
 @dataclass(eq=False)
@@ -118,7 +121,6 @@ class X86Kprobes:
         self.slots = InsnSlots(self._sym("kprobe_insn_area"), self._sym("kprobe_insn_area_end"))
         self._ss_slots: dict[int, object] = {}    # int3 after a slot copy -> probe
         self._boost_slots: dict[int, object] = {}
-        self._detour_calls: dict[int, object] = {}  # hooked template copies -> probe
         self._ftrace_sites = frozenset(img.ftrace_sites)
         self._extable = frozenset(img.extable)
         self._template = kernel.read(self._sym("optprobe_template_entry"),
@@ -128,19 +130,18 @@ class X86Kprobes:
             "optprobe_template_entry")
         self.kretprobe_trampoline = self._sym("kretprobe_trampoline")
         self.rethook_trampoline = self._sym("rethook_trampoline")
-        self.ftrace_regs_caller = self._sym("ftrace_regs_caller")
+        self._ftrace_tramps: dict[int, tuple[int, int]] = {}
         self._fast = kernel.fast
         self._mem = kernel.mem
+        # One pt_regs view per CPU, reused: a handler's regs are valid only during it.
+        self._regs = [ProbeRegs(self._fast, self._mem, 0) for _ in range(kernel.nr_cpus)]
         kernel.add_trap_handler(3, self._int3)
         kernel.add_trap_handler(14, self._fault)
         kernel.add_trap_handler(13, self._fault)
         self._hooks = [
-            kernel.hook_code(self._sym("ftrace_regs_call"), self._sym("ftrace_regs_call"),
-                             self._on_ftrace_call),
-            kernel.hook_code(self._sym("kretprobe_trampoline_call"),
-                             self._sym("kretprobe_trampoline_call"), self._on_kretprobe_tramp),
-            kernel.hook_code(self._sym("rethook_trampoline_call"),
-                             self._sym("rethook_trampoline_call"), self._on_rethook_tramp),
+            kernel.hook_code_raw(self._sym(name), self._sym(name), callback)
+            for name, callback in (("kretprobe_trampoline_call", self._on_kretprobe_tramp),
+                                   ("rethook_trampoline_call", self._on_rethook_tramp))
         ]
 
     # ==== the original bytes of text, as if no probe were there ===========================
@@ -213,7 +214,7 @@ class X86Kprobes:
                 return self._singlestep_done(cpu, ss)
             return False
         kcb = self.core.kprobe_ctlblk(cpu.index)
-        regs = TrapRegs(self._fast, self._mem, ip)
+        regs = ProbeRegs(self._fast, self._mem, ip)
         if kcb.current is not None:
             # Reentered from inside a handler: count the miss and run the instruction only.
             self.core.kprobes_inc_nmissed_count(p)
@@ -228,12 +229,12 @@ class X86Kprobes:
             redirected = False
         if redirected:
             kcb.reset()
-            regs.apply_ip()
+            self._fast.set(UC_X86_REG_RIP, regs.ip)
             return True
         self._setup_singlestep(p, regs, kcb, reenter=False)
         return True
 
-    def _setup_singlestep(self, p, regs: TrapRegs, kcb, reenter: bool) -> None:
+    def _setup_singlestep(self, p, regs: ProbeRegs, kcb, reenter: bool) -> None:
         a = p.ainsn
         op = getattr(p, "detour", None)
         if op is not None and not reenter and not self._has_post_handler(p):
@@ -275,7 +276,7 @@ class X86Kprobes:
 
     def _post(self, p, kcb) -> None:
         if p.post_handler is not None:
-            regs = TrapRegs(self._fast, self._mem, self._fast.get(UC_X86_REG_RIP))
+            regs = ProbeRegs(self._fast, self._mem, self._fast.get(UC_X86_REG_RIP))
             kcb.status = "hit_ssdone"
             try:
                 p.post_handler(p, regs, 0)
@@ -303,7 +304,7 @@ class X86Kprobes:
         p = kcb.current
         if p is None or kcb.status not in ("hit_ss", "reenter") or p.ainsn.slot is None:
             if p is not None and kcb.status == "hit_active":
-                regs = TrapRegs(self._fast, self._mem, ip)
+                regs = ProbeRegs(self._fast, self._mem, ip)
                 self.core.handle_fault(p, regs, 14)
             return False
         if not p.ainsn.slot <= ip < p.ainsn.slot + _SLOT:
@@ -336,8 +337,7 @@ class X86Kprobes:
         self.kernel.text_poke(buf, self._template + body)
         op = Detour(addr=p.addr, plan=plan, buffer=buf, call_site=buf + self._template_call,
                     copied=copied)
-        op.hook = self.kernel.hook_code(op.call_site, op.call_site, self._on_detour)
-        self._detour_calls[op.call_site] = p
+        op.hook = self.kernel.hook_code_raw(op.call_site, op.call_site, self._detour_callback(p))
         return op
 
     def optimize(self, op: Detour) -> None:
@@ -347,12 +347,14 @@ class X86Kprobes:
         op.saved = self.kernel.read(op.addr + 1, 4)
         self.kernel.text_poke(op.addr + 1, jmp[1:])
         self.kernel.text_poke(op.addr, jmp[:1])
+        self.kernel.remove_breakpoint(op.addr)
         op.patched = True
 
     def unoptimize(self, op: Detour) -> None:
         """Back to a plain int3 probe: int3 first, then the saved tail."""
         if not op.patched:
             return
+        self.kernel.insert_breakpoint(op.addr)
         self.kernel.text_poke(op.addr, bytes([INT3]))
         self.kernel.text_poke(op.addr + 1, op.saved)
         op.patched = False
@@ -362,72 +364,108 @@ class X86Kprobes:
         if op.hook is not None:
             self.kernel.hook_del(op.hook)
             op.hook = None
-        self._detour_calls.pop(op.call_site, None)
         self.kernel.text_poke(op.buffer, bytes([INT3]) * _DETOUR)
         self.slots.free(_DETOUR, op.buffer)
 
-    def _on_detour(self, kernel, address: int) -> None:
-        p = self._detour_calls.get(address)
-        if p is None:
-            return
-        cpu = kernel.cpu
-        regs = FrameRegs(self._mem, kernel.trap_frame())
-        kcb = self.core.kprobe_ctlblk(cpu.index)
-        if kcb.current is not None:
-            self.core.kprobes_inc_nmissed_count(p)
-            return
-        ip_slot = regs.ip
-        regs.ip = p.addr + 1
-        kcb.current = p
-        kcb.status = "hit_active"
-        try:
-            if p.pre_handler is not None:
-                p.pre_handler(p, regs)
-        except Exception:
-            self.core.handle_fault(p, regs, 3)
-        regs.ip = ip_slot  # an optimized probe cannot redirect: ip changes are dropped
-        kcb.reset()
+    def _detour_callback(self, p):
+        """The optimized_callback of one probe: the hot path, kept to a few lookups."""
+        kernel, core = self.kernel, self.core
+        ctl, regs_of = core.kprobe_ctlblks, self._regs
+        ip = p.addr + 1
+        inc_nmissed = core.kprobes_inc_nmissed_count
+
+        def optimized_callback(_uc, _address, _size, _ud):
+            cpu = kernel.cpu.index
+            kcb = ctl[cpu]
+            if kcb.current is not None:
+                inc_nmissed(p)
+                return
+            kcb.current = p
+            regs = regs_of[cpu]
+            regs.ip = ip
+            try:
+                # An optimized probe cannot redirect: a changed regs.ip is dropped.
+                active = p.active
+                if len(active) == 1:
+                    child = active[0]
+                    if not child.flags & _SKIP:
+                        child.pre_handler(child, regs)
+                else:
+                    p.pre_handler(p, regs)
+            except Exception:
+                core.handle_fault(p, regs, 3)
+            kcb.current = None
+
+        return optimized_callback
 
     # ==== ftrace sites ====================================================================
-    def ftrace_make_call(self, site: int) -> None:
-        self.kernel.text_poke(site, synthesize_relcall(site, self.ftrace_regs_caller))
+    def ftrace_make_call(self, site: int, func) -> None:
+        """Point the site at a trampoline of its own (as Linux does for ops with a
+        dynamically allocated trampoline): [watched 5-byte NOP][ret].  func(regs) runs
+        the ftrace ops of the site."""
+        tramp = self.slots.get(_SLOT)
+        self.kernel.text_poke(tramp, FENTRY_NOP + b"\xc3")
+        state = [func]
+        hook = self.kernel.hook_code_raw(tramp, tramp, self._ftrace_callback(site, state))
+        self._ftrace_tramps[site] = (tramp, hook, state)
+        self.kernel.text_poke(site, synthesize_relcall(site, tramp))
+
+    def ftrace_update_call(self, site: int, func) -> None:
+        self._ftrace_tramps[site][2][0] = func
 
     def ftrace_make_nop(self, site: int) -> None:
         self.kernel.text_poke(site, FENTRY_NOP)
+        tramp, hook, _ = self._ftrace_tramps.pop(site)
+        self.kernel.hook_del(hook)
+        self.kernel.text_poke(tramp, bytes([INT3]) * _SLOT)
+        self.slots.free(_SLOT, tramp)
 
-    def _on_ftrace_call(self, kernel, _address: int) -> None:
-        regs = FrameRegs(self._mem, kernel.trap_frame())
-        site = regs.ip - 5
-        parent = self._mem.read_u64(regs.sp)
-        self.core.ftrace_dispatch(site, parent, regs)
+    def _ftrace_callback(self, site: int, state: list):
+        """The ftrace_regs_call of one site: regs.ip is the return address (site + 5) and
+        regs.sp the traced function's stack pointer; a changed regs.ip diverts the return."""
+        kernel, regs_of = self.kernel, self._regs
+        fast, mem = self._fast, self._mem
+        ret = site + 5
+
+        def ftrace_callback(_uc, _address, _size, _ud):
+            regs = regs_of[kernel.cpu.index]
+            regs.ip = ret
+            regs._sp_offset = 8
+            try:
+                state[0](regs)
+            finally:
+                regs._sp_offset = 0
+            if regs.ip != ret:
+                mem.write(fast.get(UC_X86_REG_RSP), _Q.pack(regs.ip))
+
+        return ftrace_callback
 
     # ==== return hooks ====================================================================
     def prepare_kretprobe(self, regs) -> tuple[int, int]:
         """Hijack the return address at the function entry: returns (return address,
         the stack slot that held it) after pointing that slot at the trampoline."""
-        slot = regs.sp
-        ret = _Q.unpack(self._mem.read(slot, 8))[0]
-        self._mem.write(slot, _Q.pack(self.kretprobe_trampoline))
-        return ret, slot
+        return self._hijack(regs.sp, self.kretprobe_trampoline)
 
     def prepare_rethook(self, regs) -> tuple[int, int]:
-        slot = regs.sp
-        ret = _Q.unpack(self._mem.read(slot, 8))[0]
-        self._mem.write(slot, _Q.pack(self.rethook_trampoline))
+        return self._hijack(regs.sp, self.rethook_trampoline)
+
+    def _hijack(self, slot: int, trampoline: int) -> tuple[int, int]:
+        ret = self._mem.read_u64(slot)
+        self._mem.write(slot, _Q.pack(trampoline))
         return ret, slot
 
-    def _tramp(self, kernel, handler) -> None:
-        regs = FrameRegs(self._mem, kernel.trap_frame())
-        slot = regs.frame + 21 * 8          # the pushed placeholder: the old return slot
-        regs.sp = slot + 8                  # the stack as the function returned
-        real = handler(regs, slot)
-        self._mem.write(slot, _Q.pack(real))
+    def _tramp(self, handler) -> None:
+        # The function returned into the trampoline, which pushed one slot at exactly
+        # the address the return address was taken from.
+        rsp = self._fast.get(UC_X86_REG_RSP)
+        regs = ProbeRegs(self._fast, self._mem, 0, sp_offset=8)
+        self._mem.write(rsp, _Q.pack(handler(regs, rsp)))
 
-    def _on_kretprobe_tramp(self, kernel, _address: int) -> None:
-        self._tramp(kernel, self.core.kretprobe_trampoline_handler)
+    def _on_kretprobe_tramp(self, _uc, _address, _size, _ud) -> None:
+        self._tramp(self.core.kretprobe_trampoline_handler)
 
-    def _on_rethook_tramp(self, kernel, _address: int) -> None:
-        self._tramp(kernel, self.core.rethook_trampoline_handler)
+    def _on_rethook_tramp(self, _uc, _address, _size, _ud) -> None:
+        self._tramp(self.core.rethook_trampoline_handler)
 
 
 class _EmulRegs:
@@ -446,7 +484,7 @@ class _EmulRegs:
         name = GPR_NAMES[index]
         if name == "sp":
             return self.sp
-        return self._fast.get(_UC[name])
+        return self._fast.get(UC_REG[name])
 
     def push(self, value: int) -> None:
         self.sp -= 8

@@ -87,7 +87,6 @@ struct pcpu {
 	struct task_struct *current_task;	/* %gs:8 */
 	int cpu_number;			/* %gs:16 */
 	int preempt_count;
-	unsigned long trap_regs;	/* %gs:24: the pt_regs a trampoline saved, for the host */
 	struct task_struct *idle;
 	struct list_head runqueue;
 	unsigned long nr_switches;

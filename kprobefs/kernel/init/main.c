@@ -135,7 +135,6 @@ const struct kabi_entry kabi[] = {
 	KABI("pcpu.size", sizeof(struct pcpu)),
 	KOFF("pcpu.current_task", struct pcpu, current_task),
 	KOFF("pcpu.upcall", struct pcpu, upcall),
-	KOFF("pcpu.trap_regs", struct pcpu, trap_regs),
 	KABI("pt_regs.size", sizeof(struct pt_regs)),
 	KOFF("pt_regs.orig_ax", struct pt_regs, orig_ax),
 	KABI("thread_size", THREAD_SIZE),

@@ -1,0 +1,40 @@
+/* Targets for the probe-overhead benchmark (kprobes.txt section 6) and for engine tests:
+ * a small function called in a loop, once without an ftrace site (notrace: its entry is a
+ * plain instruction that int3, boosting and jump optimization apply to) and once with one
+ * (its entry is an ftrace site).  The host runs the loops on an idle CPU (upcall). */
+#include "kernel.h"
+
+notrace noinline int kprobe_target(int a, int b)
+{
+	volatile int x = a + b;
+
+	return x * 2 + 7;
+}
+
+noinline int kprobe_target_traced(int a, int b)
+{
+	volatile int x = a + b;
+
+	return x * 2 + 7;
+}
+
+/* Recursion depth d, then unwind: kretprobe maxactive tests. */
+noinline long kprobe_recurse(long d)
+{
+	long r;
+
+	if (d <= 0)
+		return 0;
+	r = kprobe_recurse(d - 1);
+	barrier();
+	return r + d;
+}
+
+notrace long kprobe_bench_loop(long n, long traced)
+{
+	long i, s = 0;
+
+	for (i = 0; i < n; i++)
+		s += traced ? kprobe_target_traced(i, s) : kprobe_target(i, s);
+	return s;
+}
