@@ -54,6 +54,8 @@ class Workload:
         self.rate = rate
         self.completed = 0
         self.errors: dict[str, int] = {}
+        #: (worker comm, system call, result) of every completed call, in order.
+        self.results: list[tuple[str, str, int]] = []
         self._budget = 0.0
         self._last = time.monotonic()
         self._unlimited = False
@@ -70,6 +72,7 @@ class Workload:
         """Runs in the emulation thread when a worker's call returns."""
         self.completed += 1
         result = req.result if req.error is None else -3
+        self.results.append((task.comm, name, result))
         if result < 0:
             self.errors[name] = self.errors.get(name, 0) + 1
         try:

@@ -41,7 +41,7 @@ INT3 = 0xCC
 FENTRY_NOP = bytes.fromhex("0f1f440000")
 _Q = struct.Struct("<Q")
 _SKIP = 1 | 2       # KPROBE_FLAG_GONE | KPROBE_FLAG_DISABLED: a child that must not run
-_SLOT = 64          # an instruction slot: [copy][int3] at 0, [copy][jmp back] at 32
+_SLOT = 48          # an instruction slot: [copy][int3] at 0, [copy][jmp back] at 16
 _DETOUR = 256       # a detour buffer: template, copied instructions, jmp back
 _PAGE = 4096
 
@@ -66,7 +66,7 @@ class ArchKprobe:
     opcode: bytes               # the original first byte(s) the int3 replaced
     emulate: bool               # branch/call/ret/flags instructions are emulated
     boostable: bool
-    slot: int | None = None     # [copy][int3] at slot, [copy][jmp back] at slot + 32
+    slot: int | None = None     # [copy][int3] at slot, [copy][jmp back] at slot + 16
 
     @property
     def ss_addr(self) -> int:
@@ -74,7 +74,7 @@ class ArchKprobe:
 
     @property
     def boost_addr(self) -> int:
-        return self.slot + 32
+        return self.slot + 16
 
 
 @dataclass(eq=False)
@@ -96,9 +96,9 @@ class InsnSlots:
     kprobe_insn_area (within +-2 GiB of all text), in fixed-size pieces."""
 
     def __init__(self, start: int, end: int):
-        half = start + ((end - start) // 4) & ~(_PAGE - 1)
-        self._free = {_SLOT: list(range(half - _SLOT, start - 1, -_SLOT)),
-                      _DETOUR: list(range(end - _DETOUR, half - 1, -_DETOUR))}
+        split = (start + (end - start) * 3 // 4) & ~(_PAGE - 1)
+        self._free = {_SLOT: list(range(split - _SLOT, start - 1, -_SLOT)),
+                      _DETOUR: list(range(end - _DETOUR, split - 1, -_DETOUR))}
 
     def get(self, size: int) -> int:
         try:
@@ -175,13 +175,13 @@ class X86Kprobes:
             slot = self.slots.get(_SLOT)
             try:
                 ss_copy = relocate(insn, slot) + bytes([INT3])
-                boost_copy = relocate(insn, slot + 32)
-                boost_copy += synthesize_reljump(slot + 32 + len(boost_copy), insn.next_address)
+                boost_copy = relocate(insn, slot + 16)
+                boost_copy += synthesize_reljump(slot + 16 + len(boost_copy), insn.next_address)
             except ProbeError:
                 self.slots.free(_SLOT, slot)
                 raise
             self.kernel.text_poke(slot, ss_copy)
-            self.kernel.text_poke(slot + 32, boost_copy)
+            self.kernel.text_poke(slot + 16, boost_copy)
             ainsn.slot = slot
             self._ss_slots[slot + insn.length] = p
             self.kernel.insert_breakpoint(slot + insn.length)
@@ -326,7 +326,11 @@ class X86Kprobes:
         if plan is None:
             log.debug("%s+%#x not optimized: %s", func.name, p.addr - func.addr, reason)
             return None
-        buf = self.slots.get(_DETOUR)
+        try:
+            buf = self.slots.get(_DETOUR)
+        except ProbeError:
+            log.debug("not optimized: no detour buffer left")
+            return None
         copied = buf + len(self._template)
         try:
             body = plan.detour_copy(copied)

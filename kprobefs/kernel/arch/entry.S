@@ -134,7 +134,7 @@ host_call_return:
 	.globl kprobe_insn_area
 	.type kprobe_insn_area, @object
 kprobe_insn_area:
-	.fill 256 * 1024, 1, 0xcc
+	.fill 1024 * 1024, 1, 0xcc
 	.size kprobe_insn_area, .-kprobe_insn_area
 	.globl kprobe_insn_area_end
 kprobe_insn_area_end:

@@ -27,6 +27,7 @@
 #define S_ISREG(m) (((m) & S_IFMT) == S_IFREG)
 #define S_ISLNK(m) (((m) & S_IFMT) == S_IFLNK)
 #define S_ISSOCK(m) (((m) & S_IFMT) == S_IFSOCK)
+#define S_ISCHR(m) (((m) & S_IFMT) == S_IFCHR)
 
 #define NAME_MAX 255
 #define PATH_MAX 4096
@@ -40,6 +41,16 @@ struct super_block;
 struct kstat;
 
 typedef long off_t;
+
+#ifndef ENODEV
+#define ENODEV 19
+#endif
+#ifndef EFBIG
+#define EFBIG 27
+#endif
+#ifndef EOVERFLOW
+#define EOVERFLOW 75
+#endif
 struct user_namespace;
 struct iattr;
 struct dentry_operations;
@@ -69,6 +80,7 @@ struct inode_operations {
 	int (*symlink)(struct inode *, struct dentry *, const char *);
 	const char *(*get_link)(struct dentry *, struct inode *);
 	int (*setattr)(struct user_namespace *, struct dentry *, struct iattr *);
+	int (*mknod)(struct inode *, struct dentry *, umode_t, unsigned int);
 };
 
 struct super_operations {
@@ -183,8 +195,6 @@ struct iattr {
 struct dentry_operations {
 	/* 1: still valid, 0: drop it and look the name up again, <0: error */
 	int (*d_revalidate)(struct dentry *, unsigned int);
-	/* non-zero: free the dentry as soon as the last reference goes */
-	int (*d_delete)(const struct dentry *);
 };
 
 /* d_flags */
@@ -202,6 +212,8 @@ struct dentry_operations {
 #define FMODE_ATOMIC_POS 0x8000
 #define FMODE_CAN_READ 0x20000
 #define FMODE_CAN_WRITE 0x40000
+#define FMODE_OPENED 0x80000
+#define FMODE_CREATED 0x100000
 
 #define SEEK_SET 0
 #define SEEK_CUR 1
@@ -266,6 +278,8 @@ struct open_how {
 struct cred;
 typedef struct files_struct *fl_owner_t;
 
+static inline void *ERR_CAST(const void *ptr) { return (void *)ptr; }
+
 /* ---- dcache / inodes (fs/dcache.c, fs/inode.c) ---- */
 extern spinlock_t dcache_lock;
 static inline struct dentry *dget(struct dentry *d)
@@ -315,7 +329,19 @@ void clear_nlink(struct inode *inode);
 void i_size_write(struct inode *inode, loff_t size);
 unsigned char fs_umode_to_dtype(umode_t mode);
 
-/* ---- mounts (fs/namespace.c, fs/super.c) ---- */
+#define MINORBITS 20
+#define MKDEV(ma, mi) (((ma) << MINORBITS) | (mi))
+#define MAJOR(dev) ((unsigned int)(dev) >> MINORBITS)
+#define MINOR(dev) ((unsigned int)(dev) & ((1U << MINORBITS) - 1))
+void init_special_inode(struct inode *inode, umode_t mode, unsigned int rdev);
+int vfs_mknod(struct user_namespace *mnt_userns, struct inode *dir, struct dentry *dentry,
+	      umode_t mode, unsigned int dev);
+
+/* ---- mounts (fs/namespace.c, fs/super.c, fs/init.c) ---- */
+int init_mkdir(const char *pathname, umode_t mode);
+int init_mknod(const char *filename, umode_t mode, unsigned int dev);
+int init_symlink(const char *oldname, const char *newname);
+void mnt_init(void);
 int register_filesystem(struct file_system_type *fs);
 struct file_system_type *get_fs_type(const char *name);
 struct super_block *sget_fc(struct file_system_type *type, unsigned long magic);
@@ -394,7 +420,6 @@ void get_fs_pwd(struct fs_struct *fs, struct path *pwd);
 /* ---- reading and writing (fs/read_write.c, fs/readdir.c, fs/stat.c) ---- */
 ssize_t vfs_read(struct file *file, char __user *buf, size_t count, loff_t *pos);
 ssize_t vfs_write(struct file *file, const char __user *buf, size_t count, loff_t *pos);
-ssize_t kernel_read(struct file *file, void *buf, size_t count, loff_t *pos);
 ssize_t ksys_read(unsigned int fd, char __user *buf, size_t count);
 ssize_t ksys_write(unsigned int fd, const char __user *buf, size_t count);
 int rw_verify_area(int read_write, struct file *file, const loff_t *ppos, size_t count);
@@ -413,7 +438,14 @@ int vfs_fstatat(int dfd, const char __user *filename, struct kstat *stat, int fl
 #define MAX_RW_COUNT (0x7ffff000L)
 
 /* ---- filesystems ---- */
-extern struct file_system_type ramfs_fs_type, hostfs_fs_type;
+extern struct file_system_type ramfs_fs_type, hostfs_fs_type, debug_fs_type, trace_fs_type,
+	proc_fs_type;
+struct dentry *hostfs_mount_id(struct file_system_type *fs_type, long root_id,
+			       unsigned long magic);
+struct dentry *hostfs_create_dentry(struct dentry *parent, const char *name, umode_t mode,
+				    unsigned int dflags, const struct file_operations *fops,
+				    void *data);
+struct dentry *debugfs_create_automount(const char *name, struct dentry *parent);
 extern const struct file_operations ramfs_file_operations, simple_dir_operations;
 struct inode *ramfs_get_inode(struct super_block *sb, const struct inode *dir, umode_t mode);
 int ramfs_fill_super(struct super_block *sb);
