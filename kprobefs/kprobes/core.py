@@ -138,7 +138,7 @@ class ListEntry:
         flags = ("[GONE]" if self.gone else "") + ("[DISABLED]" if self.disabled else "") \
             + ("[OPTIMIZED]" if self.optimized else "") + ("[FTRACE]" if self.ftrace else "")
         return (f"{self.addr:016x}  {self.kind}  {self.symbol}+{self.offset:#x}  "
-                f"{self.module or ''} {flags}")
+                f"{self.module or ' '} {flags}")
 
 
 class KprobeEngine:

@@ -143,7 +143,10 @@ class Workload:
 
     def _do_dir(self, task: Task, rng: random.Random, path: str) -> Step:
         if (yield ("mkdir", path, 0o755)) == 0:
-            yield ("getdents64", abi.AT_FDCWD, UserBuffer(256), 256)
+            fd = yield ("openat", abi.AT_FDCWD, "/tmp", abi.O_RDONLY | abi.O_DIRECTORY, 0)
+            if fd >= 0:
+                yield ("getdents64", fd, UserBuffer(512), 512)
+                yield ("close", fd)
             yield ("rmdir", path)
 
     def _do_link(self, task: Task, rng: random.Random, path: str) -> Step:
