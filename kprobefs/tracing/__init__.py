@@ -4,6 +4,11 @@ from .fetch import (
     FetchContext, FetchFault, FetchProgram, build_record_fields, encode_args,
     format_event_format, print_args,
 )
+from .error_log import ErrorLog
+from .events import KernelSymbols, TraceEvent, TraceProbe, Tracer
+from .ring_buffer import RingBuffer
+from .files import FileHandle, TraceDir, TraceFile, tracing_root
+from .filter import EventFilter, FilterParseError, compile_filter
 from .parser import (
     DeleteSpec, FetchArgSpec, ProbeSpec, SymbolResolver, compare_arg_types,
     format_error_log_entry, format_probe, is_same_probe, parse_command, split_commands,
@@ -14,4 +19,7 @@ __all__ = [
     "DeleteSpec", "FetchArgSpec", "SymbolResolver", "compare_arg_types", "is_same_probe",
     "FetchContext", "FetchFault", "FetchProgram", "encode_args", "print_args",
     "format_event_format", "build_record_fields",
+    "Tracer", "TraceEvent", "TraceProbe", "KernelSymbols", "tracing_root", "TraceDir",
+    "TraceFile", "FileHandle", "ErrorLog", "EventFilter", "FilterParseError",
+    "compile_filter", "RingBuffer",
 ]

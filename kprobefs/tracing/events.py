@@ -1,0 +1,1078 @@
+"""The kprobe event tracer: trace_kprobe events, their probes, and the probe-hit path.
+
+:class:`Tracer` is Linux's trace_kprobe plus the bits of the trace array it needs: the
+events registry (create/append/delete, §2.3–§2.6, in Linux's order and with its errno
+map), enable/filter state per event, the ring buffer, the error log, the options and the
+clock.  It talks to the kprobes engine only through ``register_kprobe`` and friends, to
+the emulated kernel only through what a handler may read (memory, current task, CPU,
+symbols), and creates event directories through an injected ``create_dir_hook``.
+
+Control operations take :attr:`Tracer.lock` (Linux's event_mutex); the probe-hit path
+takes only the ring buffer's lock.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import itertools
+import struct
+import threading
+import time
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from kprobefs.errors import ProbeParseError
+from kprobefs.tracing.error_log import ErrorLog
+from kprobefs.tracing.fetch import (
+    KPROBE_HEADER_SIZE, KRETPROBE_HEADER_SIZE, FetchArg, FetchFault, FetchImm, FetchReg,
+    FetchRetval, FetchStackPointer, StoreRaw, build_record_fields, encode_args,
+    format_event_format, print_args,
+)
+from kprobefs.tracing.filter import (
+    EventFilter, FilterParseError, FILTER_ERRORS, compile_filter, filter_fields,
+)
+from kprobefs.tracing.output import (
+    FLAGS_INT3, FLAGS_NONE, CommCache, TraceOptions, format_context, format_header,
+    format_ip_sym,
+)
+from kprobefs.tracing.parser import (
+    DeleteSpec, ProbeSpec, compare_arg_types, format_probe, is_same_probe, parse_command,
+    split_commands, split_words,
+)
+from kprobefs.tracing.ring_buffer import RingBuffer
+
+__all__ = [
+    "Tracer",
+    "TraceEvent",
+    "TraceProbe",
+    "KernelSymbols",
+    "TRACE_CLOCKS",
+    "OPTION_DEFAULTS",
+    "FIRST_EVENT_ID",
+]
+
+FIRST_EVENT_ID = 1800            # static events take the IDs below this on Debian's 6.1
+_MAX_EVENT_ID = 0xFFFF
+USER_ADDR_MAX = 0x00007FFFFFFFF000          # TASK_SIZE_MAX: user reads must stay below
+_KERNEL_READ_MIN = 0x0000800000000000       # kernel reads below this fault
+_THREAD_SIZE = 16 * 1024
+_U64 = (1 << 64) - 1
+_PAGE = 4096
+
+# Engine flag bits (Linux's KPROBE_FLAG_*).
+_KPROBE_FLAG_DISABLED = 2
+_KPROBE_FLAG_OPTIMIZED = 4
+_KPROBE_FLAG_FTRACE = 8
+
+# trace_clock: name -> whether timestamps are nanoseconds.
+TRACE_CLOCKS = {"local": True, "global": True, "counter": False, "uptime": False,
+                "perf": True, "mono": True, "mono_raw": True, "boot": True, "tai": True,
+                "x86-tsc": False}
+_JIFFY_NS = 4_000_000            # HZ = 250
+
+# The options this tracer implements (options/<name>), with their defaults.
+OPTION_DEFAULTS = {
+    "context-info": True,
+    "irq-info": True,
+    "markers": True,
+    "overwrite": True,
+    "pause-on-trace": False,
+    "record-cmd": True,
+    "stacktrace": False,
+    "sym-addr": False,
+    "sym-offset": False,
+}
+
+# Event names that are taken by the kernel's own (non-kprobe) events: a probe may not
+# use them (EVENT_EXIST).  The ftrace internal events exist on every kernel.
+_RESERVED_EVENTS = frozenset(("ftrace", name) for name in (
+    "function", "funcgraph_entry", "funcgraph_exit", "context_switch", "wakeup",
+    "kernel_stack", "user_stack", "bprint", "print", "raw_data", "bputs", "mmiotrace_rw",
+    "mmiotrace_map", "branch", "hwlat", "func_repeats", "osnoise", "timerlat"))
+
+_COMMON = struct.Struct("<HBBi")
+_KPROBE_HEAD = struct.Struct("<Q")
+_KRETPROBE_HEAD = struct.Struct("<QQ")
+_TRACE_PRINT_ID = 5              # the record types of marker and stack records
+_TRACE_STACK_ID = 4
+_TRACE_BUF_SIZE = 1024           # longest trace_marker write
+
+
+# ---------------------------------------------------------------------------- symbols
+
+class KernelSymbols:
+    """kallsyms of the emulated kernel for the parser (:class:`parser.SymbolResolver`),
+    plus the notrace rule and symbolization for the output.
+
+    ``image`` is the kernel image (``lookup_name``, ``symbol_at``, ``ftrace_sites``);
+    ``pointer_key`` seeds the per-boot ``%p`` hash.
+    """
+
+    def __init__(self, image, pointer_key: bytes = b"kprobefs"):
+        self.image = image
+        self._key = hashlib.blake2b(pointer_key, digest_size=16).digest()
+        self._sites = tuple(sorted(getattr(image, "ftrace_sites", ()) or ()))
+
+    # parser.SymbolResolver
+    def lookup(self, name: str) -> list[int]:
+        if ":" in name:             # MOD:SYM - this kernel has no modules
+            return []
+        return [s.addr for s in self.image.lookup_name(name)]
+
+    def find_symbol(self, addr: int):
+        sym = self.image.symbol_at(addr)
+        if sym is None:
+            return None
+        return sym.name, addr - sym.addr, sym.size
+
+    def hash_pointer(self, addr: int) -> int:
+        digest = hashlib.blake2b((addr & _U64).to_bytes(8, "little"), key=self._key,
+                                 digest_size=4).digest()
+        return int.from_bytes(digest, "little")
+
+    # the trace layer's own questions
+    def address_of(self, spec: ProbeSpec) -> int | None:
+        """Return the probed address of ``spec`` (``kallsyms_lookup_name + offset``), or
+        ``None`` when the symbol does not resolve (yet)."""
+        if spec.symbol is None:
+            return spec.address
+        found = self.lookup(spec.symbol_text)
+        return (found[0] + spec.offset) & _U64 if found else None
+
+    def has_ftrace_site(self, start: int, end: int) -> bool:
+        """Return True when an ftrace site lies in ``[start, end)``."""
+        i = bisect_left(self._sites, start)
+        return i < len(self._sites) and self._sites[i] < end
+
+    def within_notrace(self, addr: int | None) -> bool:
+        """The notrace rule (§8.2 step 2): True when the function containing ``addr`` has
+        no ftrace site (for ``foo.cold``-style pieces, nor has ``foo``)."""
+        if not addr:
+            return False
+        sym = self.image.symbol_at(addr)
+        if sym is None:
+            return False
+        if self.has_ftrace_site(sym.addr, sym.addr + max(sym.size, 1)):
+            return False
+        base, dot, _ = sym.name.partition(".")
+        if not dot:
+            return True
+        found = self.lookup(base)
+        if found:
+            base_sym = self.image.symbol_at(found[0])
+            if base_sym is not None:
+                return not self.has_ftrace_site(base_sym.addr,
+                                                base_sym.addr + max(base_sym.size, 1))
+        return True
+
+    def symbolize(self, addr: int, offset: bool = True) -> str | None:
+        """Return ``sym+0xoff/0xsize`` (or ``sym`` without ``offset``), ``None`` if no
+        symbol covers ``addr``."""
+        sym = self.image.symbol_at(addr)
+        if sym is None:
+            return None
+        if not offset:
+            return sym.name
+        return f"{sym.name}+0x{addr - sym.addr:x}/0x{sym.size:x}"
+
+    def is_text(self, addr: int) -> bool:
+        sym = self.image.symbol_at(addr)
+        return sym is not None and sym.type in "Tt"
+
+    def ftrace_functions(self) -> list[str]:
+        """Return the function of each ftrace site, in address order."""
+        out = []
+        for site in self._sites:
+            sym = self.image.symbol_at(site)
+            if sym is not None:
+                out.append(sym.name)
+        return out
+
+
+# ---------------------------------------------------------------------- the hit context
+
+class _HitContext:
+    """What the fetch interpreter may read at one probe hit (fetch.FetchContext)."""
+
+    __slots__ = ("kernel", "regs", "ri", "symbols")
+
+    def __init__(self, kernel, regs, ri, symbols: KernelSymbols):
+        self.kernel = kernel
+        self.regs = regs
+        self.ri = ri
+        self.symbols = symbols
+
+    def reg(self, name: str) -> int:
+        return getattr(self.regs, name)
+
+    def stack_pointer(self) -> int:
+        return self.regs.sp
+
+    def _read(self, addr: int, size: int) -> bytes:
+        try:
+            return self.kernel.read(addr, size)
+        except Exception as exc:            # the machine's FaultError, or a bad address
+            raise FetchFault(hex(addr)) from exc
+
+    def read_kernel(self, addr: int, size: int) -> bytes:
+        if addr < _KERNEL_READ_MIN or not _canonical(addr):
+            raise FetchFault(hex(addr))
+        return self._read(addr, size)
+
+    def read_user(self, addr: int, size: int) -> bytes:
+        if addr + size > USER_ADDR_MAX:
+            raise FetchFault(hex(addr))
+        return self._read(addr, size)
+
+    def _read_string(self, addr: int, max_len: int) -> bytes:
+        out = b""
+        while len(out) < max_len - 1:
+            chunk = min(_PAGE - (addr % _PAGE), max_len - 1 - len(out))
+            data = self._read(addr, chunk)
+            nul = data.find(b"\0")
+            if nul >= 0:
+                return out + data[:nul]
+            out += data
+            addr += chunk
+        return out[:max_len - 1]
+
+    def read_kernel_string(self, addr: int, max_len: int) -> bytes:
+        if addr < _KERNEL_READ_MIN or not _canonical(addr):
+            raise FetchFault(hex(addr))
+        return self._read_string(addr, max_len)
+
+    def read_user_string(self, addr: int, max_len: int) -> bytes:
+        if addr >= USER_ADDR_MAX:
+            raise FetchFault(hex(addr))
+        return self._read_string(addr, max_len)
+
+    def comm(self) -> str:
+        return self.kernel.current_comm()
+
+    def retval(self) -> int:
+        return self.regs.ax
+
+    def ret_ip(self) -> int:
+        return self.ri.ret_addr if self.ri is not None else 0
+
+    def symbolize(self, addr: int) -> str | None:
+        return self.symbols.symbolize(addr, True)
+
+
+_FAST_FLAGS = _KPROBE_FLAG_FTRACE | _KPROBE_FLAG_OPTIMIZED
+_FAST_SOURCES = {FetchReg: lambda insn: f"regs.{insn.name}",
+                 FetchStackPointer: lambda insn: "regs.sp",
+                 FetchRetval: lambda insn: "regs.ax",
+                 FetchImm: lambda insn: str(insn.value & _U64)}
+_ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
+_PACK_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+def _compile_fast_fetch(programs: Sequence, is_return: bool):
+    """Return ``f(regs) -> bytes`` equal to ``encode_args(programs, ...)`` when every
+    program is a register/immediate/argument load stored raw (the common case), else
+    ``None``.  The function is generated once per probe: the hit runs one expression."""
+    if not programs:
+        return None
+    exprs = []
+    codes = []
+    for program in programs:
+        insns = program.insns
+        if program.count or len(insns) != 2 or type(insns[1]) is not StoreRaw:
+            return None
+        source = insns[0]
+        if type(source) is FetchArg and source.index < len(_ARG_REGS):
+            text = f"regs.{_ARG_REGS[source.index]}"
+        elif type(source) in _FAST_SOURCES:
+            text = _FAST_SOURCES[type(source)](source)
+        else:
+            return None
+        size = insns[1].size
+        exprs.append(f"({text}) & {(1 << (8 * size)) - 1:#x}")
+        codes.append(_PACK_CODES[size])
+    namespace = {"pack": struct.Struct("<" + "".join(codes)).pack}
+    exec(f"def fetch(regs):\n    return pack({', '.join(exprs)})\n", namespace)
+    return namespace["fetch"]
+
+
+def _canonical(addr: int) -> bool:
+    top = addr >> 47
+    return top == 0 or top == 0x1FFFF
+
+
+# ------------------------------------------------------------------ events and probes
+
+@dataclass(eq=False)
+class TraceProbe:
+    """One probe of a kprobe event (Linux's trace_kprobe): its spec, the engine object,
+    its hit count, and whether it is registered (``False`` = pending on a module)."""
+
+    spec: ProbeSpec
+    event: "TraceEvent"
+    engine_probe: Any = None
+    registered: bool = False
+    nhit: int = 0
+    address: int = 0
+
+    @property
+    def nmissed(self) -> int:
+        """Return kprobe misses plus kretprobe instance shortages."""
+        obj = self.engine_probe
+        if obj is None:
+            return 0
+        if self.spec.is_return:
+            kp = getattr(obj, "kp", None)
+            return int(getattr(kp, "nmissed", 0) or 0) + int(getattr(obj, "nmissed", 0) or 0)
+        return int(getattr(obj, "nmissed", 0) or 0)
+
+    @property
+    def entry_kprobe(self):
+        obj = self.engine_probe
+        return getattr(obj, "kp", obj) if self.spec.is_return else obj
+
+
+@dataclass(eq=False)
+class TraceEvent:
+    """A kprobe trace event: ``events/<group>/<name>`` with one ID and one format,
+    fed by one or more probes (the first is the primary: it defines the fields)."""
+
+    group: str
+    name: str
+    id: int
+    probes: list[TraceProbe] = field(default_factory=list)
+    enabled: bool = False
+    was_enabled: bool = False
+    filter: EventFilter | None = None
+    filter_text: str | None = None        # what the filter file shows (without "\n")
+    dir_handle: Any = None
+
+    @property
+    def primary(self) -> ProbeSpec:
+        return self.probes[0].spec
+
+    @property
+    def is_return(self) -> bool:
+        return self.primary.is_return
+
+    def record_fields(self):
+        return build_record_fields(self.primary.args, self.primary.is_return)
+
+    def format_text(self) -> str:
+        return format_event_format(self.name, self.id, self.primary)
+
+    def render(self, record: tuple, tracer: "Tracer", options: TraceOptions) -> str:
+        """Return the event text of a probe record (after the context columns)."""
+        _ts, _pid, _flags, _ev, ip, ret_ip, args = record
+        spec = self.primary
+        sym = tracer.symbols.symbolize
+        if spec.is_return:
+            head = (f"{self.name}: ({format_ip_sym(ret_ip, sym, True)} <- "
+                    f"{format_ip_sym(ip, sym, False)})")
+            size = KRETPROBE_HEADER_SIZE
+        else:
+            head = f"{self.name}: ({format_ip_sym(ip, sym, True)})"
+            size = KPROBE_HEADER_SIZE
+        if not spec.args:
+            return head + "\n"
+        record_bytes = bytes(size) + args
+        return head + print_args(spec.args, record_bytes, tracer.symbols.symbolize,
+                                 is_return=spec.is_return) + "\n"
+
+
+class _PrintEvent:
+    """trace_marker records: ``(ts, pid, flags, PRINT_EVENT, text)``."""
+
+    id = _TRACE_PRINT_ID
+
+    def render(self, record: tuple, tracer: "Tracer", options: TraceOptions) -> str:
+        text = record[4]
+        nul = text.find(b"\0")
+        if nul >= 0:
+            text = text[:nul]
+        return "tracing_mark_write: " + text.decode("utf-8", "replace")
+
+
+class _StackEvent:
+    """Stack trace records (options/stacktrace): ``(ts, pid, flags, STACK_EVENT, addrs)``."""
+
+    id = _TRACE_STACK_ID
+
+    def render(self, record: tuple, tracer: "Tracer", options: TraceOptions) -> str:
+        sym = tracer.symbols.symbolize
+        lines = ["<stack trace>\n"]
+        for addr in record[4]:
+            lines.append(f" => {format_ip_sym(addr, sym, options.sym_offset, options.sym_addr)}\n")
+        return "".join(lines)
+
+
+PRINT_EVENT = _PrintEvent()
+STACK_EVENT = _StackEvent()
+
+
+@dataclass(eq=False)
+class _Group:
+    name: str
+    handle: Any = None
+    events: int = 0
+
+
+def _default_clock() -> Callable[[], int]:
+    start = time.monotonic_ns()
+    return lambda: time.monotonic_ns() - start
+
+
+# ------------------------------------------------------------------------- the tracer
+
+class Tracer:
+    """The tracing instance behind ``tracing/``.
+
+    ``engine`` has Linux's kprobe API (``register_kprobe`` … ``disable_kretprobe``);
+    ``kernel`` offers ``read``, ``current_pid``, ``current_comm``, ``cpu.index``,
+    ``nr_cpus`` and ``image``.  ``clock()`` returns nanoseconds since boot (default:
+    ``time.monotonic_ns`` since construction).  ``create_dir_hook(name, parent)`` makes
+    a tracefs directory in the emulated kernel and returns a handle (``parent`` is
+    ``None`` for a group directory under ``events/``, else the group's handle);
+    ``remove_dir_hook(handle)`` undoes it.  ``kprobe_factory`` / ``kretprobe_factory``
+    build engine probe objects (default: :mod:`kprobefs.kprobes`' classes).
+    """
+
+    def __init__(self, engine, kernel, *, clock: Callable[[], int] | None = None,
+                 create_dir_hook: Callable[[str, Any], Any] | None = None,
+                 remove_dir_hook: Callable[[Any], None] | None = None,
+                 nr_cpus: int | None = None, pointer_key: bytes | None = None,
+                 first_event_id: int = FIRST_EVENT_ID,
+                 kprobe_factory: Callable[..., Any] | None = None,
+                 kretprobe_factory: Callable[..., Any] | None = None,
+                 reserved_events: Iterable[tuple[str, str]] = _RESERVED_EVENTS):
+        self.engine = engine
+        self.kernel = kernel
+        self.clock = clock or _default_clock()
+        self.create_dir_hook = create_dir_hook
+        self.remove_dir_hook = remove_dir_hook
+        self.nr_cpus = nr_cpus or int(getattr(kernel, "nr_cpus", 1) or 1)
+        key = pointer_key if pointer_key is not None else str(
+            getattr(kernel, "seed", 0)).encode()
+        self.symbols = KernelSymbols(kernel.image, key)
+        self._kprobe_factory = kprobe_factory
+        self._kretprobe_factory = kretprobe_factory
+        self._reserved = frozenset(reserved_events)
+
+        self.lock = threading.RLock()             # event_mutex
+        self.events: dict[tuple[str, str], TraceEvent] = {}   # creation order
+        self.probes: list[TraceProbe] = []        # dyn_event list, creation order
+        self.groups: dict[str, _Group] = {}
+        self.group_filter_text: dict[str, str] = {}
+        self._next_id = first_event_id
+        self._clear_trace = False
+
+        self.buffer = RingBuffer(self.nr_cpus)
+        self.error_log = ErrorLog(self.clock)
+        self.comm_cache = CommCache()
+        self.options = dict(OPTION_DEFAULTS)
+        self.tracer_name = "nop"
+        self.trace_clock = "local"
+        self._counter = itertools.count(1)
+        self._now = self.clock
+        self.tracing_on = True
+        self._stop_count = 0
+        self.recording = True                     # tracing_on and not paused
+        self.stacktrace = False
+        listeners = getattr(kernel, "exit_listeners", None)
+        if isinstance(listeners, list):
+            listeners.append(self.comm_cache.forget)
+
+    def tracefs_root(self):
+        """Return the ``tracing/`` directory node (built once)."""
+        root = getattr(self, "_root", None)
+        if root is None:
+            from kprobefs.tracing.files import tracing_root
+            root = self._root = tracing_root(self)
+        return root
+
+    # ================================================================ kprobe_events
+    def run_commands(self, data: bytes, *, dynamic_events: bool = False) -> int:
+        """Apply one write() of kprobe_events (or dynamic_events): each line in order,
+        stopping at the first failure (raised as OSError); return ``len(data)``."""
+        with self.lock:
+            for line in split_commands(data):
+                self._run_command(line, dynamic_events)
+        return len(data)
+
+    def _run_command(self, line: str, dynamic_events: bool) -> None:
+        words = split_words(line)
+        try:
+            spec = parse_command(line, self.symbols, dynamic_events=dynamic_events)
+        except ProbeParseError as exc:
+            self.error_log.add_probe_error("trace_kprobe", words, exc)
+            raise OSError(exc.errno, exc.message or "invalid command") from None
+        if spec is None:
+            return
+        if isinstance(spec, DeleteSpec):
+            self.delete(spec)
+        else:
+            self.create(spec, words)
+
+    def _log(self, words: Sequence[str], error_id: str, err: int, index: int,
+             offset: int = 0) -> OSError:
+        exc = ProbeParseError(error_id, err, index, offset)
+        self.error_log.add_probe_error("trace_kprobe", words, exc)
+        return OSError(err, exc.message)
+
+    def create(self, spec: ProbeSpec, words: Sequence[str] = ()) -> TraceProbe:
+        """Create a probe event, or append the probe to its existing event (§2.4, §2.5).
+
+        Raises OSError with Linux's errno (and logs what Linux logs).
+        """
+        with self.lock:
+            words = list(words) or split_words(format_probe(spec))
+            event = self.events.get((spec.group, spec.event))
+            if event is not None:
+                return self._append(event, spec, words)
+            if (spec.group, spec.event) in self._reserved:
+                raise self._log(words, "EVENT_EXIST", errno.EEXIST, 0)
+            event = TraceEvent(spec.group, spec.event, self._allocate_id())
+            tp = TraceProbe(spec, event)
+            event.probes.append(tp)
+            new_group = spec.group not in self.groups
+            group = self.groups.get(spec.group) or _Group(spec.group)
+            if new_group:
+                group.handle = self._make_dir(spec.group, None)
+            event.dir_handle = self._make_dir(spec.event, group.handle)
+            try:
+                self._register(tp)
+            except OSError as exc:
+                self._remove_dir(event.dir_handle)
+                if new_group:
+                    self._remove_dir(group.handle)
+                raise self._registration_error(exc, words) from None
+            if new_group:
+                self.groups[spec.group] = group
+            group.events += 1
+            self.events[(spec.group, spec.event)] = event
+            self.probes.append(tp)
+            return tp
+
+    def _append(self, event: TraceEvent, spec: ProbeSpec, words: list[str]) -> TraceProbe:
+        primary = event.primary
+        if primary.is_return != spec.is_return:
+            raise self._log(words, "DIFF_PROBE_TYPE", errno.EEXIST, 0)
+        index = compare_arg_types(primary, spec)
+        if index:
+            raise self._log(words, "DIFF_ARG_TYPE", errno.EEXIST, index + 1)
+        if any(is_same_probe(tp.spec, spec) for tp in event.probes):
+            raise self._log(words, "SAME_PROBE", errno.EEXIST, 0)
+        tp = TraceProbe(spec, event)
+        try:
+            self._register(tp)
+        except OSError as exc:
+            raise self._registration_error(exc, words) from None
+        event.probes.append(tp)
+        self.probes.append(tp)
+        return tp
+
+    def _registration_error(self, exc: OSError, words: list[str]) -> OSError:
+        err = exc.errno or errno.EINVAL
+        error_id = {errno.EILSEQ: "BAD_INSN_BNDRY", errno.ENOENT: "BAD_PROBE_ADDR",
+                    errno.ENOMEM: None, errno.EEXIST: None}.get(err, "FAIL_REG_PROBE")
+        if error_id is None:
+            return OSError(err, exc.strerror or "")
+        return self._log(words, error_id, err, 1)
+
+    def _allocate_id(self) -> int:
+        used = {ev.id for ev in self.events.values()}
+        if self._next_id <= _MAX_EVENT_ID:
+            new = self._next_id
+            self._next_id += 1
+            return new
+        for candidate in range(FIRST_EVENT_ID, _MAX_EVENT_ID + 1):
+            if candidate not in used:
+                return candidate
+        raise OSError(errno.ENOMEM, "no free event id")
+
+    def _make_dir(self, name: str, parent: Any) -> Any:
+        return self.create_dir_hook(name, parent) if self.create_dir_hook else None
+
+    def _remove_dir(self, handle: Any) -> None:
+        if self.remove_dir_hook is not None and handle is not None:
+            self.remove_dir_hook(handle)
+
+    # -------------------------------------------------------------- registration
+    def _register(self, tp: TraceProbe) -> None:
+        """Register ``tp`` with the engine, disabled unless its event is enabled.
+
+        A ``MOD:SYM`` probe whose module is absent stays pending (no error).
+        """
+        spec = tp.spec
+        address = self.symbols.address_of(spec)
+        if self.symbols.within_notrace(address):
+            raise OSError(errno.EINVAL, "notrace function")
+        disabled = not tp.event.enabled
+        if spec.symbol is not None:
+            where = dict(symbol_name=spec.symbol_text, offset=spec.offset)
+        else:
+            where = dict(addr=spec.address)
+        if spec.is_return:
+            obj = self._new_kretprobe(where, tp, spec.maxactive or 0)
+            kp = getattr(obj, "kp", None)
+            late_disable = disabled and kp is None
+            if disabled and kp is not None:
+                kp.flags = getattr(kp, "flags", 0) | _KPROBE_FLAG_DISABLED
+            register = self.engine.register_kretprobe
+        else:
+            obj = self._new_kprobe(where, tp, _KPROBE_FLAG_DISABLED if disabled else 0)
+            late_disable = False
+            register = self.engine.register_kprobe
+        try:
+            register(obj)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT and spec.module is not None:
+                tp.engine_probe = obj       # pending: the module is not loaded
+                tp.registered = False
+                return
+            raise
+        if late_disable:
+            self.engine.disable_kretprobe(obj)
+        tp.engine_probe = obj
+        tp.registered = True
+        kp = getattr(obj, "kp", obj)
+        tp.address = int(getattr(kp, "addr", 0) or address or 0)
+
+    def _new_kprobe(self, where: dict, tp: TraceProbe, flags: int):
+        factory = self._kprobe_factory
+        if factory is None:
+            from kprobefs.kprobes import Kprobe as factory
+        return factory(pre_handler=self._kprobe_handler(tp), flags=flags, **where)
+
+    def _new_kretprobe(self, where: dict, tp: TraceProbe, maxactive: int):
+        factory = self._kretprobe_factory
+        if factory is None:
+            from kprobefs.kprobes import Kretprobe as factory
+        return factory(handler=self._kretprobe_handler(tp), maxactive=maxactive, **where)
+
+    def _unregister(self, tp: TraceProbe) -> None:
+        if not tp.registered:
+            return
+        if tp.spec.is_return:
+            self.engine.unregister_kretprobe(tp.engine_probe)
+        else:
+            self.engine.unregister_kprobe(tp.engine_probe)
+        tp.registered = False
+
+    # ------------------------------------------------------------------ deletion
+    def delete(self, spec: DeleteSpec) -> None:
+        """Remove the probes ``spec`` matches (§2.6); ENOENT if none, EBUSY for the last
+        probe of an enabled event (earlier matches stay removed)."""
+        with self.lock:
+            result = errno.ENOENT
+            try:
+                for tp in list(self.probes):
+                    if not spec.matches(tp.spec):
+                        continue
+                    self._release(tp)
+                    result = 0
+            except OSError as exc:
+                result = exc.errno
+            self._reset_if_needed()
+            if result:
+                raise OSError(result, "")
+
+    def release_all(self) -> None:
+        """Delete every kprobe event (O_TRUNC); EBUSY and nothing deleted if any is
+        enabled."""
+        with self.lock:
+            try:
+                if any(ev.enabled for ev in self.events.values()):
+                    raise OSError(errno.EBUSY, "event is enabled")
+                for tp in list(self.probes):
+                    self._release(tp)
+            finally:
+                self._reset_if_needed()
+
+    def _release(self, tp: TraceProbe) -> None:
+        event = tp.event
+        if len(event.probes) == 1:
+            if event.enabled:
+                raise OSError(errno.EBUSY, "event is enabled")
+            self._remove_event(event)
+        self._unregister(tp)
+        self.probes.remove(tp)
+        event.probes.remove(tp)
+
+    def _remove_event(self, event: TraceEvent) -> None:
+        del self.events[(event.group, event.name)]
+        self._remove_dir(event.dir_handle)
+        if event.was_enabled:
+            self._clear_trace = True
+        group = self.groups[event.group]
+        group.events -= 1
+        if not group.events:
+            del self.groups[event.group]
+            self.group_filter_text.pop(event.group, None)
+            self._remove_dir(group.handle)
+
+    def _reset_if_needed(self) -> None:
+        if self._clear_trace:
+            self._clear_trace = False
+            self.buffer.reset()
+
+    # ------------------------------------------------------------------ read-back
+    def probe_lines(self) -> str:
+        """Return the kprobe_events text (one line per probe, creation order)."""
+        with self.lock:
+            return "".join(format_probe(tp.spec) + "\n" for tp in self.probes)
+
+    def profile_text(self) -> str:
+        """Return kprobe_profile: event name, hits and misses per probe."""
+        with self.lock:
+            return "".join(f"  {tp.event.name:<44s} {tp.nhit:15d} {tp.nmissed:15d}\n"
+                           for tp in self.probes)
+
+    def events_newest_first(self) -> list[TraceEvent]:
+        """Return the events in the kernel's list order (newest first)."""
+        with self.lock:
+            return list(reversed(self.events.values()))
+
+    # ================================================================ enable
+    def update_buffers(self) -> None:
+        """Expand the ring buffer to its default size on first use (tracing_update_buffers)."""
+        self.buffer.expand()
+
+    def set_enabled(self, event: TraceEvent, on: bool) -> None:
+        """Enable or disable every probe of ``event``; an enable failure rolls back."""
+        with self.lock:
+            if event.enabled == on:
+                return
+            if on:
+                done = []
+                try:
+                    for tp in event.probes:
+                        if tp.registered:
+                            self._engine_enable(tp, True)
+                            done.append(tp)
+                except OSError:
+                    for tp in done:
+                        self._engine_enable(tp, False)
+                    raise
+                event.enabled = True
+                event.was_enabled = True
+            else:
+                event.enabled = False
+                for tp in event.probes:
+                    if tp.registered:
+                        self._engine_enable(tp, False)
+
+    def _engine_enable(self, tp: TraceProbe, on: bool) -> None:
+        engine = self.engine
+        if tp.spec.is_return:
+            (engine.enable_kretprobe if on else engine.disable_kretprobe)(tp.engine_probe)
+        else:
+            (engine.enable_kprobe if on else engine.disable_kprobe)(tp.engine_probe)
+
+    def set_events_enabled(self, on: bool, *, match: str | None = None,
+                           group: str | None = None, event: str | None = None,
+                           allow_none: bool = False) -> None:
+        """Enable/disable the events selected like ``set_event`` does (``match`` = an
+        event or group name, ``group``/``event`` = exact parts, ``None`` = any).
+
+        Every matching event is changed; the first error is raised afterwards.  No
+        match is EINVAL unless ``allow_none``.
+        """
+        with self.lock:
+            first_error = None
+            matched = False
+            for ev in self.events_newest_first():
+                if match is not None and match != ev.name and match != ev.group:
+                    continue
+                if group is not None and group != ev.group:
+                    continue
+                if event is not None and event != ev.name:
+                    continue
+                matched = True
+                try:
+                    self.set_enabled(ev, on)
+                except OSError as exc:
+                    first_error = first_error or exc
+            if first_error is not None:
+                raise first_error
+            if not matched and not allow_none:
+                raise OSError(errno.EINVAL, "no such event")
+
+    def enable_state(self, group: str | None = None) -> str:
+        """Return ``0``/``1``/``X``/``?`` for the events of ``group`` (or all)."""
+        with self.lock:
+            states = {ev.enabled for ev in self.events.values()
+                      if group is None or ev.group == group}
+        if not states:
+            return "?"
+        if len(states) == 2:
+            return "X"
+        return "1" if True in states else "0"
+
+    # ================================================================ filters
+    def set_filter(self, event: TraceEvent, text: str) -> None:
+        """Apply a write to ``event``'s filter file (trailing blanks already removed)."""
+        with self.lock:
+            if text.strip(" \t\n\v\f\r") == "0":
+                event.filter = None
+                event.filter_text = None
+                return
+            try:
+                event.filter = compile_filter(text, filter_fields(event.record_fields()))
+                event.filter_text = text
+            except FilterParseError as exc:
+                event.filter = None
+                event.filter_text = exc.file_text(text)
+                self.error_log.add("event filter parse error", text, exc.message,
+                                   exc.log_pos)
+                raise OSError(exc.errno, exc.message) from None
+
+    def set_group_filter(self, group: str, text: str) -> None:
+        """Apply a write to ``events/<group>/filter``: every event of the group gets the
+        filter; an event it does not fit gets it disabled with an error shown."""
+        with self.lock:
+            events = [ev for ev in self.events_newest_first() if ev.group == group]
+            if not events:
+                raise OSError(errno.ENODEV, "no events")
+            if text.strip(" \t\n\v\f\r") == "0":
+                for ev in events:
+                    ev.filter = None
+                    ev.filter_text = None
+                self.group_filter_text.pop(group, None)
+                return
+            bad = FilterParseError(errno.EINVAL, FILTER_ERRORS.index(
+                "Couldn't find or set field in one of a subsystem's events"), 0)
+            for ev in events:
+                try:
+                    ev.filter = compile_filter(text, filter_fields(ev.record_fields()))
+                    ev.filter_text = text
+                except FilterParseError:
+                    ev.filter = None
+                    ev.filter_text = bad.file_text(text)
+                    self.error_log.add("event filter parse error", text, bad.message, 0)
+            self.group_filter_text.pop(group, None)
+
+    # ================================================================ buffer control
+    def clear_trace(self) -> None:
+        self.buffer.reset()
+
+    def set_tracing_on(self, on: bool) -> None:
+        with self.lock:
+            self.tracing_on = on
+            self._update_recording()
+
+    def pause(self) -> None:
+        """Stop recording while a ``trace`` reader is open (options/pause-on-trace)."""
+        with self.lock:
+            self._stop_count += 1
+            self._update_recording()
+
+    def unpause(self) -> None:
+        with self.lock:
+            self._stop_count = max(0, self._stop_count - 1)
+            self._update_recording()
+
+    def _update_recording(self) -> None:
+        self.recording = self.tracing_on and not self._stop_count
+
+    def set_option(self, name: str, on: bool) -> None:
+        with self.lock:
+            self.options[name] = on
+            self.stacktrace = self.options["stacktrace"]
+            self.buffer.overwrite = self.options["overwrite"]
+
+    def set_trace_clock(self, name: str) -> None:
+        """Select a trace clock (clears the buffer); EINVAL for an unknown name."""
+        if name not in TRACE_CLOCKS:
+            raise OSError(errno.EINVAL, "unknown clock")
+        with self.lock:
+            self.trace_clock = name
+            if name == "counter":
+                counter = itertools.count(1)
+                self._now = lambda: next(counter)
+            elif name == "uptime":
+                clock = self.clock
+                self._now = lambda: clock() // _JIFFY_NS
+            else:
+                self._now = self.clock
+            self.buffer.reset()
+
+    def set_current_tracer(self, name: str) -> None:
+        if name not in self.available_tracers():
+            raise OSError(errno.EINVAL, "unknown tracer")
+        with self.lock:
+            self.buffer.expand()
+            self.tracer_name = name
+
+    @staticmethod
+    def available_tracers() -> list[str]:
+        return ["nop"]
+
+    def trace_options(self) -> TraceOptions:
+        return TraceOptions(self.options["context-info"], self.options["irq-info"],
+                            self.options["sym-offset"], self.options["sym-addr"],
+                            TRACE_CLOCKS[self.trace_clock])
+
+    # ================================================================ trace_marker
+    def write_marker(self, data: bytes, pid: int, comm: str) -> int:
+        """Record a ``tracing_mark_write`` line; return the bytes taken (at most 1024)."""
+        if not self.options["markers"]:
+            raise OSError(errno.EINVAL, "markers disabled")
+        count = min(len(data), _TRACE_BUF_SIZE)
+        if not self.recording:
+            raise OSError(errno.EBADF, "tracing is off")
+        text = bytes(data[:count])
+        if not text.endswith(b"\n"):
+            text += b"\n"
+        if self.options["record-cmd"]:
+            self.comm_cache.save(pid, comm[:15])
+        self.buffer.write(self._current_cpu(), (self._now(), pid, FLAGS_NONE, PRINT_EVENT,
+                                                text), 16 + count + 2)
+        return count
+
+    def _current_cpu(self) -> int:
+        cpu = getattr(self.kernel, "cpu", None)
+        return cpu.index if cpu is not None else 0
+
+    # ================================================================ the hit path
+    def _kprobe_handler(self, tp: TraceProbe):
+        record = self._recorder(tp, False)
+
+        def pre_handler(kp, regs):
+            tp.nhit += 1
+            if self.recording:
+                record(kp, regs, None)
+            return 0
+        return pre_handler
+
+    def _kretprobe_handler(self, tp: TraceProbe):
+        record = self._recorder(tp, True)
+
+        def handler(ri, regs):
+            tp.nhit += 1
+            if self.recording:
+                record(None, regs, ri)
+            return 0
+        return handler
+
+    def _recorder(self, tp: TraceProbe, is_return: bool):
+        """Return the function that records one hit of ``tp`` (the hot path): fetch the
+        args, filter, save the comm, and commit the record to the current CPU's buffer."""
+        kernel = self.kernel
+        event = tp.event
+        symbols = self.symbols
+        programs = tp.spec.programs
+        fast = _compile_fast_fetch(programs, is_return)
+        names = self.comm_cache.names
+        stale = self.comm_cache.stale
+        save_comm = self.comm_cache.save
+        options = self.options
+        buffer = self.buffer
+        head_size = KRETPROBE_HEADER_SIZE if is_return else KPROBE_HEADER_SIZE
+        int3_flags = FLAGS_INT3 if not is_return else FLAGS_NONE
+
+        def record(kp, regs, ri) -> None:
+            if not event.enabled:
+                return
+            if fast is not None:
+                args = fast(regs)
+            elif programs:
+                args = encode_args(programs, _HitContext(kernel, regs, ri, symbols),
+                                   is_return=is_return)
+            else:
+                args = b""
+            pid = kernel.current_pid()
+            cpu_obj = kernel.cpu
+            cpu = cpu_obj.index if cpu_obj is not None else 0
+            ip = tp.address
+            if ri is not None:
+                ret_ip = ri.ret_addr
+                ip = ip or ri.func
+                flags = FLAGS_NONE
+            else:
+                ret_ip = 0
+                ip = ip or regs.ip - 1
+                flags = FLAGS_NONE if kp.flags & _FAST_FLAGS else int3_flags
+            flt = event.filter
+            if flt is not None:
+                head = (_KRETPROBE_HEAD.pack(ip, ret_ip) if ri is not None
+                        else _KPROBE_HEAD.pack(ip))
+                if not flt.match(_COMMON.pack(event.id & 0xFFFF, 0, 0, pid) + head + args,
+                                 cpu, kernel.current_comm):
+                    return
+            if (pid not in names or pid in stale) and options["record-cmd"]:
+                save_comm(pid, kernel.current_comm())
+            ts = self._now()
+            rec = (ts, pid, flags, event, ip, ret_ip, args)
+            if self.stacktrace:
+                stack = self._unwind(regs, ip if ri is None else 0)
+                buffer.write_many(cpu, ((rec, head_size + len(args)),
+                                        ((ts, pid, flags, STACK_EVENT, stack),
+                                         16 + 8 * len(stack))))
+            else:
+                buffer.write(cpu, rec, head_size + len(args))
+        return record
+
+    def _unwind(self, regs, ip: int, limit: int = 32) -> tuple[int, ...]:
+        """Return a best-effort kernel call chain: ``ip``, then the return addresses
+        found on the stack (text addresses right after a call instruction)."""
+        out = [ip] if ip else []
+        sp = regs.sp & _U64
+        top = (sp | (_THREAD_SIZE - 1)) + 1
+        try:
+            data = self.kernel.read(sp, top - sp)
+        except Exception:
+            return tuple(out)
+        image = self.kernel.image
+        for (value,) in struct.iter_unpack("<Q", data[:len(data) & ~7]):
+            if len(out) >= limit:
+                break
+            if value < _KERNEL_READ_MIN or not self.symbols.is_text(value):
+                continue
+            try:
+                before = image.read(value - 5, 5)
+            except Exception:
+                continue
+            if before[0] == 0xE8 or before[3] == 0xFF or before[2] == 0xFF:
+                out.append(value)
+        return tuple(out)
+
+    # ================================================================ trace text
+    def render(self, pairs: Iterable[tuple[int, tuple]], options: TraceOptions) -> str:
+        """Return the trace lines of (cpu, record) pairs."""
+        cache = self.comm_cache
+        out = []
+        for cpu, rec in pairs:
+            ts, pid, flags, ev = rec[0], rec[1], rec[2], rec[3]
+            out.append(format_context(cache.find(pid), pid, cpu, flags, ts, options))
+            out.append(ev.render(rec, self, options))
+        return "".join(out)
+
+    def trace_header(self, options: TraceOptions, cpu: int | None = None) -> str:
+        entries, written = self.buffer.counts(None)
+        return format_header(self.tracer_name, entries, written, self.nr_cpus, options)
+
+    # ================================================================ misc
+    def set_event_tokens(self, data: bytes) -> int:
+        """Apply a write to ``set_event``: whitespace-separated ``[!][grp:]ev`` tokens."""
+        self.update_buffers()
+        for token in data.decode("latin-1").split():
+            on = not token.startswith("!")
+            if not on:
+                token = token[1:]
+            sub, sep, name = token.partition(":")
+            if sep:
+                group = None if sub in ("", "*") else sub
+                event = None if name in ("", "*") else name
+                self.set_events_enabled(on, group=group, event=event)
+            else:
+                self.set_events_enabled(on, match=token)
+        return len(data)
+
+    def enabled_event_lines(self) -> str:
+        return "".join(f"{ev.group}:{ev.name}\n" for ev in self.events_newest_first()
+                       if ev.enabled)
+
+    def available_event_lines(self) -> str:
+        return "".join(f"{ev.group}:{ev.name}\n" for ev in self.events_newest_first())

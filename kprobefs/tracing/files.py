@@ -1,0 +1,579 @@
+"""The tracefs tree as FUSE-free nodes: one object per file, one per directory.
+
+The FUSE layer mounts :func:`tracing_root` as ``tracing/`` and maps requests onto the
+protocol below; every tracing decision is made here or in :class:`events.Tracer`.
+
+* A directory has ``mode`` and ``children()`` (computed on each call: events come and go).
+* A file has ``mode`` and ``open(flags, pid, comm)``, which returns a handle.  Opening
+  with write access and ``O_TRUNC`` performs the file's "clear" action (REFERENCE.md §1)
+  in ``open`` itself, so its error (``EBUSY``…) fails the open.
+* A handle has ``read(size, offset)`` (content generated once per open file, so any
+  offset/chunking is consistent; ``trace_pipe`` consumes instead), ``write(data, offset)``
+  (one call = one write(2), parsed and applied now; errors raise OSError with Linux's
+  errno), ``release()``, and for ``trace_pipe`` ``wait(timeout) -> bool``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any, Callable, Protocol, runtime_checkable
+
+from kprobefs.tracing.events import OPTION_DEFAULTS, TRACE_CLOCKS, TraceEvent, Tracer
+from kprobefs.tracing.output import TraceOptions
+from kprobefs.tracing.ring_buffer import DEFAULT_BUFFER_BYTES
+
+__all__ = [
+    "TraceNode",
+    "TraceDir",
+    "TraceFile",
+    "FileHandle",
+    "tracing_root",
+    "Directory",
+    "README_TEXT",
+    "HEADER_PAGE",
+    "HEADER_EVENT",
+    "MODE_DIR",
+    "MODE_WRITE",
+    "MODE_READ",
+]
+
+MODE_DIR = 0o750
+MODE_WRITE = 0o640         # TRACE_MODE_WRITE
+MODE_READ = 0o440          # TRACE_MODE_READ
+MODE_WRITE_ONLY = 0o220    # trace_marker
+_PAGE_SIZE = 4096
+_BLANKS = " \t\n\v\f\r"
+
+
+# ------------------------------------------------------------------------ protocol
+
+@runtime_checkable
+class FileHandle(Protocol):
+    def read(self, size: int, offset: int) -> bytes: ...
+    def write(self, data: bytes, offset: int) -> int: ...
+    def release(self) -> None: ...
+
+
+@runtime_checkable
+class TraceFile(Protocol):
+    mode: int
+
+    def open(self, flags: int, pid: int, comm: str) -> FileHandle: ...
+
+
+@runtime_checkable
+class TraceDir(Protocol):
+    mode: int
+
+    def children(self) -> dict[str, "TraceNode"]: ...
+
+
+TraceNode = TraceFile | TraceDir
+
+
+# ------------------------------------------------------------------- number parsing
+
+def _kstrtoul(data: bytes, base: int = 10) -> int:
+    """Parse a control-file number the kernel's way (kstrtoul): optional '+', at most
+    one trailing newline, nothing else; EINVAL when malformed, ERANGE on overflow."""
+    text = data.decode("latin-1")
+    if text.endswith("\n"):
+        text = text[:-1]
+    if text.startswith("+"):
+        text = text[1:]
+    if base == 0:
+        if text[:2] in ("0x", "0X") and len(text) > 2:
+            text, base = text[2:], 16
+        elif text.startswith("0"):
+            base = 8
+        else:
+            base = 10
+    digits = "0123456789abcdef"[:base]
+    if not text or any(c.lower() not in digits for c in text):
+        raise OSError(errno.EINVAL, "invalid number")
+    value = int(text, base)
+    if value >= 1 << 64:
+        raise OSError(errno.ERANGE, "number out of range")
+    return value
+
+
+def _c_string(data: bytes) -> bytes:
+    nul = data.find(b"\0")
+    return data if nul < 0 else data[:nul]
+
+
+def _has_write(flags: int) -> bool:
+    return (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
+
+
+# --------------------------------------------------------------------- generic nodes
+
+class _Handle:
+    """An open file: content made once (at first read), writes applied per call."""
+
+    def __init__(self, produce: Callable[[], str | bytes] | None,
+                 write: Callable[[bytes], int] | None,
+                 release: Callable[[], None] | None = None):
+        self._produce = produce
+        self._write = write
+        self._release = release
+        self._data: bytes | None = None
+
+    def read(self, size: int, offset: int) -> bytes:
+        if self._data is None:
+            if self._produce is None:
+                raise OSError(errno.EINVAL, "not readable")
+            content = self._produce()
+            self._data = content.encode("latin-1", "replace") if isinstance(
+                content, str) else content
+        return self._data[offset:offset + size]
+
+    def write(self, data: bytes, offset: int) -> int:
+        if self._write is None:
+            raise OSError(errno.EINVAL, "not writable")
+        return self._write(bytes(data))
+
+    def release(self) -> None:
+        if self._release is not None:
+            release, self._release = self._release, None
+            release()
+
+
+class _File:
+    """A file made of callables: ``read()`` → text, ``write(data, pid, comm)`` → count,
+    ``trunc()`` for open(O_TRUNC) with write access, ``opened()``/``closed()`` hooks."""
+
+    def __init__(self, mode: int, read: Callable[[], str | bytes] | None = None,
+                 write: Callable[[bytes, int, str], int] | None = None,
+                 trunc: Callable[[], None] | None = None,
+                 produce_at_open: bool = False):
+        self.mode = mode
+        self._read = read
+        self._write = write
+        self._trunc = trunc
+        self._at_open = produce_at_open
+
+    def open(self, flags: int, pid: int, comm: str) -> FileHandle:
+        if _has_write(flags) and flags & os.O_TRUNC and self._trunc is not None:
+            self._trunc()
+        write = self._write
+        handle = _Handle(self._read,
+                         None if write is None else (lambda data: write(data, pid, comm)))
+        if self._at_open and self._read is not None:
+            handle.read(0, 0)
+        return handle
+
+
+class Directory:
+    """A directory whose entries come from ``entries()`` on every call."""
+
+    mode = MODE_DIR
+
+    def __init__(self, entries: Callable[[], dict[str, Any]] | dict[str, Any]):
+        self._entries = entries
+
+    def children(self) -> dict[str, Any]:
+        entries = self._entries
+        return dict(entries() if callable(entries) else entries)
+
+
+def _text_file(produce: Callable[[], str]) -> _File:
+    return _File(MODE_READ, read=produce)
+
+
+# ----------------------------------------------------------------------- fixed texts
+
+HEADER_PAGE = (
+    "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"
+    "\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;\n"
+    "\tfield: int overwrite;\toffset:8;\tsize:1;\tsigned:1;\n"
+    "\tfield: char data;\toffset:16;\tsize:4080;\tsigned:1;\n"
+)
+HEADER_EVENT = (
+    "# compressed entry header\n"
+    "\ttype_len    :    5 bits\n"
+    "\ttime_delta  :   27 bits\n"
+    "\tarray       :   32 bits\n"
+    "\n"
+    "\tpadding     : type == 29\n"
+    "\ttime_extend : type == 30\n"
+    "\ttime_stamp : type == 31\n"
+    "\tdata max type_len  == 28\n"
+)
+TRIGGER_HELP = ("# Available triggers:\n# traceon traceoff snapshot stacktrace enable_event "
+                "disable_event enable_hist disable_hist hist\n")
+_TRIGGER_COMMANDS = ("traceon", "traceoff", "snapshot", "stacktrace", "enable_event",
+                     "disable_event", "enable_hist", "disable_hist", "hist")
+
+# The kprobe part of Linux 6.1's README (byte-exact); uprobe, synthetic and eprobe lines
+# are left out because this tracer does not implement them.
+_README_PROBES = (
+    "  dynamic_events\t\t- Create/append/remove/show the generic dynamic events\n"
+    "\t\t\t  Write into this file to define/undefine new trace events.\n"
+    "  kprobe_events\t\t- Create/append/remove/show the kernel dynamic events\n"
+    "\t\t\t  Write into this file to define/undefine new trace events.\n"
+    "\t  accepts: event-definitions (one definition per line)\n"
+    "\t   Format: p[:[<group>/][<event>]] <place> [<args>]\n"
+    "\t           r[maxactive][:[<group>/][<event>]] <place> [<args>]\n"
+    "\t           -:[<group>/][<event>]\n"
+    "\t    place: [<module>:]<symbol>[+<offset>]|<memaddr>\n"
+    "place (kretprobe): [<module>:]<symbol>[+<offset>]%return|<memaddr>\n"
+    "\t     args: <name>=fetcharg[:type]\n"
+    "\t fetcharg: (%<register>|$<efield>), @<address>, @<symbol>[+|-<offset>],\n"
+    "\t           $stack<index>, $stack, $retval, $comm, $arg<N>,\n"
+    "\t           +|-[u]<offset>(<fetcharg>), \\imm-value, \\\"imm-string\"\n"
+    "\t     type: s8/16/32/64, u8/16/32/64, x8/16/32/64, string, symbol,\n"
+    "\t           b<bit-width>@<bit-offset>/<container-size>, ustring,\n"
+    "\t           symstr, <type>\\[<array-size>\\]\n"
+)
+
+README_TEXT = (
+    "tracing mini-HOWTO:\n\n"
+    "# echo 0 > tracing_on : stop recording into the buffer\n"
+    "# echo 1 > tracing_on : resume recording\n\n"
+    " Files:\n"
+    "  trace\t\t\t- what the buffer holds, read without consuming it\n"
+    "\t\t\t  echo > trace empties the buffer\n"
+    "  trace_pipe\t\t- the same lines, each consumed by the read that returns it\n"
+    "  per_cpu/cpuN/\t\t- trace, trace_pipe and buffer_size_kb of one CPU\n"
+    "  current_tracer\t- the tracer in use\n"
+    "  available_tracers\t- tracers current_tracer accepts\n"
+    "  error_log\t- why recent commands failed (echo > error_log clears it)\n"
+    "  buffer_size_kb\t- size of each CPU's buffer, in KiB\n"
+    "  buffer_total_size_kb  - size of all CPU buffers together\n"
+    "  trace_clock\t\t- the clock that stamps records: local global counter\n"
+    "\t\t\t  uptime perf mono mono_raw boot tai x86-tsc\n"
+    "  trace_marker\t\t- text written here is recorded as a trace line\n"
+    "  options/\t\t- one file per output or recording option (0 or 1)\n"
+    "  available_filter_functions - functions with an ftrace site\n"
+    "  available_events\t- every event as <group>:<event>\n"
+    "  set_event\t\t- write [!]<group>:<event> to enable (disable) events\n"
+    "  kprobe_profile\t- hits and misses of every kprobe event probe\n"
+    "  events/\t\t- enable, filter, format, id of every event, by group\n"
+    + _README_PROBES
+)
+
+
+# ----------------------------------------------------------------------- the tree
+
+def tracing_root(tracer: Tracer) -> Directory:
+    """Return the directory the FUSE layer mounts as ``tracing/``."""
+    return _Root(tracer).directory
+
+
+class _Root:
+    """Builds every node of the tree around one tracer."""
+
+    def __init__(self, tracer: Tracer):
+        self.tracer = tracer
+        t = tracer
+        self.files: dict[str, Any] = {
+            "README": _text_file(lambda: README_TEXT),
+            "kprobe_events": _File(MODE_WRITE, read=t.probe_lines,
+                                   write=lambda d, p, c: t.run_commands(d),
+                                   trunc=t.release_all),
+            "dynamic_events": _File(MODE_WRITE, read=t.probe_lines,
+                                    write=lambda d, p, c: t.run_commands(
+                                        d, dynamic_events=True),
+                                    trunc=t.release_all),
+            "kprobe_profile": _text_file(t.profile_text),
+            "trace": _TraceFile(t, None),
+            "trace_pipe": _TracePipeFile(t, None),
+            "tracing_on": _File(MODE_WRITE, read=lambda: f"{int(t.tracing_on)}\n",
+                                write=self._write_tracing_on),
+            "trace_marker": _File(MODE_WRITE_ONLY,
+                                  write=lambda d, p, c: t.write_marker(d, p, c)),
+            "buffer_size_kb": _File(MODE_WRITE, read=lambda: self._size_text(None),
+                                    write=lambda d, p, c: self._write_size(d, None)),
+            "buffer_total_size_kb": _text_file(self._total_size_text),
+            "trace_clock": _File(MODE_WRITE, read=self._clock_text,
+                                 write=self._write_clock),
+            "current_tracer": _File(MODE_WRITE, read=lambda: f"{t.tracer_name}\n",
+                                    write=self._write_tracer),
+            "available_tracers": _text_file(
+                lambda: " ".join(t.available_tracers()) + "\n"),
+            "available_events": _text_file(t.available_event_lines),
+            "set_event": _File(MODE_WRITE, read=t.enabled_event_lines,
+                               write=lambda d, p, c: t.set_event_tokens(d),
+                               trunc=lambda: t.set_events_enabled(False, allow_none=True)),
+            "error_log": _File(MODE_WRITE, read=t.error_log.text,
+                               write=lambda d, p, c: len(d), trunc=t.error_log.clear),
+            "available_filter_functions": _text_file(
+                lambda: "".join(f"{name}\n" for name in t.symbols.ftrace_functions())),
+            "options": Directory(self._options),
+            "per_cpu": Directory(self._per_cpu),
+            "events": Directory(self._events),
+        }
+        self.directory = Directory(self.files)
+
+    # ---------------------------------------------------------------- small files
+    def _write_tracing_on(self, data: bytes, pid: int, comm: str) -> int:
+        value = _kstrtoul(data, 10)
+        if bool(value) != self.tracer.tracing_on:
+            self.tracer.set_tracing_on(bool(value))
+        return len(data)
+
+    def _size_text(self, cpu: int | None) -> str:
+        buffer = self.tracer.buffer
+        if cpu is not None:
+            return f"{buffer.size_kb(cpu)}\n"
+        sizes = {buffer.size_kb(c) for c in range(buffer.nr_cpus)}
+        if len(sizes) > 1:
+            return "X\n"
+        size = sizes.pop()
+        if not buffer.expanded:
+            return f"{size} (expanded: {DEFAULT_BUFFER_BYTES >> 10})\n"
+        return f"{size}\n"
+
+    def _total_size_text(self) -> str:
+        buffer = self.tracer.buffer
+        total = sum(buffer.size_kb(c) for c in range(buffer.nr_cpus))
+        if not buffer.expanded:
+            return f"{total} (expanded: {(DEFAULT_BUFFER_BYTES >> 10) * buffer.nr_cpus})\n"
+        return f"{total}\n"
+
+    def _write_size(self, data: bytes, cpu: int | None) -> int:
+        kb = _kstrtoul(data, 10)
+        if not kb:
+            raise OSError(errno.EINVAL, "size must be positive")
+        self.tracer.buffer.resize_kb(kb, cpu)
+        return len(data)
+
+    def _clock_text(self) -> str:
+        current = self.tracer.trace_clock
+        return " ".join(f"[{name}]" if name == current else name
+                        for name in TRACE_CLOCKS) + "\n"
+
+    def _write_clock(self, data: bytes, pid: int, comm: str) -> int:
+        name = _c_string(data[:63]).decode("latin-1").strip(_BLANKS)
+        self.tracer.set_trace_clock(name)
+        return len(data)
+
+    def _write_tracer(self, data: bytes, pid: int, comm: str) -> int:
+        name = _c_string(data[:100]).decode("latin-1").strip(_BLANKS)
+        self.tracer.set_current_tracer(name)
+        return len(data)
+
+    # ------------------------------------------------------------------- options
+    def _options(self) -> dict[str, Any]:
+        return {name: _File(MODE_WRITE, read=self._option_reader(name),
+                            write=self._option_writer(name))
+                for name in sorted(OPTION_DEFAULTS)}
+
+    def _option_reader(self, name: str):
+        return lambda: f"{int(self.tracer.options[name])}\n"
+
+    def _option_writer(self, name: str):
+        def write(data: bytes, pid: int, comm: str) -> int:
+            value = _kstrtoul(data, 10)
+            if value not in (0, 1):
+                raise OSError(errno.EINVAL, "option takes 0 or 1")
+            self.tracer.set_option(name, bool(value))
+            return len(data)
+        return write
+
+    # ------------------------------------------------------------------- per_cpu
+    def _per_cpu(self) -> dict[str, Any]:
+        return {f"cpu{cpu}": Directory({
+            "trace": _TraceFile(self.tracer, cpu),
+            "trace_pipe": _TracePipeFile(self.tracer, cpu),
+            "buffer_size_kb": _File(MODE_WRITE, read=self._cpu_size(cpu),
+                                    write=self._cpu_size_writer(cpu)),
+        }) for cpu in range(self.tracer.nr_cpus)}
+
+    def _cpu_size(self, cpu: int):
+        return lambda: self._size_text(cpu)
+
+    def _cpu_size_writer(self, cpu: int):
+        return lambda data, pid, comm: self._write_size(data, cpu)
+
+    # -------------------------------------------------------------------- events
+    def _events(self) -> dict[str, Any]:
+        t = self.tracer
+        entries: dict[str, Any] = {
+            "enable": _File(MODE_WRITE, read=lambda: t.enable_state() + "\n",
+                            write=self._group_enable_writer(None)),
+            "header_page": _text_file(lambda: HEADER_PAGE),
+            "header_event": _text_file(lambda: HEADER_EVENT),
+        }
+        with t.lock:
+            groups = list(t.groups)
+        for group in groups:
+            entries[group] = Directory(self._group_entries(group))
+        return entries
+
+    def _group_enable_writer(self, group: str | None):
+        def write(data: bytes, pid: int, comm: str) -> int:
+            value = _kstrtoul(data, 10)
+            if value not in (0, 1):
+                raise OSError(errno.EINVAL, "enable takes 0 or 1")
+            self.tracer.update_buffers()
+            self.tracer.set_events_enabled(bool(value), group=group,
+                                           allow_none=group is None)
+            return len(data)
+        return write
+
+    def _group_entries(self, group: str):
+        t = self.tracer
+
+        def entries() -> dict[str, Any]:
+            out: dict[str, Any] = {
+                "enable": _File(MODE_WRITE, read=lambda: t.enable_state(group) + "\n",
+                                write=self._group_enable_writer(group)),
+                "filter": _File(MODE_WRITE, read=lambda: self._group_filter_text(group),
+                                write=self._group_filter_writer(group)),
+            }
+            with t.lock:
+                names = [ev.name for ev in t.events.values() if ev.group == group]
+            for name in names:
+                out[name] = Directory(self._event_entries(group, name))
+            return out
+        return entries
+
+    def _group_filter_text(self, group: str) -> str:
+        text = self.tracer.group_filter_text.get(group)
+        if text is not None:
+            return text + "\n"
+        return ("### global filter ###\n"
+                "# Use this to set filters for multiple events.\n"
+                "# Only events with the given fields will be affected.\n"
+                "# If no events are modified, an error message will be displayed here\n")
+
+    def _group_filter_writer(self, group: str):
+        def write(data: bytes, pid: int, comm: str) -> int:
+            if len(data) >= _PAGE_SIZE:
+                raise OSError(errno.EINVAL, "filter too long")
+            text = _c_string(data).decode("latin-1").rstrip(_BLANKS)
+            self.tracer.set_group_filter(group, text)
+            return len(data)
+        return write
+
+    def _event_entries(self, group: str, name: str):
+        def event() -> TraceEvent:
+            ev = self.tracer.events.get((group, name))
+            if ev is None:
+                raise OSError(errno.ENODEV, "event removed")
+            return ev
+
+        def write_enable(data: bytes, pid: int, comm: str) -> int:
+            value = _kstrtoul(data, 10)
+            self.tracer.update_buffers()
+            if value not in (0, 1):
+                raise OSError(errno.EINVAL, "enable takes 0 or 1")
+            self.tracer.set_enabled(event(), bool(value))
+            return len(data)
+
+        def write_filter(data: bytes, pid: int, comm: str) -> int:
+            if len(data) >= _PAGE_SIZE:
+                raise OSError(errno.EINVAL, "filter too long")
+            text = _c_string(data).decode("latin-1").rstrip(_BLANKS)
+            self.tracer.set_filter(event(), text)
+            return len(data)
+
+        def read_filter() -> str:
+            text = event().filter_text
+            return ("none" if text is None else text) + "\n"
+
+        def write_trigger(data: bytes, pid: int, comm: str) -> int:
+            if len(data) >= _PAGE_SIZE:
+                raise OSError(errno.EINVAL, "trigger too long")
+            event()
+            text = _c_string(data).decode("latin-1").strip(_BLANKS)
+            if not text:
+                return len(data)
+            command = text.split(":", 1)[0].split()[0]
+            if command.startswith("!") and command[1:] in _TRIGGER_COMMANDS:
+                return len(data)        # removing a trigger that is not installed
+            raise OSError(errno.EINVAL, "triggers are not supported")
+
+        def entries() -> dict[str, Any]:
+            return {
+                "enable": _File(MODE_WRITE, read=lambda: f"{int(event().enabled)}\n",
+                                write=write_enable),
+                "filter": _File(MODE_WRITE, read=read_filter, write=write_filter),
+                "format": _text_file(lambda: event().format_text()),
+                "id": _text_file(lambda: f"{event().id}\n"),
+                "trigger": _File(MODE_WRITE, read=lambda: TRIGGER_HELP,
+                                 write=write_trigger),
+                "hist": _text_file(lambda: ""),
+            }
+        return entries
+
+
+# ------------------------------------------------------------------ trace, trace_pipe
+
+class _TraceFile:
+    """``trace`` (or ``per_cpu/cpuN/trace``): a non-consuming snapshot per open file."""
+
+    mode = MODE_WRITE
+
+    def __init__(self, tracer: Tracer, cpu: int | None):
+        self.tracer = tracer
+        self.cpu = cpu
+
+    def open(self, flags: int, pid: int, comm: str) -> FileHandle:
+        t = self.tracer
+        if _has_write(flags) and flags & os.O_TRUNC:
+            if self.cpu is None:
+                t.clear_trace()
+            else:
+                t.buffer.reset_cpu(self.cpu)
+        readable = (flags & os.O_ACCMODE) != os.O_WRONLY
+        paused = readable and t.options["pause-on-trace"]
+        if paused:
+            t.pause()
+        if not readable:
+            return _Handle(None, lambda data: len(data))
+        options = t.trace_options()
+        header = t.trace_header(options, self.cpu)
+        pairs = t.buffer.snapshot(self.cpu)
+        return _Handle(lambda: header + t.render(pairs, options), lambda data: len(data),
+                       t.unpause if paused else None)
+
+
+class _TracePipeFile:
+    """``trace_pipe``: each record is consumed by exactly one reader."""
+
+    mode = MODE_READ
+
+    def __init__(self, tracer: Tracer, cpu: int | None):
+        self.tracer = tracer
+        self.cpu = cpu
+
+    def open(self, flags: int, pid: int, comm: str) -> FileHandle:
+        return _TracePipeHandle(self.tracer, self.cpu)
+
+
+class _TracePipeHandle:
+    def __init__(self, tracer: Tracer, cpu: int | None):
+        self.tracer = tracer
+        self.cpu = cpu
+        self._pending = b""
+        self._options: TraceOptions = tracer.trace_options()
+
+    def read(self, size: int, offset: int) -> bytes:
+        """Return up to ``size`` bytes of consumed records, ``b""`` when none is there.
+
+        Text of a record that does not fit stays with this handle for the next read.
+        """
+        t = self.tracer
+        while len(self._pending) < size:
+            pairs = t.buffer.consume(self.cpu, limit=max(1, (size - len(self._pending)) // 80))
+            if not pairs:
+                break
+            self._pending += t.render(pairs, self._options).encode("utf-8", "replace")
+        out, self._pending = self._pending[:size], self._pending[size:]
+        return out
+
+    def write(self, data: bytes, offset: int) -> int:
+        raise OSError(errno.EINVAL, "trace_pipe is read-only")
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a record can be read (True) or ``timeout`` seconds pass (False)."""
+        if self._pending:
+            return True
+        return self.tracer.buffer.wait(timeout, self.cpu)
+
+    def release(self) -> None:
+        self._pending = b""
