@@ -430,6 +430,11 @@ class Kernel:
         return 0
 
     def _hc_clock(self):
+        return self.clock_ns()
+
+    def clock_ns(self) -> int:
+        """Nanoseconds since boot: the kernel's clock (ktime_get_ns), also trace_clock's
+        `local`."""
         return time.monotonic_ns() - self._boot_ns
 
     def _hc_console(self):
@@ -467,7 +472,8 @@ class Kernel:
             self._drive(lambda: any(c.state == "idle" for c in self.cpus), timeout)
             cpu = next(c for c in self.cpus if c.state == "idle")
             slot = cpu.gs_base + self.kabi["pcpu.upcall"]
-            values = [a & _U64 for a in args] + [0] * (6 - len(args))
+            values = self._kernel_args(args, self._host_scratch + 0x8000 * (1 + cpu.index))
+            values += [0] * (6 - len(values))
             self.mem.write(slot, struct.pack("<7Q", func, *values))
             self._upcall_results.pop(cpu.index, None)
             cpu.resume_rax = abi.IDLE_UPCALL
@@ -719,16 +725,7 @@ class Kernel:
         try:
             scratch = self._host_scratch + self._scratch_depth * 0x1000
             self._scratch_depth += 1
-            values, cursor = [], scratch
-            for a in args:
-                if isinstance(a, str):
-                    a = a.encode() + b"\0"
-                if isinstance(a, (bytes, bytearray)):
-                    self.mem.write(cursor, bytes(a))
-                    values.append(cursor)
-                    cursor += (len(a) + 15) & ~15
-                else:
-                    values.append(a & _U64)
+            values = self._kernel_args(args, scratch)
             for reg, v in zip((UC_X86_REG_RDI, UC_X86_REG_RSI, UC_X86_REG_RDX,
                                UC_X86_REG_RCX, UC_X86_REG_R8, UC_X86_REG_R9), values):
                 fast.set(reg, v)
@@ -740,6 +737,28 @@ class Kernel:
         finally:
             self._scratch_depth -= 1
             uc.context_restore(saved)
+
+    def _kernel_args(self, args, scratch: int) -> list[int]:
+        """Register values for a kernel call: str/bytes copied to kernel scratch memory
+        at scratch (NUL added to str), ints as they are."""
+        values, cursor = [], scratch
+        for a in args:
+            if isinstance(a, str):
+                a = a.encode() + b"\0"
+            if isinstance(a, (bytes, bytearray)):
+                self.mem.write(cursor, bytes(a))
+                values.append(cursor)
+                cursor += (len(a) + 15) & ~15
+            else:
+                values.append(a & _U64)
+        return values
+
+    def run_function(self, func: int | str, *args) -> int:
+        """Call a kernel function wherever the caller is: on the current CPU from inside
+        the emulation (call), else on an idle CPU (upcall)."""
+        if self._in_emulation:
+            return self.call(func, *args)
+        return self.upcall(func, *args)
 
     def hook_code(self, begin: int, end: int, callback: Callable) -> int:
         """Run callback(kernel, address) before each instruction in [begin, end]."""

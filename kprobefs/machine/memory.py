@@ -121,6 +121,7 @@ class AddressSpace:
     # ---- translation --------------------------------------------------------------------
     def translate(self, va: int) -> int:
         """Physical address of va; raises FaultError if unmapped."""
+        va &= 0xFFFFFFFFFFFFFFFF
         pa = self._pages.get(va >> 12)
         if pa is not None:
             return pa | (va & 0xFFF)
@@ -137,6 +138,7 @@ class AddressSpace:
 
     def read(self, va: int, size: int) -> bytes:
         """Read size bytes at a virtual address (may span pages)."""
+        va &= 0xFFFFFFFFFFFFFFFF
         pa = self.translate(va)
         if (va & 0xFFF) + size <= PAGE:
             return self.ram[pa:pa + size]
@@ -151,6 +153,7 @@ class AddressSpace:
 
     def write(self, va: int, data: bytes) -> None:
         """Write bytes at a virtual address, ignoring page protections (as the host)."""
+        va &= 0xFFFFFFFFFFFFFFFF
         mv = memoryview(data)
         while mv:
             pa = self.translate(va)

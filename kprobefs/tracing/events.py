@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import itertools
+import operator
 import struct
 import threading
 import time
@@ -262,10 +263,9 @@ class _HitContext:
 
 
 _FAST_FLAGS = _KPROBE_FLAG_FTRACE | _KPROBE_FLAG_OPTIMIZED
-_FAST_SOURCES = {FetchReg: lambda insn: f"regs.{insn.name}",
-                 FetchStackPointer: lambda insn: "regs.sp",
-                 FetchRetval: lambda insn: "regs.ax",
-                 FetchImm: lambda insn: str(insn.value & _U64)}
+_FAST_REGS = {FetchReg: lambda insn: insn.name,
+              FetchStackPointer: lambda insn: "sp",
+              FetchRetval: lambda insn: "ax"}
 _ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
 _PACK_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
 
@@ -273,28 +273,47 @@ _PACK_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
 def _compile_fast_fetch(programs: Sequence, is_return: bool):
     """Return ``f(regs) -> bytes`` equal to ``encode_args(programs, ...)`` when every
     program is a register/immediate/argument load stored raw (the common case), else
-    ``None``.  The function is generated once per probe: the hit runs one expression."""
+    ``None``.  Built once per probe from a fixed attribute getter (register names come
+    from the parser's whitelist; nothing is evaluated)."""
     if not programs:
         return None
-    exprs = []
-    codes = []
-    for program in programs:
+    names, masks, codes, immediates = [], [], [], {}
+    for i, program in enumerate(programs):
         insns = program.insns
         if program.count or len(insns) != 2 or type(insns[1]) is not StoreRaw:
             return None
         source = insns[0]
+        mask = (1 << (8 * insns[1].size)) - 1
         if type(source) is FetchArg and source.index < len(_ARG_REGS):
-            text = f"regs.{_ARG_REGS[source.index]}"
-        elif type(source) in _FAST_SOURCES:
-            text = _FAST_SOURCES[type(source)](source)
+            names.append(_ARG_REGS[source.index])
+        elif type(source) in _FAST_REGS:
+            names.append(_FAST_REGS[type(source)](source))
+        elif type(source) is FetchImm:
+            immediates[i] = source.value & mask
+            names.append(None)
         else:
             return None
-        size = insns[1].size
-        exprs.append(f"({text}) & {(1 << (8 * size)) - 1:#x}")
-        codes.append(_PACK_CODES[size])
-    namespace = {"pack": struct.Struct("<" + "".join(codes)).pack}
-    exec(f"def fetch(regs):\n    return pack({', '.join(exprs)})\n", namespace)
-    return namespace["fetch"]
+        masks.append(mask)
+        codes.append(_PACK_CODES[insns[1].size])
+    pack = struct.Struct("<" + "".join(codes)).pack
+    regs_needed = [n for n in names if n is not None]
+    if not regs_needed:
+        record = pack(*(immediates[i] for i in range(len(names))))
+        return lambda regs: record
+    getter = operator.attrgetter(*regs_needed)
+    if immediates or len(regs_needed) == 1:
+        def fetch(regs):
+            values = getter(regs)
+            if len(regs_needed) == 1:
+                values = (values,)
+            it = iter(values)
+            return pack(*(immediates[i] if n is None else next(it) & masks[i]
+                          for i, n in enumerate(names)))
+        return fetch
+
+    def fetch_regs(regs):
+        return pack(*map(int.__and__, getter(regs), masks))
+    return fetch_regs
 
 
 def _canonical(addr: int) -> bool:

@@ -762,7 +762,7 @@ SYSCALL_DECL(mkdir)
 	return do_mkdirat(AT_FDCWD, getname((const char __user *)regs->di), (umode_t)regs->si);
 }
 
-int vfs_symlink(struct user_namespace *mnt_userns, struct inode *dir, struct dentry *dentry,
+noinline int vfs_symlink(struct user_namespace *mnt_userns, struct inode *dir, struct dentry *dentry,
 		const char *oldname)
 {
 	int error = may_create(dir, dentry);

@@ -166,7 +166,7 @@ static inline struct open_how build_open_how(int flags, umode_t mode)
 	return how;
 }
 
-long do_sys_open(int dfd, const char __user *filename, int flags, umode_t mode)
+noinline long do_sys_open(int dfd, const char __user *filename, int flags, umode_t mode)
 {
 	struct open_how how = build_open_how(flags, mode);
 

@@ -1,0 +1,7 @@
+"""``python -m kprobefs`` is the ``kprobefs`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

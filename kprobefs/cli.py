@@ -1,0 +1,242 @@
+"""The command line: ``kprobefs mount [MOUNTPOINT]`` and ``kprobefs umount [MOUNTPOINT]``.
+
+``mount`` returns once every file is ready: it forks, the child boots the kernel and
+serves, and the parent waits on a readiness pipe, then exits 0 (or non-zero with a
+one-line reason).  ``--foreground`` serves in the calling process (for systemd, which
+hears READY=1 on $NOTIFY_SOCKET).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from typing import Callable, Sequence
+
+from .daemon import (
+    DEFAULT_MOUNTPOINT, Daemon, StartupError, check_fuse, is_stale_mount,
+    prepare_mountpoint, unmount,
+)
+
+__all__ = ["main", "build_parser"]
+
+log = logging.getLogger("kprobefs")
+
+LOG_FORMAT = "%(asctime)s kprobefs[%(process)d] %(levelname)s %(name)s: %(message)s"
+
+
+def _positive_rate(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("the rate cannot be negative")
+    return value
+
+
+def _cpus(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 8:
+        raise argparse.ArgumentTypeError("between 1 and 8 CPUs")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kprobefs",
+        description="Serve the debugfs/tracefs/proc files of an emulated kernel (with "
+                    "its kprobes engine and tracer) as a FUSE filesystem.")
+    parser.add_argument("--log-level", default=None,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                        type=str.upper,
+                        help="log threshold (logs go to stderr; default INFO with "
+                             "--foreground, else WARNING)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    m = sub.add_parser("mount", help="boot the kernel and mount its files",
+                       description="Boot the emulated kernel and mount MOUNTPOINT/"
+                                   "{kprobes,tracing,proc}.  Returns once every file is "
+                                   "ready, unless --foreground.")
+    m.add_argument("mountpoint", nargs="?", default=DEFAULT_MOUNTPOINT,
+                   help=f"where to mount (default {DEFAULT_MOUNTPOINT}, created if missing)")
+    m.add_argument("-f", "--foreground", action="store_true",
+                   help="serve in this process (systemd: Type=notify)")
+    m.add_argument("--cpus", type=_cpus, default=2, metavar="N",
+                   help="virtual CPUs (1-8, default 2)")
+    m.add_argument("--workload", type=_positive_rate, default=0.0, metavar="RATE",
+                   help="background operations per second (default 0: none)")
+    m.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed for the machine and the workload (default 0)")
+    m.add_argument("--allow-other", action="store_true",
+                   help="let users other than root use the mount (modes still apply)")
+    m.add_argument("--log-file", metavar="PATH",
+                   help="where a daemonized server logs once it is ready (default: "
+                        "nowhere; with --foreground logs stay on stderr)")
+    m.add_argument("--log-level", dest="sub_log_level", default=None,
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                   type=str.upper, help="log threshold (same as before the command)")
+
+    u = sub.add_parser("umount", help="unmount a kprobefs mount",
+                       description="Unmount MOUNTPOINT; the daemon then exits.  A stale "
+                                   "mount left by a killed daemon is cleaned too.")
+    u.add_argument("mountpoint", nargs="?", default=DEFAULT_MOUNTPOINT,
+                   help=f"the mount point (default {DEFAULT_MOUNTPOINT})")
+    u.add_argument("--log-level", dest="sub_log_level", default=None,
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                   type=str.upper, help="log threshold")
+    return parser
+
+
+def _setup_logging(level: str) -> None:
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+def _fail(reason: str) -> int:
+    print(f"kprobefs: {reason}", file=sys.stderr)
+    return 1
+
+
+# ==== mount ===============================================================================
+def _make_daemon(args, factories) -> Daemon:
+    return Daemon(args.mountpoint, cpus=args.cpus, seed=args.seed,
+                  workload_rate=args.workload, allow_other=args.allow_other, **factories)
+
+
+def _mount_foreground(args, factories) -> int:
+    try:
+        check_fuse()
+        args.mountpoint = prepare_mountpoint(args.mountpoint)
+        daemon = _make_daemon(args, factories)
+        daemon.boot()
+        daemon.serve()
+    except StartupError as e:
+        return _fail(str(e))
+    return 0
+
+
+def _detach_output(log_file: str | None) -> None:
+    """Points stdout/stderr away from whatever the parent's caller gave us (a pipe held
+    open by the daemon would keep that caller waiting)."""
+    target = os.open(log_file or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    os.dup2(target, 1)
+    os.dup2(target, 2)
+    os.close(target)
+
+
+def _mount_daemon(args, factories) -> int:
+    try:
+        check_fuse()
+        args.mountpoint = prepare_mountpoint(args.mountpoint)
+    except StartupError as e:
+        return _fail(str(e))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        return _wait_for_child(pid, read_end, args.mountpoint)
+
+    # The child: a new session, no terminal, then boot and serve.
+    os.close(read_end)
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    status = 1
+    report = _Reporter(write_end)
+    try:
+        daemon = _make_daemon(args, factories)
+        daemon.on_ready = lambda: (report.send("OK\n"), _detach_output(args.log_file))
+        daemon.on_failure = lambda reason: report.send(f"ERR {reason}\n")
+        daemon.boot()
+        daemon.serve()
+        status = 0
+    except StartupError as e:
+        report.send(f"ERR {e}\n")
+    except BaseException as e:  # noqa: BLE001 - the parent must hear why
+        log.exception("the daemon failed")
+        report.send(f"ERR {type(e).__name__}: {e}\n")
+    finally:
+        report.send("ERR the daemon stopped before the filesystem was ready\n")
+        os._exit(status)
+
+
+class _Reporter:
+    """The child's end of the readiness pipe: the first message wins."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def send(self, message: str) -> None:
+        if self.fd is None:
+            return
+        fd, self.fd = self.fd, None
+        try:
+            os.write(fd, message.encode())
+        except OSError:
+            pass
+        os.close(fd)
+
+
+def _wait_for_child(pid: int, read_end: int, mountpoint: str) -> int:
+    data = b""
+    while True:
+        chunk = os.read(read_end, 4096)
+        if not chunk:
+            break
+        data += chunk
+    os.close(read_end)
+    message = data.decode(errors="replace").strip()
+    if message == "OK":
+        return 0
+    # The child is on its way out (or wedged): collect it if it ended.
+    for _ in range(50):
+        done, _status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.02)
+    reason = message[4:] if message.startswith("ERR ") else (
+        message or "the daemon exited during startup")
+    return _fail(reason)
+
+
+# ==== umount ==============================================================================
+def _umount(args) -> int:
+    path = os.path.abspath(args.mountpoint)
+    if is_stale_mount(path):
+        if unmount(path, lazy=True):
+            print(f"{path}: cleaned a stale mount", file=sys.stderr)
+            return 0
+        return _fail(f"{path}: cannot clean the stale mount")
+    if not os.path.ismount(path):
+        return _fail(f"{path}: not mounted")
+    if not unmount(path):
+        return _fail(f"{path}: cannot unmount (busy?); try: umount -l {path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, kernel_factory: Callable | None = None,
+         tracer_factory: Callable | None = None) -> int:
+    """The CLI; returns the exit status.  The factories replace the bundled kernel and
+    plug in a tracer (see :class:`~kprobefs.daemon.Daemon`)."""
+    args = build_parser().parse_args(argv)
+    factories = dict(kernel_factory=kernel_factory, tracer_factory=tracer_factory)
+    default = "INFO" if getattr(args, "foreground", False) else "WARNING"
+    _setup_logging(args.sub_log_level or args.log_level or default)
+    if args.command == "umount":
+        return _umount(args)
+    if args.foreground:
+        return _mount_foreground(args, factories)
+    return _mount_daemon(args, factories)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

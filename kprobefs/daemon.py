@@ -1,0 +1,310 @@
+"""Wiring and lifecycle: boot the kernel, build the tree, mount, serve, unmount.
+
+Order matters (STYLE habit 9): the process forks (when it daemonizes) before anything
+starts a thread; the kernel boots in the serving process; the daemon's threads (machine
+driver, workload pump, reaper, readiness probe) start in FUSE's init(), which runs in a
+libfuse worker thread with signals blocked, so SIGTERM/SIGINT reach libfuse's handler in
+the main thread and end the loop, which unmounts.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from typing import Callable
+
+from .fs.gateway import Gateway
+from .fs.tree import build_tree
+
+__all__ = ["Daemon", "StartupError", "make_tracer", "sd_notify", "check_fuse", "prepare_mountpoint",
+           "unmount", "is_stale_mount", "DEFAULT_MOUNTPOINT"]
+
+log = logging.getLogger("kprobefs.daemon")
+
+DEFAULT_MOUNTPOINT = "/run/kprobefs"
+
+
+class StartupError(Exception):
+    """The daemon cannot start; the message is the one-line reason shown to the user."""
+
+
+# ==== sd_notify ===========================================================================
+def sd_notify(state: str, environ=os.environ) -> bool:
+    """Sends state (``READY=1``, ``STOPPING=1``, …) to the service manager over the
+    AF_UNIX datagram socket in $NOTIFY_SOCKET (``@name`` is an abstract socket).  Returns
+    False when there is no socket to tell or the send failed."""
+    address = environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    elif not address.startswith("/"):
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+            s.connect(address)
+            s.sendall(state.encode())
+        return True
+    except OSError as e:
+        log.warning("sd_notify(%s) failed: %s", state, e)
+        return False
+
+
+# ==== environment and mount point =========================================================
+def check_fuse() -> None:
+    """Raises StartupError when FUSE cannot work here (no /dev/fuse, no libfuse2)."""
+    if not os.path.exists("/dev/fuse"):
+        raise StartupError("/dev/fuse is missing: load the fuse module (modprobe fuse) or "
+                           "give the container the device (--device /dev/fuse)")
+    try:
+        import fuse  # fusepy loads libfuse.so.2 on import
+    except ImportError as e:
+        raise StartupError("fusepy is missing: pip install fusepy") from e
+    except OSError as e:
+        raise StartupError("libfuse2 is missing: apt-get install fuse libfuse2") from e
+    del fuse
+
+
+def is_stale_mount(path: str) -> bool:
+    """Whether path is a FUSE mount whose daemon is gone (stat fails with ENOTCONN)."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno == errno.ENOTCONN
+    return False
+
+
+def _run_quietly(argv: list[str]) -> bool:
+    if shutil.which(argv[0]) is None:
+        return False
+    return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def unmount(path: str, lazy: bool = False) -> bool:
+    """Unmounts a FUSE mount (fusermount, else umount); True on success."""
+    if lazy:
+        return _run_quietly(["fusermount", "-u", "-z", path]) or \
+            _run_quietly(["umount", "-l", path])
+    return _run_quietly(["fusermount", "-u", path]) or _run_quietly(["umount", path])
+
+
+def prepare_mountpoint(path: str) -> str:
+    """Makes path ready to mount on: cleans a stale mount a killed daemon left, creates
+    the directory if missing.  Returns the absolute path; StartupError when it is busy or
+    unusable."""
+    path = os.path.abspath(path)
+    if is_stale_mount(path):
+        log.warning("%s: cleaning a stale mount left by a daemon that died", path)
+        if not unmount(path, lazy=True) or is_stale_mount(path):
+            raise StartupError(f"{path}: a stale mount is there and cannot be unmounted")
+    if os.path.ismount(path):
+        raise StartupError(f"{path}: mount point busy (something is mounted there)")
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise StartupError(f"{path}: not a directory")
+    try:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    except OSError as e:
+        raise StartupError(f"{path}: cannot create the mount point: {e.strerror}") from e
+    return path
+
+
+# ==== the daemon ==========================================================================
+def _boot_kernel(cpus: int, seed: int):
+    """The bundled kernel with its kprobes engine (kprobefs.system)."""
+    from .system import Kernel
+    return Kernel(cpus=cpus, seed=seed)
+
+
+def _kernel_engine(kernel):
+    """The engine the booted kernel carries (``kernel.kprobes``), if any."""
+    return getattr(kernel, "kprobes", None)
+
+
+def make_tracer(kernel, engine):
+    """The kprobe-event tracer over the engine, its event directories made in the
+    emulated kernel by tracefs_create_dir()/tracefs_remove() (called from inside the
+    hypercall that runs the kprobe_events write), as Linux's trace_events code does.
+    None without an engine."""
+    if engine is None:
+        return None
+    from .tracing import Tracer
+
+    def create_dir(name: str, parent):
+        return kernel.call("tracefs_create_dir", name, parent or 0) or None
+
+    def remove_dir(dentry) -> None:
+        if dentry:
+            kernel.call("tracefs_remove", dentry)
+
+    return Tracer(engine, kernel, create_dir_hook=create_dir, remove_dir_hook=remove_dir)
+
+
+class Daemon:
+    """One mounted kprobefs.
+
+    ``kernel_factory(cpus, seed)`` boots the kernel (default: the bundled image with its
+    engine, kprobefs.system); ``engine_factory(kernel)`` (default: ``kernel.kprobes``)
+    and ``tracer_factory(kernel, engine)`` (default: :func:`make_tracer`) are the hook
+    points for the kprobes engine and the tracer: ``kprobes/``, ``tracing/`` files and
+    ``proc/sys/debug`` are served only when they exist (see
+    :func:`~kprobefs.fs.tree.build_tree`).
+    ``on_ready`` runs once the mounted filesystem answers; ``on_failure(reason)`` when
+    serving could not start.
+    """
+
+    DRIVER_IDLE_SLEEP = 0.01
+    PUMP_INTERVAL = 0.02
+    REAP_INTERVAL = 2.0
+    READY_TIMEOUT = 60.0
+
+    def __init__(self, mountpoint: str = DEFAULT_MOUNTPOINT, cpus: int = 2, seed: int = 0,
+                 workload_rate: float = 0.0, allow_other: bool = False,
+                 kernel_factory: Callable | None = None,
+                 engine_factory: Callable | None = None,
+                 tracer_factory: Callable | None = None,
+                 request_timeout: float = 30.0):
+        self.mountpoint = os.path.abspath(mountpoint)
+        self.cpus = cpus
+        self.seed = seed
+        self.workload_rate = workload_rate
+        self.allow_other = allow_other
+        self.request_timeout = request_timeout
+        self._kernel_factory = kernel_factory or _boot_kernel
+        self._engine_factory = engine_factory or _kernel_engine
+        self._tracer_factory = tracer_factory or make_tracer
+        self.kernel = None
+        self.hostfs = None
+        self.gateway: Gateway | None = None
+        self.workload = None
+        self.on_ready: Callable[[], None] = lambda: None
+        self.on_failure: Callable[[str], None] = lambda reason: None
+        self.ready = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ---- setup ----------------------------------------------------------------------
+    def boot(self) -> None:
+        """Boots the kernel and builds the layers.  No threads start here."""
+        try:
+            self.kernel = self._kernel_factory(self.cpus, self.seed)
+        except Exception as e:
+            log.exception("kernel boot failed")
+            raise StartupError(f"cannot boot the emulated kernel: {e}") from e
+        engine = self._engine_factory(self.kernel) if self._engine_factory else None
+        tracer = (self._tracer_factory(self.kernel, engine)
+                  if self._tracer_factory else None)
+        self.hostfs = build_tree(self.kernel, engine=engine, tracer=tracer)
+        self.kernel.hostfs = self.hostfs
+        self.gateway = Gateway(self.kernel, self.hostfs, timeout=self.request_timeout)
+
+    def serve(self) -> None:
+        """Mounts and serves in the calling (main) thread until unmounted or signalled."""
+        from .fs import fuse_ops
+        ops = fuse_ops.KprobeFS(self.gateway, on_init=self._start, on_destroy=self._shutdown)
+        log.info("mounting on %s", self.mountpoint)
+        try:
+            fuse_ops.mount(ops, self.mountpoint, allow_other=self.allow_other)
+        except RuntimeError as e:
+            if not self.ready.is_set():
+                raise StartupError(f"{self.mountpoint}: mount failed (libfuse status {e})")
+            raise
+        finally:
+            self._shutdown()
+        log.info("unmounted %s", self.mountpoint)
+
+    # ---- threads (started from FUSE's init) -----------------------------------------
+    def _spawn_thread(self, name: str, target: Callable) -> None:
+        t = threading.Thread(target=target, name=f"kprobefs-{name}", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _start(self) -> None:
+        self._spawn_thread("driver", self._drive)
+        self._spawn_thread("reaper", self._reap)
+        if self.workload_rate > 0:
+            self._spawn_thread("workload", self._pump)
+        self._spawn_thread("ready", self._probe_ready)
+
+    def _drive(self) -> None:
+        """Runs the machine whenever a CPU has work nobody else is driving (workload
+        calls in flight, wake-ups)."""
+        kernel = self.kernel
+        while not self._stop.is_set():
+            try:
+                if kernel.runnable():
+                    with kernel.lock:
+                        kernel.run_slice()
+                    continue
+            except Exception:
+                log.exception("the machine stopped")
+                return
+            self._stop.wait(self.DRIVER_IDLE_SLEEP)
+
+    def _pump(self) -> None:
+        from .machine.workload import Workload
+        try:
+            self.workload = Workload(self.kernel, seed=self.seed, rate=self.workload_rate)
+        except Exception:
+            log.exception("the workload could not start")
+            return
+        while not self._stop.wait(self.PUMP_INTERVAL):
+            with self.kernel.lock:
+                self.workload.pump()
+
+    def _reap(self) -> None:
+        while not self._stop.wait(self.REAP_INTERVAL):
+            try:
+                n = self.gateway.reap()
+                if n:
+                    log.debug("reaped %d task(s) of exited host processes", n)
+            except Exception:
+                log.exception("reaping failed")
+
+    def _probe_ready(self) -> None:
+        """Announces readiness once the mount answers: its root and every top-level
+        entry can be stat'ed (each is a request through the whole stack)."""
+        deadline = time.monotonic() + self.READY_TIMEOUT
+        while not self._stop.is_set():
+            try:
+                names = os.listdir(self.mountpoint)
+                for name in names:
+                    os.stat(os.path.join(self.mountpoint, name))
+                break
+            except OSError as e:
+                if time.monotonic() > deadline:
+                    reason = f"{self.mountpoint}: the filesystem does not answer ({e})"
+                    log.error("%s", reason)
+                    self.on_failure(reason)
+                    return
+                time.sleep(0.05)
+        else:
+            return
+        log.info("ready: %s serves %s", self.mountpoint, ", ".join(sorted(names)) or "-")
+        self.ready.set()
+        sd_notify("READY=1\nSTATUS=serving " + self.mountpoint)
+        self.on_ready()
+
+    # ---- shutdown -------------------------------------------------------------------
+    def _shutdown(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        sd_notify("STOPPING=1")
+        log.info("stopping")
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=5)
+        if self.gateway is not None:
+            try:
+                self.gateway.close()
+            except Exception:
+                log.exception("ending the tasks of host processes failed")
+        if self.hostfs is not None:
+            self.hostfs.release_all()

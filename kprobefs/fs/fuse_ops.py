@@ -1,0 +1,194 @@
+"""The FUSE adapter: the only module that imports fusepy.  It turns fusepy's calls into
+:class:`~kprobefs.fs.gateway.Gateway` requests and picks each errno on purpose.
+
+* every file reports size 0, so each open sets ``direct_io`` (reads go to the daemon);
+* ``O_TRUNC`` arrives in open() (``atomic_o_trunc``); a separate truncate to 0 is the same
+  "clear" action;
+* one write(2) is one request (``big_writes``, ``max_write``), so a command is never split;
+* modes come from the emulated kernel (tracefs: files 0640/0440, dirs 0750), always owned
+  by root; the source is ``debugfs`` (REFERENCE §10.1);
+* errno: what the emulated kernel returned; ENOENT for unknown paths; EISDIR/EINVAL for
+  writes to directories; EIO with the cause logged for anything unexpected.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import time
+from typing import Callable
+
+import fuse
+
+from .gateway import Caller, Gateway
+
+__all__ = ["KprobeFS", "mount", "fuse_options"]
+
+log = logging.getLogger("kprobefs.fs.fuse")
+
+#: libfuse2 reads requests into max_write-sized buffers; Linux caps a FUSE request at
+#: 32 pages (128 KiB) unless max_pages is negotiated, which libfuse2 cannot.
+MAX_WRITE = 128 * 1024
+
+
+def fuse_options(allow_other: bool = False) -> dict:
+    """The mount options (fusepy keyword arguments)."""
+    opts = dict(fsname="debugfs", subtype="kprobefs", atomic_o_trunc=True, big_writes=True,
+                max_write=MAX_WRITE, default_permissions=True, attr_timeout=0,
+                entry_timeout=0, negative_timeout=0)
+    if allow_other:
+        opts["allow_other"] = True
+    return opts
+
+
+def _caller() -> Caller:
+    uid, gid, pid = fuse.fuse_get_context()
+    return Caller(pid, uid, gid)
+
+
+class KprobeFS(fuse.Operations):
+    """fusepy operations over a gateway.  ``on_init`` runs in FUSE's init() (where the
+    daemon starts its threads, after any fork), ``on_destroy`` in destroy()."""
+
+    use_ns = True
+
+    def __init__(self, gateway: Gateway, on_init: Callable[[], None] | None = None,
+                 on_destroy: Callable[[], None] | None = None):
+        self.gateway = gateway
+        self._on_init = on_init
+        self._on_destroy = on_destroy
+        self._mounted_at = time.time_ns()
+
+    def __call__(self, op, *args):
+        """Dispatches one operation: OSError keeps its errno, anything else is EIO with
+        the traceback logged (fusepy itself would answer EINVAL)."""
+        try:
+            return super().__call__(op, *args)
+        except fuse.FuseOSError:
+            raise
+        except OSError as e:
+            if isinstance(e.errno, int) and e.errno > 0:
+                raise fuse.FuseOSError(e.errno) from e
+            log.error("%s%r failed: %r", op, args[:1], e)
+            raise fuse.FuseOSError(errno.EIO) from e
+        except Exception as e:
+            log.exception("%s%r failed", op, args[:1])
+            raise fuse.FuseOSError(errno.EIO) from e
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def init(self, path):
+        if self._on_init is not None:
+            self._on_init()
+
+    def destroy(self, path):
+        if self._on_destroy is not None:
+            self._on_destroy()
+
+    # ---- attributes and directories ----------------------------------------------------
+    def getattr(self, path, fh=None):
+        a = self.gateway.getattr(path, _caller())
+        mode = a.mode
+        if not stat.S_IFMT(mode):
+            mode |= stat.S_IFREG
+        # hostfs keeps no inodes (each walk looks names up again), so the emulated
+        # kernel's times are those of the last lookup; debugfs files are as old as the
+        # mount, so that is the time reported.
+        t = self._mounted_at
+        return {
+            "st_mode": mode, "st_ino": a.ino, "st_nlink": a.nlink or 1, "st_uid": 0,
+            "st_gid": 0, "st_size": 0, "st_blocks": 0,
+            "st_atime": t, "st_mtime": t, "st_ctime": t,
+        }
+
+    def readdir(self, path, fh):
+        names = [name for name, _mode in self.gateway.readdir(path, _caller())]
+        for dot in ("..", "."):
+            if dot not in names:
+                names.insert(0, dot)
+        return names
+
+    def statfs(self, path):
+        return {"f_bsize": 4096, "f_frsize": 4096, "f_namemax": 255}
+
+    def access(self, path, amode):
+        # default_permissions makes the kernel check modes; only existence is ours.
+        self.gateway.getattr(path, _caller())
+        return 0
+
+    # ---- files -------------------------------------------------------------------------
+    def open(self, path, fi):
+        fi.fh = self.gateway.open(path, fi.flags, _caller())
+        fi.direct_io = 1
+        fi.keep_cache = 0
+        return 0
+
+    def create(self, path, mode, fi):
+        fi.fh = self.gateway.open(path, fi.flags | os.O_CREAT, _caller(), mode & 0o7777)
+        fi.direct_io = 1
+        return 0
+
+    def read(self, path, size, offset, fi):
+        return self.gateway.read(fi.fh, size, offset, _caller())
+
+    def write(self, path, data, offset, fi):
+        return self.gateway.write(fi.fh, data, offset, _caller())
+
+    def truncate(self, path, length, fh=None):
+        if path is None:
+            raise fuse.FuseOSError(errno.EBADF)
+        self.gateway.truncate(path, length, _caller())
+        return 0
+
+    def release(self, path, fi):
+        self.gateway.release(fi.fh)
+        return 0
+
+    def flush(self, path, fi):
+        return 0
+
+    def fsync(self, path, datasync, fi):
+        return 0
+
+    def utimens(self, path, times=None):
+        return 0  # `touch` on a control file: nothing to record
+
+    # ---- the namespace is the kernel's --------------------------------------------------
+    def mkdir(self, path, mode):
+        self.gateway.mkdir(path, mode & 0o7777, _caller())
+        return 0
+
+    def rmdir(self, path):
+        self.gateway.rmdir(path, _caller())
+        return 0
+
+    def unlink(self, path):
+        self.gateway.unlink(path, _caller())
+        return 0
+
+    def chmod(self, path, mode):
+        raise fuse.FuseOSError(errno.EPERM)
+
+    def chown(self, path, uid, gid):
+        raise fuse.FuseOSError(errno.EPERM)
+
+    def rename(self, old, new):
+        raise fuse.FuseOSError(errno.EPERM)
+
+    def symlink(self, target, source):
+        raise fuse.FuseOSError(errno.EPERM)
+
+    def link(self, target, source):
+        raise fuse.FuseOSError(errno.EPERM)
+
+    def mknod(self, path, mode, dev):
+        raise fuse.FuseOSError(errno.EPERM)
+
+
+def mount(operations: KprobeFS, mountpoint: str, allow_other: bool = False,
+          debug: bool = False) -> None:
+    """Mounts and serves until unmounted or signalled (SIGTERM/SIGINT unmount), in the
+    calling thread (multithreaded: trace_pipe readers block)."""
+    fuse.FUSE(operations, mountpoint, raw_fi=True, foreground=True, nothreads=False,
+              debug=debug, **fuse_options(allow_other))

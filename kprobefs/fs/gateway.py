@@ -1,0 +1,496 @@
+"""The syscall gateway: each filesystem request of a host process runs as a system call of
+the emulated kernel, made by a task with that process's pid and comm.  No FUSE here.
+
+A pid seen for the first time becomes a task through ``kernel.spawn(comm, pid=hostpid)``
+(kernel_clone via clone3's set_tid; an automatic pid when that one is taken).  open is
+``openat``, read is ``lseek`` + ``read``, write is ``lseek`` + ``write``, release is
+``close``, readdir is ``getdents64``, getattr is ``newfstatat``.  Tasks whose host process
+has gone exit through the ``exit`` system call (do_exit) when :meth:`Gateway.reap` runs.
+
+Paths are mount-relative (``/tracing/trace``) and mapped onto the emulated kernel's own
+mounts: the mount root is debugfs (``/sys/kernel/debug``), ``tracing/`` is tracefs
+(``/sys/kernel/tracing``) and ``proc/`` is procfs (``/proc``).
+
+Threads: every public method may run on any thread at once.  Machine access goes through
+``kernel.submit`` and a bounded drive loop under ``kernel.lock``; nothing here holds
+the gateway's own lock while the machine runs.  Blocking reads (``trace_pipe``) wait on
+the host handle in the calling thread, never in the emulation.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from ..errors import KernelError, KernelOops, MachineError
+from ..machine.kernel import ProcessExited, UserBuffer
+from .tree import HostFS
+
+__all__ = ["Gateway", "Caller", "Attributes", "host_comm", "host_start_time",
+           "host_signal_pending"]
+
+log = logging.getLogger("kprobefs.fs.gateway")
+
+AT_FDCWD = -100
+SEEK_SET = 0
+O_ACCMODE = 0o3
+O_CREAT, O_EXCL, O_TRUNC, O_APPEND = 0o100, 0o200, 0o1000, 0o2000
+O_NONBLOCK, O_DIRECTORY = 0o4000, 0o200000
+#: Open flags passed on to the emulated kernel; the rest (O_LARGEFILE, O_NOATIME, …)
+#: mean nothing to a pseudo-file.
+_PASSED_FLAGS = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_NONBLOCK | O_DIRECTORY
+
+_STAT = struct.Struct("<QQQIIIiQqqqqqqqqq24x")  # struct stat, x86_64 (144 bytes)
+_DIRENT = struct.Struct("<QqHB")  # linux_dirent64 header: d_ino, d_off, d_reclen, d_type
+_DT_TO_MODE = {4: stat.S_IFDIR, 8: stat.S_IFREG, 10: stat.S_IFLNK}
+
+#: Largest read or write handed to the kernel at once (the task's user window is 16 MiB).
+MAX_IO = 1 << 20
+DIR_BUFFER = 32 * 1024
+
+#: Where each mount-relative prefix lives in the emulated kernel.
+DEBUGFS_PATH = "/sys/kernel/debug"
+TRACEFS_PATH = "/sys/kernel/tracing"
+PROC_PATH = "/proc"
+
+
+class Caller(NamedTuple):
+    """The host process behind a request (fuse_get_context())."""
+
+    pid: int
+    uid: int = 0
+    gid: int = 0
+
+
+class Attributes(NamedTuple):
+    """What getattr reports (from the emulated kernel's newfstatat)."""
+
+    mode: int
+    ino: int
+    nlink: int
+    atime: float
+    mtime: float
+    ctime: float
+
+
+def host_comm(pid: int) -> str:
+    """The host process's comm, or "" when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read().rstrip(b"\n").decode("utf-8", "replace")[:15]
+    except OSError:
+        return ""
+
+
+def host_start_time(pid: int) -> int | None:
+    """The host process's start time (clock ticks since boot), None when it is gone; tells
+    a live process from a later one that reuses its pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    try:
+        return int(data[data.rindex(b")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def host_signal_pending(pid: int) -> bool:
+    """Whether the host thread has a signal pending that it neither blocks nor ignores
+    (a reader blocked in a FUSE read is killed or interrupted): its read must return."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+    except OSError:
+        return True
+    fields = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("SigPnd", "ShdPnd", "SigBlk", "SigIgn"):
+            try:
+                fields[key] = int(value.strip(), 16)
+            except ValueError:
+                return False
+    pending = fields.get("SigPnd", 0) | fields.get("ShdPnd", 0)
+    return bool(pending & ~fields.get("SigBlk", 0) & ~fields.get("SigIgn", 0))
+
+
+@dataclass(eq=False)
+class _Caller:
+    """A host process and its emulated task."""
+
+    pid: int
+    start: int | None
+    comm: str
+    task: object
+
+
+@dataclass(eq=False)
+class _Fd:
+    """An emulated file descriptor of one task for one FUSE open."""
+
+    caller: _Caller
+    fd: int
+    pos: int = 0
+    handle: object = None  # the host handle behind it, for wait()
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass(eq=False)
+class _OpenFile:
+    """One FUSE open (one fh): the kernel path, the flags, and an emulated fd per pid
+    that used it (a host process inherits open files across fork)."""
+
+    path: str
+    flags: int
+    fds: dict = field(default_factory=dict)  # host pid -> _Fd
+    opener: int = 0
+
+
+class Gateway:
+    """Runs filesystem requests as system calls of the emulated kernel.
+
+    ``timeout`` bounds each machine call (then EIO, logged); ``wait_slice`` is how long a
+    blocking reader sleeps on its handle before checking that its process still lives.
+    Errors are raised as OSError with the errno the emulated kernel returned.
+    """
+
+    def __init__(self, kernel, hostfs: HostFS, timeout: float = 30.0,
+                 wait_slice: float = 0.5):
+        self.kernel = kernel
+        self.hostfs = hostfs
+        self.timeout = timeout
+        self.wait_slice = wait_slice
+        self._lock = threading.Lock()
+        self._spawn_lock = threading.Lock()
+        self._callers: dict[int, _Caller] = {}
+        self._files: dict[int, _OpenFile] = {}
+        self._next_fh = 1
+        self._closing = threading.Event()
+
+    # ==== paths ==============================================================================
+    @staticmethod
+    def kernel_path(path: str) -> str:
+        """The emulated kernel's path for a mount-relative path."""
+        parts = [p for p in path.split("/") if p]
+        if parts and parts[0] == "proc":
+            return "/".join([PROC_PATH] + parts[1:])
+        if parts and parts[0] == "tracing":
+            return "/".join([TRACEFS_PATH] + parts[1:])
+        return "/".join([DEBUGFS_PATH] + parts)
+
+    # ==== machine calls ======================================================================
+    def _call(self, task, name: str, *args, on_done=None) -> int:
+        """Runs one system call for task and returns its raw result; OSError(EIO) when the
+        machine fails or does not finish it within the timeout.  ProcessExited and
+        KernelOops pass through."""
+        kernel = self.kernel
+        try:
+            req = kernel.submit(task, name, *args, on_done=on_done)
+        except ProcessExited:
+            raise
+        except (MachineError, KernelError) as e:
+            log.error("%s for pid %d could not be queued: %s", name, task.pid, e)
+            raise OSError(errno.EIO, str(e)) from e
+        deadline = time.monotonic() + self.timeout
+        while not req.done.is_set():
+            if time.monotonic() >= deadline:
+                log.error("%s for pid %d (%s) did not finish within %.1fs", name, task.pid,
+                          getattr(task, "comm", ""), self.timeout)
+                raise OSError(errno.EIO, f"{name} timed out")
+            try:
+                with kernel.lock:
+                    ran = not req.done.is_set() and kernel.run_slice()
+            except MachineError as e:
+                log.error("the machine failed during %s: %s", name, e)
+                raise OSError(errno.EIO, str(e)) from e
+            if not ran:
+                req.done.wait(0.01)
+        if req.error is not None:
+            if isinstance(req.error, KernelOops):
+                log.error("%s oopsed for pid %d: %s", name, task.pid, req.error)
+            raise req.error
+        return req.result
+
+    def _sys(self, caller: _Caller, name: str, *args, on_done=None) -> int:
+        """Like _call, for a caller's task; a task that died meanwhile (oops) is forgotten
+        and the request fails with EIO.  Negative results raise OSError."""
+        try:
+            ret = self._call(caller.task, name, *args, on_done=on_done)
+        except (ProcessExited, KernelOops) as e:
+            self._forget(caller)
+            raise OSError(errno.EIO, f"the task died in {name}") from e
+        if -4095 <= ret < 0:
+            raise OSError(-ret, os.strerror(-ret))
+        return ret
+
+    # ==== tasks ==============================================================================
+    def _caller(self, ctx: Caller) -> _Caller:
+        """The caller's task, made on first sight (or when its pid was reused)."""
+        pid = ctx.pid if ctx.pid > 0 else os.getpid()
+        with self._lock:
+            known = self._callers.get(pid)
+        if known is not None and known.task.state != "dead":
+            return known
+        with self._spawn_lock:
+            with self._lock:
+                known = self._callers.get(pid)
+            if known is not None and known.task.state != "dead":
+                return known
+            if known is not None:
+                self._forget(known)
+            comm = host_comm(pid) or f"pid{pid}"
+            task = self._spawn(comm, pid)
+            caller = _Caller(pid, host_start_time(pid), comm, task)
+            with self._lock:
+                self._callers[pid] = caller
+            return caller
+
+    def _spawn(self, comm: str, pid: int):
+        try:
+            return self.kernel.spawn(comm, pid=pid)
+        except KernelError as e:
+            log.debug("pid %d is not available in the emulated kernel (%s)", pid, e)
+        except MachineError as e:
+            raise OSError(errno.EIO, f"cannot create a task: {e}") from e
+        try:
+            task = self.kernel.spawn(comm)
+        except (KernelError, MachineError) as e:
+            log.error("cannot create a task for pid %d (%s): %s", pid, comm, e)
+            raise OSError(errno.EIO, f"cannot create a task: {e}") from e
+        log.info("host pid %d (%s) runs as emulated pid %d", pid, comm, task.pid)
+        return task
+
+    def _forget(self, caller: _Caller) -> None:
+        """Drops a caller and its fds (its task is dead or about to be)."""
+        with self._lock:
+            if self._callers.get(caller.pid) is caller:
+                del self._callers[caller.pid]
+            for of in self._files.values():
+                fd = of.fds.get(caller.pid)
+                if fd is not None and fd.caller is caller:
+                    del of.fds[caller.pid]
+
+    def reap(self) -> int:
+        """Ends the task of every host process that is gone (or whose pid now belongs to
+        another process); returns how many were ended."""
+        with self._lock:
+            callers = list(self._callers.values())
+        gone = [c for c in callers
+                if c.pid != os.getpid() and host_start_time(c.pid) != c.start]
+        for caller in gone:
+            self._end(caller)
+        return len(gone)
+
+    def _end(self, caller: _Caller) -> None:
+        self._forget(caller)
+        if caller.task.state == "dead":
+            return
+        try:
+            self._call(caller.task, "exit", 0)
+        except (ProcessExited, KernelOops):
+            pass  # the expected outcome: the task is gone
+        except OSError as e:
+            log.warning("task of pid %d did not exit: %s", caller.pid, e)
+        else:
+            log.warning("exit returned for pid %d", caller.pid)
+
+    def tasks(self) -> dict[int, object]:
+        """Host pid -> emulated task, for the callers known now."""
+        with self._lock:
+            return {pid: c.task for pid, c in self._callers.items()}
+
+    def close(self) -> None:
+        """Ends every task (their files close in do_exit) and releases what is left."""
+        self._closing.set()
+        with self._lock:
+            callers = list(self._callers.values())
+            self._files.clear()
+        for caller in callers:
+            self._end(caller)
+
+    # ==== requests ===========================================================================
+    def getattr(self, path: str, ctx: Caller) -> Attributes:
+        caller = self._caller(ctx)
+        buf = UserBuffer(_STAT.size)
+        self._sys(caller, "newfstatat", AT_FDCWD, self.kernel_path(path), buf, 0)
+        (_dev, ino, nlink, mode, _uid, _gid, _pad, _rdev, _size, _blksize, _blocks,
+         at, atn, mt, mtn, ct, ctn) = _STAT.unpack(buf.data[:_STAT.size])
+        return Attributes(mode, ino, nlink, at + atn / 1e9, mt + mtn / 1e9, ct + ctn / 1e9)
+
+    def readdir(self, path: str, ctx: Caller) -> list[tuple[str, int]]:
+        """[(name, st_mode type bits)] including ``.`` and ``..``; the mount root also
+        lists ``proc``."""
+        caller = self._caller(ctx)
+        fd = self._sys(caller, "openat", AT_FDCWD, self.kernel_path(path),
+                       O_DIRECTORY, 0)
+        entries = []
+        try:
+            while True:
+                buf = UserBuffer(DIR_BUFFER)
+                n = self._sys(caller, "getdents64", fd, buf, DIR_BUFFER)
+                if n == 0:
+                    break
+                entries.extend(_parse_dirents(buf.data[:n]))
+        finally:
+            self._close_fd(caller, fd)
+        if not [p for p in path.split("/") if p] and all(n != "proc" for n, _ in entries):
+            entries.append(("proc", stat.S_IFDIR))
+        return entries
+
+    def open(self, path: str, flags: int, ctx: Caller, mode: int = 0) -> int:
+        """Opens path for the caller; returns a new fh.  Open-time actions (O_TRUNC) and
+        their errors happen here."""
+        caller = self._caller(ctx)
+        flags &= _PASSED_FLAGS
+        kpath = self.kernel_path(path)
+        fd = self._open_fd(caller, kpath, flags, mode)
+        with self._lock:
+            fh = self._next_fh
+            self._next_fh += 1
+            self._files[fh] = _OpenFile(kpath, flags, {caller.pid: fd}, caller.pid)
+        return fh
+
+    def _open_fd(self, caller: _Caller, kpath: str, flags: int, mode: int) -> _Fd:
+        opened = []
+
+        def on_done(req):  # the emulation thread, as the openat returns
+            opened.append(self.hostfs.take_opened(req.task.pid))
+
+        fd = self._sys(caller, "openat", AT_FDCWD, kpath, flags, mode, on_done=on_done)
+        handle = opened[0] if opened else None
+        return _Fd(caller, fd, 0, handle)
+
+    def _fd(self, fh: int, ctx: Caller) -> tuple[_OpenFile, _Fd]:
+        """The fd to use for fh on behalf of the caller: its own, else (another process
+        that inherited the open file) one opened for it now, without the open-time
+        actions."""
+        with self._lock:
+            of = self._files.get(fh)
+        if of is None:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        pid = ctx.pid if ctx.pid > 0 else of.opener
+        with self._lock:
+            fd = of.fds.get(pid) or (of.fds.get(of.opener) if ctx.pid <= 0 else None)
+        if fd is not None and fd.caller.task.state != "dead":
+            return of, fd
+        caller = self._caller(Caller(pid, ctx.uid, ctx.gid))
+        fd = self._open_fd(caller, of.path, of.flags & ~(O_TRUNC | O_CREAT | O_EXCL), 0)
+        with self._lock:
+            of.fds[pid] = fd
+        return of, fd
+
+    def _seek(self, fd: _Fd, offset: int) -> None:
+        if offset == fd.pos:
+            return
+        try:
+            fd.pos = self._sys(fd.caller, "lseek", fd.fd, offset, SEEK_SET)
+        except OSError as e:
+            if e.errno != errno.ESPIPE:
+                raise
+
+    def read(self, fh: int, size: int, offset: int, ctx: Caller) -> bytes:
+        of, fd = self._fd(fh, ctx)
+        size = min(size, MAX_IO)
+        nonblock = bool(of.flags & O_NONBLOCK)
+        waitable = callable(getattr(fd.handle, "wait", None))
+        with fd.lock:
+            self._seek(fd, offset)
+            while True:
+                buf = UserBuffer(size)
+                try:
+                    n = self._sys(fd.caller, "read", fd.fd, buf, size)
+                except OSError as e:
+                    if e.errno != errno.EAGAIN or not waitable or nonblock:
+                        raise
+                    n = 0
+                if n > 0 or not waitable:
+                    fd.pos += n
+                    return buf.data[:n]
+                if nonblock:
+                    raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+                self._block(fd)
+
+    def _block(self, fd: _Fd) -> None:
+        """Waits for a blocking reader's handle to have data; OSError(EINTR) when the
+        reader's process is gone or has a signal to take (FUSE cannot tell us: libfuse2's
+        interrupt support would signal our own threads), or the daemon is stopping."""
+        while True:
+            if (self._closing.is_set() or host_start_time(fd.caller.pid) != fd.caller.start
+                    or host_signal_pending(fd.caller.pid)):
+                raise OSError(errno.EINTR, "Interrupted system call")
+            try:
+                if fd.handle.wait(self.wait_slice):
+                    return
+            except OSError:
+                raise
+            except Exception as e:
+                log.exception("wait() on a handle failed")
+                raise OSError(errno.EIO, "wait failed") from e
+
+    def write(self, fh: int, data: bytes, offset: int, ctx: Caller) -> int:
+        of, fd = self._fd(fh, ctx)
+        if len(data) > MAX_IO:
+            data = data[:MAX_IO]
+        with fd.lock:
+            if not of.flags & O_APPEND:
+                self._seek(fd, offset)
+            n = self._sys(fd.caller, "write", fd.fd, bytes(data), len(data))
+            fd.pos += n
+            return n
+
+    def release(self, fh: int) -> None:
+        """Closes every emulated fd behind fh (each in its own task)."""
+        with self._lock:
+            of = self._files.pop(fh, None)
+        if of is None:
+            return
+        for fd in list(of.fds.values()):
+            if fd.caller.task.state != "dead":
+                self._close_fd(fd.caller, fd.fd)
+
+    def _close_fd(self, caller: _Caller, fd: int) -> None:
+        try:
+            self._sys(caller, "close", fd)
+        except OSError as e:
+            log.warning("close(%d) for pid %d failed: %s", fd, caller.pid, e)
+
+    def truncate(self, path: str, length: int, ctx: Caller) -> None:
+        """Truncation to zero outside open(O_TRUNC) (setattr size 0): the same "clear"
+        action, through an open with O_WRONLY|O_TRUNC.  Other sizes change nothing (the
+        files have no size)."""
+        if length:
+            return
+        fh = self.open(path, os.O_WRONLY | O_TRUNC, ctx)
+        self.release(fh)
+
+    def mkdir(self, path: str, mode: int, ctx: Caller) -> None:
+        self._sys(self._caller(ctx), "mkdir", self.kernel_path(path), mode)
+
+    def rmdir(self, path: str, ctx: Caller) -> None:
+        self._sys(self._caller(ctx), "rmdir", self.kernel_path(path))
+
+    def unlink(self, path: str, ctx: Caller) -> None:
+        self._sys(self._caller(ctx), "unlink", self.kernel_path(path))
+
+
+def _parse_dirents(data: bytes) -> list[tuple[str, int]]:
+    out, off = [], 0
+    while off + _DIRENT.size <= len(data):
+        _ino, _doff, reclen, dtype = _DIRENT.unpack_from(data, off)
+        if reclen < _DIRENT.size:
+            break
+        raw = data[off + _DIRENT.size:off + reclen]
+        name = raw[:raw.find(b"\0")] if b"\0" in raw else raw
+        out.append((name.decode("utf-8", "surrogateescape"),
+                    _DT_TO_MODE.get(dtype, stat.S_IFREG)))
+        off += reclen
+    return out

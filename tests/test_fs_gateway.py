@@ -1,0 +1,356 @@
+"""The syscall gateway: requests of host processes become system calls of tasks with
+their pid and comm, against the fake kernel (a model of the emulated VFS speaking the
+hostfs protocol) and, at the end, the real kernel."""
+
+import errno
+import logging
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from fs_fakes import FakeKernel, FakeTracer
+from kprobefs.errors import KernelOops, MachineError
+from kprobefs.fs import Caller, Gateway, build_tree
+
+O_RDONLY, O_WRONLY, O_RDWR = os.O_RDONLY, os.O_WRONLY, os.O_RDWR
+
+
+@pytest.fixture
+def setup():
+    kernel = FakeKernel()
+    tracer = FakeTracer()
+    hostfs = build_tree(kernel, engine=kernel.kprobes, tracer=tracer)
+    kernel.hostfs = hostfs
+    gateway = Gateway(kernel, hostfs, timeout=5.0, wait_slice=0.05)
+    yield kernel, tracer, gateway
+    gateway.close()
+
+
+def _start_sleep():
+    """A live host process other than us, once it is "sleep" (exec done)."""
+    p = subprocess.Popen(["sleep", "60"])
+    for _ in range(200):
+        with open(f"/proc/{p.pid}/comm") as f:
+            if f.read().strip() == "sleep":
+                break
+        time.sleep(0.01)
+    return p
+
+
+@pytest.fixture
+def sleeper():
+    p = _start_sleep()
+    yield p
+    p.kill()
+    p.wait()
+
+
+ME = Caller(os.getpid())
+
+
+def _read_all(gateway, path, ctx=ME):
+    fh = gateway.open(path, O_RDONLY, ctx)
+    try:
+        out, pos = b"", 0
+        while True:
+            data = gateway.read(fh, 4096, pos, ctx)
+            if not data:
+                return out
+            out += data
+            pos += len(data)
+    finally:
+        gateway.release(fh)
+
+
+def _write(gateway, path, data, flags=O_WRONLY, ctx=ME):
+    fh = gateway.open(path, flags, ctx)
+    try:
+        return gateway.write(fh, data, 0, ctx)
+    finally:
+        gateway.release(fh)
+
+
+def test_paths_map_onto_the_kernels_mounts():
+    assert Gateway.kernel_path("/") == "/sys/kernel/debug"
+    assert Gateway.kernel_path("/kprobes/list") == "/sys/kernel/debug/kprobes/list"
+    assert Gateway.kernel_path("/tracing/trace") == "/sys/kernel/tracing/trace"
+    assert Gateway.kernel_path("/tracing") == "/sys/kernel/tracing"
+    assert Gateway.kernel_path("/proc/sys/debug/x") == "/proc/sys/debug/x"
+
+
+def test_a_new_pid_becomes_a_task_with_its_pid_and_comm(setup, sleeper):
+    kernel, _, gateway = setup
+    gateway.getattr("/", Caller(sleeper.pid))
+    task = kernel.tasks[sleeper.pid]
+    assert task.comm == "sleep"
+    assert gateway.tasks()[sleeper.pid] is task
+    assert (sleeper.pid, "sleep", "newfstatat") in kernel.syscalls
+    # the same process keeps its task
+    gateway.getattr("/", Caller(sleeper.pid))
+    assert gateway.tasks()[sleeper.pid] is task
+
+
+def test_a_pid_taken_in_the_kernel_gets_an_automatic_one(setup, sleeper):
+    kernel, _, gateway = setup
+    kernel.spawn("squatter", pid=sleeper.pid)
+    gateway.getattr("/", Caller(sleeper.pid))
+    task = gateway.tasks()[sleeper.pid]
+    assert task.pid != sleeper.pid and task.comm == "sleep"
+
+
+def test_read_and_write_through_system_calls(setup):
+    kernel, tracer, gateway = setup
+    assert _read_all(gateway, "/kprobes/list").startswith(b"ffffffff81001000  k  vfs_read")
+    assert _write(gateway, "/tracing/kprobe_events", b"p:myprobe vfs_read\n") == 19
+    assert _read_all(gateway, "/tracing/kprobe_events") == b"p:myprobe vfs_read\n"
+    assert _read_all(gateway, "/proc/version").startswith(b"Linux version")
+    names = [call[2] for call in kernel.syscalls[-6:]]
+    assert "read" in names and "close" in names
+    assert gateway.hostfs.open_handles == 0
+
+
+def test_errno_of_a_write_is_the_kernels(setup):
+    _, _, gateway = setup
+    with pytest.raises(OSError) as e:
+        _write(gateway, "/tracing/kprobe_events", b"zzz\n", O_WRONLY | os.O_APPEND)
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as e:
+        _write(gateway, "/kprobes/enabled", b"2\n")
+    assert e.value.errno == errno.EINVAL
+
+
+def test_o_trunc_acts_in_open_and_fails_it(setup):
+    _, tracer, gateway = setup
+    _write(gateway, "/tracing/kprobe_events", b"p:a vfs_read\n")
+    tracer.enabled = True
+    with pytest.raises(OSError) as e:
+        gateway.open("/tracing/kprobe_events", O_WRONLY | os.O_TRUNC, ME)
+    assert e.value.errno == errno.EBUSY
+    assert tracer.events == ["p:a vfs_read"]
+    tracer.enabled = False
+    fh = gateway.open("/tracing/kprobe_events", O_WRONLY | os.O_TRUNC, ME)
+    gateway.release(fh)
+    assert tracer.events == []
+    # truncate(path, 0) outside open is the same action
+    _write(gateway, "/tracing/kprobe_events", b"p:b vfs_read\n")
+    gateway.truncate("/tracing/kprobe_events", 0, ME)
+    assert tracer.events == []
+
+
+def test_unknown_paths_and_wrong_types(setup):
+    _, _, gateway = setup
+    for path in ("/nope", "/tracing/nope", "/kprobes/list/x", "/proc/nope"):
+        with pytest.raises(OSError) as e:
+            gateway.getattr(path, ME)
+        assert e.value.errno in (errno.ENOENT, errno.ENOTDIR), path
+    with pytest.raises(OSError) as e:
+        gateway.open("/tracing", O_WRONLY, ME)
+    assert e.value.errno == errno.EISDIR
+    with pytest.raises(OSError) as e:
+        gateway.readdir("/kprobes/list", ME)
+    assert e.value.errno == errno.ENOTDIR
+    with pytest.raises(OSError) as e:
+        gateway.open("/tracing/newfile", O_WRONLY | os.O_CREAT, ME, 0o644)
+    assert e.value.errno == errno.EACCES
+    with pytest.raises(OSError) as e:
+        gateway.mkdir("/tracing/instances", 0o755, ME)
+    assert e.value.errno == errno.EPERM
+
+
+def test_getattr_and_readdir(setup):
+    _, _, gateway = setup
+    assert gateway.getattr("/kprobes/list", ME).mode == 0o100400
+    assert gateway.getattr("/kprobes/enabled", ME).mode == 0o100600
+    assert gateway.getattr("/tracing/kprobe_events", ME).mode == 0o100640
+    assert gateway.getattr("/tracing/events", ME).mode == 0o040750
+    assert gateway.getattr("/proc/kallsyms", ME).mode == 0o100444
+    root = dict(gateway.readdir("/", ME))
+    assert set(root) == {".", "..", "kprobes", "tracing", "proc"}
+    assert root["proc"] == 0o040000
+    names = [n for n, _ in gateway.readdir("/kprobes", ME)]
+    assert names == [".", "..", "list", "enabled", "blacklist"]
+
+
+def test_an_inherited_open_file_is_reopened_for_the_other_process(setup, sleeper):
+    kernel, tracer, gateway = setup
+    fh = gateway.open("/tracing/kprobe_events", O_WRONLY | os.O_TRUNC, ME)
+    child = Caller(sleeper.pid)
+    assert gateway.write(fh, b"p:x vfs_read\n", 0, child) == 13
+    assert tracer.events == ["p:x vfs_read"]   # the child's open did not truncate again
+    assert [pid for pid, _ in tracer.openers] == [os.getpid(), sleeper.pid]
+    gateway.release(fh)
+    assert not kernel.tasks[os.getpid()].fds and not kernel.tasks[sleeper.pid].fds
+
+
+def test_blocking_read_waits_for_data(setup):
+    _, tracer, gateway = setup
+    fh = gateway.open("/tracing/trace_pipe", O_RDONLY, ME)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(gateway.read(fh, 4096, 0, ME)))
+    reader.start()
+    time.sleep(0.3)
+    assert reader.is_alive() and not got
+    _write(gateway, "/tracing/trace_marker", b"hello\n")
+    reader.join(5)
+    assert got == [b"tracing_mark_write: hello\n"]
+    gateway.release(fh)
+
+
+def test_nonblocking_read_of_an_empty_pipe_is_eagain(setup):
+    _, tracer, gateway = setup
+    fh = gateway.open("/tracing/trace_pipe", O_RDONLY | os.O_NONBLOCK, ME)
+    with pytest.raises(OSError) as e:
+        gateway.read(fh, 4096, 0, ME)
+    assert e.value.errno == errno.EAGAIN
+    tracer.pipe.push(b"x\n")
+    assert gateway.read(fh, 4096, 0, ME) == b"x\n"
+    gateway.release(fh)
+
+
+def test_a_blocked_reader_whose_process_died_is_interrupted(setup):
+    _, _, gateway = setup
+    p = _start_sleep()
+    ctx = Caller(p.pid)
+    fh = gateway.open("/tracing/trace_pipe", O_RDONLY, ctx)
+    errors = []
+
+    def read():
+        try:
+            gateway.read(fh, 4096, 0, ctx)
+        except OSError as e:
+            errors.append(e.errno)
+    reader = threading.Thread(target=read)
+    reader.start()
+    time.sleep(0.2)
+    p.kill()
+    p.wait()
+    reader.join(5)
+    assert errors == [errno.EINTR]
+
+
+def test_tasks_of_gone_processes_exit(setup):
+    kernel, _, gateway = setup
+    p = _start_sleep()
+    ctx = Caller(p.pid)
+    fh = gateway.open("/tracing/kprobe_events", O_RDONLY, ctx)
+    task = kernel.tasks[p.pid]
+    assert gateway.reap() == 0
+    p.kill()
+    p.wait()
+    assert gateway.reap() == 1
+    assert task.state == "dead" and p.pid not in kernel.tasks
+    assert (p.pid, "sleep", "exit") in kernel.syscalls
+    assert gateway.hostfs.open_handles == 0   # do_exit closed its files
+    gateway.release(fh)                          # a late release is harmless
+    assert p.pid not in gateway.tasks()
+
+
+class _WedgedKernel(FakeKernel):
+    def run_slice(self):
+        return False   # never gets to the request
+
+
+class _BrokenKernel(FakeKernel):
+    def run_slice(self):
+        raise MachineError("kernel panic: test")
+
+
+@pytest.mark.parametrize("kernel_class", [_WedgedKernel, _BrokenKernel])
+def test_a_machine_call_that_cannot_finish_is_eio(kernel_class, caplog):
+    kernel = kernel_class()
+    kernel.hostfs = build_tree(kernel)
+    gateway = Gateway(kernel, kernel.hostfs, timeout=0.3)
+    with caplog.at_level(logging.ERROR, logger="kprobefs.fs.gateway"):
+        start = time.monotonic()
+        with pytest.raises(OSError) as e:
+            gateway.getattr("/proc/version", ME)
+        assert time.monotonic() - start < 3
+    assert e.value.errno == errno.EIO
+    assert "newfstatat" in caplog.text
+
+
+def test_a_task_that_oopses_is_replaced(setup):
+    kernel, _, gateway = setup
+    gateway.getattr("/", ME)
+    first = gateway.tasks()[os.getpid()]
+    original = kernel._execute
+
+    def oops_once(req):
+        kernel._execute = original
+        req.task.state = "dead"
+        kernel.tasks.pop(req.task.pid, None)
+        req.error = KernelOops("oops in test")
+        req.done.set()
+    kernel._execute = oops_once
+    with pytest.raises(OSError) as e:
+        gateway.getattr("/", ME)
+    assert e.value.errno == errno.EIO
+    gateway.getattr("/", ME)
+    assert gateway.tasks()[os.getpid()] is not first
+
+
+def test_close_ends_every_task(setup):
+    kernel, _, gateway = setup
+    gateway.open("/tracing/kprobe_events", O_RDONLY, ME)
+    gateway.close()
+    assert os.getpid() not in kernel.tasks
+    assert gateway.hostfs.open_handles == 0
+
+
+def test_concurrent_requests_from_many_threads(setup):
+    _, _, gateway = setup
+    errors = []
+
+    def work():
+        try:
+            for _ in range(20):
+                assert _read_all(gateway, "/proc/version").startswith(b"Linux")
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    assert gateway.hostfs.open_handles == 0
+
+
+# ---- the real kernel -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def real():
+    from kprobefs.machine import Kernel
+    kernel = Kernel(cpus=2, seed=0)
+    if "hostfs_lookup" not in kernel.kallsyms():
+        pytest.skip("the kernel image has no hostfs yet")
+    hostfs = build_tree(kernel)
+    kernel.hostfs = hostfs
+    gateway = Gateway(kernel, hostfs, timeout=20.0)
+    yield kernel, gateway
+    gateway.close()
+
+
+def test_real_kernel_serves_proc(real):
+    kernel, gateway = real
+    assert _read_all(gateway, "/proc/version").decode() == kernel.proc_version()
+    assert _read_all(gateway, "/proc/kallsyms").decode() == kernel.kallsyms()
+    assert set(dict(gateway.readdir("/proc", ME))) >= {".", "..", "kallsyms", "version"}
+    assert gateway.getattr("/proc/version", ME).mode == 0o100444
+    with pytest.raises(OSError) as e:
+        gateway.getattr("/proc/nope", ME)
+    assert e.value.errno == errno.ENOENT
+
+
+def test_real_kernel_runs_requests_as_the_callers_task(real, sleeper):
+    kernel, gateway = real
+    gateway.getattr("/proc/version", Caller(sleeper.pid))
+    task = kernel.tasks[sleeper.pid]
+    assert task.comm == "sleep"
+    assert kernel.syscall(task, "getpid") == sleeper.pid
+    sleeper.kill()
+    sleeper.wait()
+    assert gateway.reap() >= 1
+    assert sleeper.pid not in kernel.tasks

@@ -1,0 +1,138 @@
+"""The tracer on the real engine and kernel, without FUSE: kprobe_events written through
+the tracefs file objects, probes hit by real system calls, values read back from
+`trace` for every kind of fetch argument."""
+
+import os
+import re
+
+import pytest
+
+from kprobefs import Kernel
+from kprobefs.machine import UserBuffer
+from kprobefs.machine.abi import AT_FDCWD, O_CREAT, O_RDWR
+from kprobefs.tracing import Tracer
+
+
+@pytest.fixture
+def sysfs():
+    kernel = Kernel(cpus=2, seed=0)
+    made = []
+
+    def create_dir(name, parent):
+        handle = kernel.run_function("tracefs_create_dir", name, parent or 0)
+        made.append(name)
+        return handle
+
+    tracer = Tracer(kernel.kprobes, kernel, clock=kernel.clock_ns, create_dir_hook=create_dir)
+    return kernel, tracer, tracer.tracefs_root(), made
+
+
+def node(root, path):
+    n = root
+    for part in path.split("/"):
+        n = n.children()[part]
+    return n
+
+
+def write(root, path, data, flags=os.O_WRONLY | os.O_APPEND):
+    h = node(root, path).open(flags, 1, "sh")
+    try:
+        return h.write(data.encode() if isinstance(data, str) else data, 0)
+    finally:
+        h.release()
+
+
+def read(root, path):
+    h = node(root, path).open(os.O_RDONLY, 1, "cat")
+    try:
+        out, off = b"", 0
+        while chunk := h.read(4096, off):
+            out += chunk
+            off += len(chunk)
+        return out.decode("latin-1")
+    finally:
+        h.release()
+
+
+def trace_lines(root, event):
+    return [line for line in read(root, "trace").splitlines()
+            if not line.startswith("#") and f" {event}: " in line]
+
+
+def test_event_creation_calls_tracefs_create_dir(sysfs):
+    kernel, tracer, root, made = sysfs
+    write(root, "kprobe_events", "p:mygrp/myevent vfs_read\n")
+    assert made == ["mygrp", "myevent"]
+    assert "myevent" in node(root, "events/mygrp").children()
+    assert read(root, "kprobe_events") == "p:mygrp/myevent vfs_read\n"
+    assert "vfs_read+0x0    [DISABLED][FTRACE]" in kernel.kprobes.list_text()
+
+
+def test_fetch_args_on_real_kernel_data(sysfs):
+    kernel, tracer, root, _ = sysfs
+    write(root, "kprobe_events",
+          "p:rd vfs_read file=%di count=%dx:u32 buf=$arg2 first=+0(%si):u8 "
+          "ret=$stack0:symbol comm=$comm\n"
+          "r:rdret vfs_read rv=$retval:s64\n"
+          "p:op do_sys_openat2 path=+0(%si):ustring upath=+u0(%si):string "
+          "dfd=%di:s32 nib=+u0(%si):b4@4/8 kbytes=+0(%si):x8\n"
+          "p:ban vfs_read banner=@linux_proc_banner:string\n"
+          "p:jif vfs_read j=@jiffies:x64 ent=+0(@init_task):s64\n")
+    write(root, "events/enable", "1")
+    t = kernel.spawn("readme")
+    fd = kernel.syscall(t, "openat", AT_FDCWD, "/tmp/hello", O_CREAT | O_RDWR, 0o644)
+    kernel.syscall(t, "write", fd, b"Hi there", 8)
+    kernel.syscall(t, "lseek", fd, 0, 0)
+    buf = UserBuffer(8)
+    assert kernel.syscall(t, "read", fd, buf, 8) == 8
+    (rd,) = trace_lines(root, "rd")
+    assert rd.lstrip().startswith(f"readme-{t.pid} ")
+    m = re.search(r"rd: \(vfs_read\+0x0/0x[0-9a-f]+\) file=0x([0-9a-f]+) count=8 "
+                  r"buf=0x([0-9a-f]+) first=0 ret=(ksys_read\+0x[0-9a-f]+/0x[0-9a-f]+) "
+                  r'comm="readme"$', rd)
+    assert m, rd
+    assert int(m.group(2), 16) == buf.addr        # the user buffer read() was given
+    (rdret,) = trace_lines(root, "rdret")
+    assert re.search(r"rdret: \(ksys_read\+0x[0-9a-f]+/0x[0-9a-f]+ <- vfs_read\) rv=8$",
+                     rdret), rdret
+    (op,) = trace_lines(root, "op")
+    assert op.endswith('path="/tmp/hello" upath="/tmp/hello" dfd=-100 '
+                       "nib=2 kbytes=0x0"), op  # kernel read of user memory faults
+    (ban,) = trace_lines(root, "ban")
+    version = kernel.proc_version()
+    assert 'banner="%s version %s (kprobefs@emulator) (' in ban
+    (jif,) = trace_lines(root, "jif")
+    assert re.search(r"j=0x[0-9a-f]{8,} ent=0$", jif), jif      # init_task.__state == 0
+    assert version.startswith("Linux version 6.1.0-kprobefs (kprobefs@emulator) (")
+
+
+def test_fault_while_fetching_records_fault(sysfs):
+    kernel, tracer, root, _ = sysfs
+    write(root, "kprobe_events", "p:bad do_sys_openat2 path=+0(%si):ustring "
+          "kbad=+0(%di):string\n")
+    write(root, "events/kprobes/bad/enable", "1")
+    t = kernel.spawn("faulty")
+    assert kernel.syscall(t, "openat", AT_FDCWD, 0x10, 0, 0) == -14   # EFAULT
+    (line,) = trace_lines(root, "bad")
+    assert line.endswith("path=(fault) kbad=(fault)"), line
+
+
+def test_return_probe_and_profile_counts(sysfs):
+    kernel, tracer, root, _ = sysfs
+    write(root, "kprobe_events", "r:myretprobe do_sys_open rv ra\n"
+          "p:myprobe do_sys_open a0 a1 a2 a3\n")
+    write(root, "events/kprobes/enable", "1")
+    t = kernel.spawn("opener")
+    for _ in range(3):
+        kernel.syscall(t, "open", "/tmp/x", O_CREAT | O_RDWR, 0o600)
+    lines = trace_lines(root, "myprobe")
+    assert len(lines) == 3
+    # Unnamed args are named argN; open(2) adds O_LARGEFILE (0x8000) to the flags.
+    assert all(re.search(r"arg1=0xffffff9c arg2=0x[0-9a-f]+ arg3=0x8042 arg4=0x180$", line)
+               for line in lines), lines
+    rets = trace_lines(root, "myretprobe")
+    assert [re.search(r"arg1=0x([0-9a-f]+) arg2=0x[0-9a-f]+$", line).group(1)
+            for line in rets] == ["0", "1", "2"]
+    profile = read(root, "kprobe_profile").splitlines()
+    assert any(re.match(r"\s+myprobe\s+3\s+0$", line) for line in profile), profile
+    assert any(re.match(r"\s+myretprobe\s+3\s+0$", line) for line in profile), profile
