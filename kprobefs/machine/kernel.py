@@ -106,6 +106,7 @@ class Cpu:
     state: str = "offline"  # offline, running, idle, halted
     resume_rax: int | None = None
     gs_base: int = 0
+    current_pa: int = 0      # physical address of this CPU's pcpu.current_task
     instructions: int = 0
 
 
@@ -207,6 +208,7 @@ class Kernel:
         self._host_call_return = self._sym("host_call_return")
         self._scratch_depth = 0
         self._upcall_results: dict[int, int] = {}
+        self._task_pid_off = self.kabi["task.pid"]
 
     def _read_kabi(self) -> dict[str, int]:
         out, p = {}, self._sym("kabi")
@@ -223,6 +225,7 @@ class Kernel:
     def _start_cpu(self, cpu: Cpu, entry: int, stack_top: int) -> None:
         uc = self.uc
         cpu.gs_base = self._pcpu_area + cpu.index * self.kabi["pcpu.size"]
+        cpu.current_pa = self.mem.translate(cpu.gs_base + self.kabi["pcpu.current_task"])
         uc.reg_write(UC_X86_REG_GS_BASE, cpu.gs_base)
         uc.reg_write(UC_X86_REG_RSP, stack_top - 8)
         uc.reg_write(UC_X86_REG_RIP, entry)
@@ -526,13 +529,13 @@ class Kernel:
         return 0
 
     def _current_task_ptr(self) -> int:
-        cpu = self.cpu
-        return self.mem.read_u64(cpu.gs_base + self.kabi["pcpu.current_task"])
+        return struct.unpack_from("<Q", self.mem.ram, self.cpu.current_pa)[0]
 
     def current_pid(self) -> int:
         """Pid of the task running on the current CPU (inside a hook)."""
-        t = self._current_task_ptr()
-        return struct.unpack("<i", self.mem.read(t + self.kabi["task.pid"], 4))[0]
+        task = struct.unpack_from("<Q", self.mem.ram, self.cpu.current_pa)[0]
+        return struct.unpack_from("<i", self.mem.ram,
+                                  self.mem.translate(task + self._task_pid_off))[0]
 
     def current_comm(self) -> str:
         t = self._current_task_ptr()
@@ -671,23 +674,26 @@ class Kernel:
             self.uc.ctl_remove_cache(addr, addr + len(data))
 
     # ---- breakpoints -----------------------------------------------------------------
-    def insert_breakpoint(self, addr: int) -> None:
-        """Deliver the int3 at addr to the trap handlers.
+    def insert_breakpoint(self, addr: int, handler: Callable | None = None) -> None:
+        """Deliver the int3 at addr to handler(kernel, cpu, ip) (default: the trap
+        handlers of vector 3).
 
         The caller writes the 0xcc byte itself (text_poke).  Delivery goes through a
-        code hook on the address, which costs a fifth of Unicorn's exception path and is
+        code hook on the address, a fraction of the cost of Unicorn's exception path and
         otherwise the same trap: handlers see ip = addr + 1.  An int3 no handler claims
         executes for real and reaches the kernel's exc_int3."""
         with self.lock:
             if addr in self._breakpoints:
                 return
-            ram, mem = self.mem.ram, self.mem
+            pa = self.mem.translate(addr)   # text is mapped for good: translate once
+            ram = self.mem.ram
+            run = handler or (lambda k, cpu, ip: self._run_trap_handlers(3, ip))
 
-            def hit(_uc, address, _size, _ud):
-                if ram[mem.translate(address)] != 0xCC:
+            def hit(_h, address, _size, _ud):
+                if ram[pa] != 0xCC:
                     return  # not armed any more: the hook outlived its int3
                 try:
-                    if self._run_trap_handlers(3, address + 1):
+                    if run(self, self.cpu, address + 1):
                         return
                 except Exception as e:  # never unwind through Unicorn
                     log.exception("breakpoint handler failed at %#x", address)
@@ -696,7 +702,7 @@ class Kernel:
                     return
                 self._bp_declined = address
 
-            self._breakpoints[addr] = self.uc.hook_add(UC_HOOK_CODE, hit, begin=addr, end=addr)
+            self._breakpoints[addr] = add_code_hook(self.uc, addr, addr, hit)
             self.uc.ctl_remove_cache(addr, addr + 1)
 
     def remove_breakpoint(self, addr: int) -> None:

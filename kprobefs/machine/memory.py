@@ -162,6 +162,13 @@ class AddressSpace:
             va += n
             mv = mv[n:]
 
+    def write_u64(self, va: int, value: int) -> None:
+        va &= 0xFFFFFFFFFFFFFFFF
+        if va & 0xFFF <= PAGE - 8:
+            struct.pack_into("<Q", self.ram, self.translate(va), value & 0xFFFFFFFFFFFFFFFF)
+        else:
+            self.write(va, struct.pack("<Q", value & 0xFFFFFFFFFFFFFFFF))
+
     def read_u64(self, va: int) -> int:
         if va & 0xFFF <= PAGE - 8:
             return struct.unpack_from("<Q", self.ram, self.translate(va))[0]

@@ -59,6 +59,7 @@ class Workload:
         self._budget = 0.0
         self._last = time.monotonic()
         self._unlimited = False
+        self._budget_left: int | None = None
         self._listener_port = 8000 + self.rng.randrange(1000)
         self._tasks = [kernel.spawn(f"kworker-load{i}") for i in range(workers)]
         self._gens = {t.pid: self._worker(t, i) for i, t in enumerate(self._tasks)}
@@ -66,6 +67,8 @@ class Workload:
 
     # ---- driving ---------------------------------------------------------------------
     def _submit(self, task: Task, call: tuple) -> None:
+        if self._budget_left is not None:
+            self._budget_left -= 1
         self.kernel.submit(task, *call, on_done=lambda req: self._done(task, call[0], req))
 
     def _done(self, task: Task, name: str, req: SyscallRequest) -> None:
@@ -79,7 +82,7 @@ class Workload:
             call = self._gens[task.pid].send(result)
         except StopIteration:
             return
-        if self._unlimited:
+        if self._unlimited and (self._budget_left is None or self._budget_left > 0):
             self._submit(task, call)
         else:
             self._ready[task.pid] = call
@@ -95,20 +98,20 @@ class Workload:
         return n
 
     def run(self, ops: int, timeout: float = 60.0) -> None:
-        """Run until `ops` more operations have completed, as fast as the machine goes."""
-        target = self.completed + ops
+        """Run exactly `ops` more operations, as fast as the machine goes: workers stop
+        issuing once that many have been issued, and the run ends when they are done."""
         deadline = time.monotonic() + timeout
         with self.kernel.lock:
             self._unlimited = True
+            self._budget_left = ops
             try:
-                self._release(len(self._ready))
-                while self.completed < target:
-                    if not self.kernel.run_slice():
-                        break
+                self._release(min(len(self._ready), ops))
+                while self.kernel.run_slice():
                     if time.monotonic() > deadline:
                         raise TimeoutError("the workload did not make progress")
             finally:
                 self._unlimited = False
+                self._budget_left = None
 
     def pump(self) -> None:
         """Let through as many operations as the rate allows since the last call.

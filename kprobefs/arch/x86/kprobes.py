@@ -113,6 +113,10 @@ class InsnSlots:
 class X86Kprobes:
     """The arch implementation, bound to one kernel and one engine."""
 
+    #: Jump back from the copy instead of trapping after it.  Linux boosts only on a
+    #: non-preemptible kernel (CONFIG_PREEMPTION=n), which this one is.
+    boost = True
+
     def __init__(self, kernel, core: KprobeCore):
         self.kernel = kernel
         self.core = core
@@ -184,12 +188,13 @@ class X86Kprobes:
             self.kernel.text_poke(slot + 16, boost_copy)
             ainsn.slot = slot
             self._ss_slots[slot + insn.length] = p
-            self.kernel.insert_breakpoint(slot + insn.length)
+            self.kernel.insert_breakpoint(slot + insn.length,
+                                          lambda k, cpu, ip: self._singlestep_done(cpu, p))
         return ainsn
 
     def arm(self, p) -> None:
         self.kernel.text_poke(p.addr, bytes([INT3]))
-        self.kernel.insert_breakpoint(p.addr)
+        self.kernel.insert_breakpoint(p.addr, self._int3_callback(p))
 
     def disarm(self, p) -> None:
         self.kernel.remove_breakpoint(p.addr)
@@ -205,6 +210,37 @@ class X86Kprobes:
             a.slot = None
 
     # ==== the int3 path ===================================================================
+    def _int3_callback(self, p):
+        """The int3 handler of one armed probe.  The common case (no reentry, one active
+        probe, a boostable instruction, no post-handler) is kept to a few lookups; the
+        rest goes through the general path."""
+        fast, mem, ctl, regs_of = self._fast, self._mem, self.core.kprobe_ctlblks, self._regs
+        a = p.ainsn
+        ip = p.addr + 1
+        general = self._int3
+
+        def kprobe_int3_handler(kernel, cpu, _ip):
+            kcb = ctl[cpu.index]
+            active = p.active
+            if (kcb.current is not None or len(active) != 1 or p.post_handler is not None
+                    or a.emulate or not a.boostable or not self.boost
+                    or p.detour is not None):
+                return general(kernel, cpu, ip)
+            child = active[0]
+            kcb.current = p
+            regs = regs_of[cpu.index]
+            regs.ip = ip
+            try:
+                redirected = not child.flags & _SKIP and child.pre_handler(child, regs)
+            except Exception:
+                self.core.handle_fault(child, regs, 3)
+                redirected = False
+            kcb.current = None
+            fast.set(UC_X86_REG_RIP, regs.ip if redirected else a.boost_addr)
+            return True
+
+        return kprobe_int3_handler
+
     def _int3(self, kernel, cpu, ip: int) -> bool:
         addr = ip - 1
         p = self.core.get_kprobe(addr)
@@ -247,7 +283,7 @@ class X86Kprobes:
             if not reenter:
                 self._post(p, kcb)
             return
-        if a.boostable and (reenter or not self._has_post_handler(p)):
+        if a.boostable and self.boost and (reenter or not self._has_post_handler(p)):
             self._fast.set(UC_X86_REG_RIP, a.boost_addr)
             if not reenter:
                 kcb.reset()
@@ -358,7 +394,7 @@ class X86Kprobes:
         """Back to a plain int3 probe: int3 first, then the saved tail."""
         if not op.patched:
             return
-        self.kernel.insert_breakpoint(op.addr)
+        self.kernel.insert_breakpoint(op.addr, self._int3_callback(self.core.get_kprobe(op.addr)))
         self.kernel.text_poke(op.addr, bytes([INT3]))
         self.kernel.text_poke(op.addr + 1, op.saved)
         op.patched = False
@@ -455,7 +491,7 @@ class X86Kprobes:
 
     def _hijack(self, slot: int, trampoline: int) -> tuple[int, int]:
         ret = self._mem.read_u64(slot)
-        self._mem.write(slot, _Q.pack(trampoline))
+        self._mem.write_u64(slot, trampoline)
         return ret, slot
 
     def _tramp(self, handler) -> None:
@@ -463,7 +499,7 @@ class X86Kprobes:
         # the address the return address was taken from.
         rsp = self._fast.get(UC_X86_REG_RSP)
         regs = ProbeRegs(self._fast, self._mem, 0, sp_offset=8)
-        self._mem.write(rsp, _Q.pack(handler(regs, rsp)))
+        self._mem.write_u64(rsp, handler(regs, rsp))
 
     def _on_kretprobe_tramp(self, _uc, _address, _size, _ud) -> None:
         self._tramp(self.core.kretprobe_trampoline_handler)

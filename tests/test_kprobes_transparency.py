@@ -1,0 +1,128 @@
+"""Transparency: probes on a seeded sample of every instruction boundary of every
+probe-able function change nothing the kernel does.  The background workload gives the
+same results with and without them, in each execution mode (boosted, single-stepped,
+optimized, return probes), and every probe's hit count equals an independent count of
+executions of its address."""
+
+import collections
+import random
+
+import pytest
+
+from kprobefs import Kernel, Kprobe, Kretprobe
+from kprobefs.arch.x86.insn import InsnDecodeError, iter_insns
+from kprobefs.errors import ProbeError
+from kprobefs.machine import UserBuffer
+from kprobefs.machine.abi import AT_FDCWD, O_DIRECTORY
+from kprobefs.machine.workload import Workload
+
+OPS = 250
+SAMPLE = 400
+SEED = 20261121
+
+
+def run_workload(setup=None):
+    kernel = Kernel(cpus=1, seed=SEED)
+    workload = Workload(kernel, seed=SEED)
+    extra = setup(kernel) if setup else None
+    workload.run(OPS)
+    return kernel, workload.results[:OPS], state(kernel), extra
+
+
+def state(kernel):
+    """Kernel state a probe could corrupt: counters and the /tmp directory."""
+    def read_int(name, fmt_size=4):
+        addr = kernel.image.symbol_value(name)
+        return int.from_bytes(kernel.read(addr, fmt_size), "little", signed=True)
+
+    t = kernel.spawn("inspect")
+    fd = kernel.syscall(t, "openat", AT_FDCWD, "/tmp", O_DIRECTORY, 0)
+    buf = UserBuffer(8192)
+    n = kernel.syscall(t, "getdents64", fd, buf, 8192)
+    names = sorted(_dirent_names(buf.data[:n]))
+    return read_int("nr_threads"), read_int("total_forks", 8), names
+
+
+def _dirent_names(data):
+    out, off = [], 0
+    while off + 19 <= len(data):
+        reclen = int.from_bytes(data[off + 16:off + 18], "little")
+        out.append(data[off + 19:off + reclen].split(b"\0")[0].decode())
+        off += reclen
+    return out
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    _, results, st, _ = run_workload()
+    return results, st
+
+
+@pytest.fixture(scope="module")
+def boundaries():
+    kernel = Kernel(cpus=1)
+    out = []
+    for sym in kernel.image.symbols:
+        if not sym.is_text or not sym.size or kernel.kprobes.within_kprobe_blacklist(sym.addr):
+            continue
+        code = kernel.kprobes.arch.original_bytes(sym.addr, sym.size)
+        try:
+            out += [(i.address, sym.addr == i.address) for i in iter_insns(code, sym.addr)]
+        except InsnDecodeError:
+            continue        # padding after the last instruction
+    return out
+
+
+def _probe_all(kernel, addrs, mode):
+    hits, indep, registered = collections.Counter(), collections.Counter(), []
+    kernel.kprobes.set_optimization(mode == "optimized")
+    kernel.kprobes.arch.boost = mode != "single-step"
+
+    def count(p, regs):
+        hits[p.addr] += 1
+        return 0
+
+    def count_ret(ri, regs):
+        hits[ri.func] += 1
+        return 0
+
+    for addr in addrs:
+        try:
+            if mode == "return":
+                p = Kretprobe(addr=addr, handler=count_ret, maxactive=64)
+                kernel.register_kretprobe(p)
+            else:
+                p = Kprobe(addr=addr, pre_handler=count)
+                kernel.register_kprobe(p)
+        except ProbeError:
+            continue                    # refused like Linux (e.g. indirect jumps)
+        registered.append(addr)
+        kernel.hook_code(addr, addr, lambda k, a: indep.__setitem__(a, indep[a] + 1))
+    kernel.wait_for_kprobe_optimizer()
+    return hits, indep, registered
+
+
+@pytest.mark.parametrize("mode", ["boosted", "single-step", "optimized", "return"])
+def test_probes_change_nothing(baseline, boundaries, mode):
+    rng = random.Random(f"{SEED}-{mode}")
+    if mode == "return":
+        pool = [a for a, entry in boundaries if entry]
+    else:
+        pool = [a for a, _ in boundaries]
+    sample = rng.sample(pool, min(SAMPLE, len(pool)))
+    kernel, results, st, (hits, indep, registered) = run_workload(
+        lambda k: _probe_all(k, sample, mode))
+    assert kernel.panicked is None
+    assert len(registered) > 0.9 * len(sample)
+    if mode == "optimized":
+        assert sum(e.optimized for e in kernel.kprobes.list_entries()) > len(registered) // 4
+    assert results == baseline[0]
+    assert st == baseline[1]
+    hit = [a for a in registered if indep[a]]
+    assert len(hit) > 20, "the workload should reach a fair share of the probes"
+    if mode == "return":
+        # A return probe counts returns: a function that exits (do_exit) never does.
+        assert all(hits[a] <= indep[a] for a in registered)
+        assert sum(hits[a] == indep[a] for a in hit) > 0.9 * len(hit)
+    else:
+        assert {a: hits[a] for a in registered} == {a: indep[a] for a in registered}
