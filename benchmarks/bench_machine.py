@@ -7,6 +7,11 @@ ratios within one run.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the source tree, not an install
+
 import argparse
 import time
 

@@ -71,7 +71,7 @@ class AggrKprobe(Kprobe):
 
     def update_post_handler(self) -> None:
         """Recompute the handlers after a child is added, removed, enabled or disabled."""
-        has_post = any(c.post_handler is not None or c.kind == "j" for c in self.children)
+        has_post = any(c.post_handler is not None for c in self.children)
         self.post_handler = self._aggr_post_handler if has_post else None
         self.active = tuple(c for c in self.children if c.pre_handler is not None)
 
@@ -157,7 +157,8 @@ class KprobeEngine:
         self.optimization_enabled = True
         self._optimizing: list[tuple[float, AggrKprobe]] = []
         self._task_instances: dict[int, list[KretprobeInstance]] = {}
-        self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler)
+        self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler,
+                                            site_func=self._kprobe_ftrace_site_handler)
         self._blacklist = sorted((s.addr, s.end, s.name) for s in self.image.blacklist)
         self._blacklist_starts = [b[0] for b in self._blacklist]
         self.fprobes = None  # set by FprobeManager
@@ -354,9 +355,10 @@ class KprobeEngine:
 
     # ==== jump optimization ===================================================================
     def _optimizable(self, ap: AggrKprobe) -> bool:
+        # kprobes.txt 5: a probepoint with a jprobe or a post_handler is not optimized.
         return (self.optimization_enabled and not self.kprobes_all_disarmed and ap.armed
                 and not ap.is_ftrace() and ap.post_handler is None
-                and not ap.all_disabled())
+                and not any(c.kind == "j" for c in ap.children) and not ap.all_disabled())
 
     def _armed_in_region(self, addr: int, size: int = 5 + 15) -> list[int]:
         return [a for a, ap in self._table.items()
@@ -443,6 +445,37 @@ class KprobeEngine:
             kcb.current = None
             kcb.status = None
 
+    def _kprobe_ftrace_site_handler(self, site: int):
+        """kprobe_ftrace_handler specialized for one site: the common case (one active
+        probe, no post-handler) in a few lookups, the rest through the general one."""
+        ctl, kernel, general = self.kprobe_ctlblks, self.kernel, self._kprobe_ftrace_handler
+        ip1, ip5 = site + 1, site + 5
+        skip = KPROBE_FLAG_DISABLED | KPROBE_FLAG_GONE
+
+        def handler(regs):
+            ap = self._table.get(site)
+            if ap is None:
+                return
+            kcb = ctl[kernel.cpu.index]
+            active = ap.active
+            if kcb.current is not None or len(active) != 1 or ap.post_handler is not None:
+                general(site, 0, None, regs)
+                return
+            child = active[0]
+            if child.flags & skip:
+                return
+            kcb.current = ap
+            regs.ip = ip1
+            try:
+                if not child.pre_handler(child, regs):
+                    regs.ip = ip5
+            except Exception as e:
+                _child_fault(child, regs, e)
+                regs.ip = ip5
+            kcb.current = None
+
+        return handler
+
     def ftrace_dispatch(self, site: int, regs) -> None:
         self.ftrace.dispatch(site, regs)
 
@@ -484,16 +517,14 @@ class KprobeEngine:
         """Run the jprobe's entry with the function's arguments on a copy of the
         registers and stack, then put both back (the longjmp of jprobe_return)."""
         jp = p.owner
-        saved_regs = regs.snapshot()
+        state = self.kernel.save_cpu_state()
         sp = regs.sp
         saved_stack = regs.read_memory(sp, MAX_STACK_SIZE)
         try:
-            jp.entry(*(regs.regs_get_kernel_argument(i) for i in range(6)))
+            jp.entry(regs.di, regs.si, regs.dx, regs.cx, regs.r8, regs.r9)
         finally:
             self.kernel.write(sp, saved_stack)
-            for name, value in saved_regs.items():
-                if name not in ("ip", "orig_ax", "cs", "ss") and getattr(regs, name) != value:
-                    setattr(regs, name, value)
+            self.kernel.restore_cpu_state(state)
         return 0
 
     # ==== kretprobes ==========================================================================

@@ -26,6 +26,9 @@ class FtraceOps:
     private: object = None
     registered: bool = False
     want_parent_ip: bool = False
+    #: Optional site_func(site) -> f(regs): a callback specialized for one site, used
+    #: when this ops is the site's only user (the hot path of ftrace-based kprobes).
+    site_func: Callable | None = None
 
 
 class Ftrace:
@@ -44,6 +47,8 @@ class Ftrace:
         it is alone (the common case, kept cheap), else the list walk."""
         users = self._site_ops[site]
         if len(users) == 1 and not users[0].want_parent_ip:
+            if users[0].site_func is not None:
+                return users[0].site_func(site)
             return functools.partial(users[0].func, site, 0, users[0])
         return functools.partial(self.dispatch, site)
 

@@ -1,8 +1,9 @@
 """Register access without the Unicorn binding's per-call overhead.
 
-``Uc.reg_read``/``reg_write`` cost about 1.6 µs each from Python, four times a whole
+``Uc.reg_read``/``reg_write`` cost about 1.5 µs each from Python, four times a whole
 UC_HOOK_CODE callback; probe handlers touch registers on every hit, so the machine calls
-the C API directly through ctypes (about 0.4 µs).
+the C API directly through ctypes, with prototypes that skip ctypes' argument conversion
+(0.2 µs a call, against 0.4 µs through the binding's own prototypes).
 """
 
 from __future__ import annotations
@@ -12,7 +13,18 @@ import ctypes
 from unicorn import Uc
 from unicorn.unicorn_py3 import unicorn as _binding
 
-__all__ = ["FastRegs"]
+__all__ = ["FastRegs", "RegSet", "add_code_hook"]
+
+
+def _raw(name: str):
+    """A prototype-free handle on a libunicorn function: arguments must already be
+    C-compatible (ctypes objects, ints)."""
+    fn = getattr(_LIB, name)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_LIB = ctypes.CDLL(_binding.uclib._name)
 
 
 class FastRegs:
@@ -22,8 +34,8 @@ class FastRegs:
 
     def __init__(self, uc: Uc):
         self._handle = uc._uch
-        self._read = _binding.uclib.uc_reg_read
-        self._write = _binding.uclib.uc_reg_write
+        self._read = _raw("uc_reg_read")
+        self._write = _raw("uc_reg_write")
         self._val = ctypes.c_uint64()
         self._ref = ctypes.byref(self._val)
 
@@ -52,3 +64,28 @@ def add_code_hook(uc: Uc, begin: int, end: int, callback) -> int:
     # Kept where the binding keeps its own, so Uc.hook_del() removes it the usual way.
     uc._callbacks[handle.value] = fptr
     return handle.value
+
+
+class RegSet:
+    """Read or write a fixed set of 64-bit registers in one C call each way."""
+
+    __slots__ = ("_handle", "_ids", "_vals", "_ptrs", "_n", "_read", "_write")
+
+    def __init__(self, uc: Uc, reg_ids):
+        n = len(reg_ids)
+        self._handle = uc._uch
+        self._n = n
+        self._ids = (ctypes.c_int * n)(*reg_ids)
+        self._vals = (ctypes.c_uint64 * n)()
+        base = ctypes.addressof(self._vals)
+        self._ptrs = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
+        self._read = _raw("uc_reg_read_batch")
+        self._write = _raw("uc_reg_write_batch")
+
+    def read(self) -> tuple:
+        self._read(self._handle, self._ids, self._ptrs, self._n)
+        return tuple(self._vals)
+
+    def write(self, values) -> None:
+        self._vals[:] = values
+        self._write(self._handle, self._ids, self._ptrs, self._n)

@@ -29,8 +29,10 @@ from unicorn.x86_const import (
 from ..errors import KernelError, KernelOops, KernelWedged, MachineError
 from . import abi
 from .abi import HC
-from .cpu import KERNEL_CS, KERNEL_DS, PT_REGS_SIZE, Registers, pack_pt_regs, unpack_pt_regs
-from ._fastuc import FastRegs, add_code_hook
+from .cpu import (
+    KERNEL_CS, KERNEL_DS, PT_REGS_SIZE, UC_REG, Registers, pack_pt_regs, unpack_pt_regs,
+)
+from ._fastuc import FastRegs, RegSet, add_code_hook
 from ._quirks import clear_exception_state
 from .image import FENTRY_NOP, KernelImage
 from .memory import (
@@ -209,6 +211,9 @@ class Kernel:
         self._scratch_depth = 0
         self._upcall_results: dict[int, int] = {}
         self._task_pid_off = self.kabi["task.pid"]
+        # Writing ip makes Unicorn leave the current block: ip is not part of the set.
+        self._gprs = RegSet(self.uc, [reg for name, reg in UC_REG.items()
+                                      if name not in ("cs", "ss", "ip")])
 
     def _read_kabi(self) -> dict[str, int]:
         out, p = {}, self._sym("kabi")
@@ -713,6 +718,15 @@ class Kernel:
                 self.uc.ctl_remove_cache(addr, addr + 1)
 
     # ---- registers of the CPU in a hook ------------------------------------------------
+    def save_cpu_state(self) -> tuple:
+        """The general registers and flags of the current CPU (inside a hook), for
+        restore_cpu_state().  (A Unicorn context would carry the whole CPU, at ten times
+        the cost.)"""
+        return self._gprs.read()
+
+    def restore_cpu_state(self, state: tuple) -> None:
+        self._gprs.write(state)
+
     def set_ip(self, ip: int) -> None:
         """Redirect the current CPU (inside a hook or trap handler)."""
         self.fast.set(UC_X86_REG_RIP, ip)
@@ -777,7 +791,10 @@ class Kernel:
         called from C directly, with no wrapper in between, and must not raise."""
         with self.lock:
             handle = add_code_hook(self.uc, begin, end, callback)
-            self.uc.ctl_remove_cache(begin, end + 1)
+            if begin <= end:
+                self.uc.ctl_remove_cache(begin, end + 1)
+            else:  # begin > end: every address
+                self.uc.ctl_flush_tb()
             return handle
 
     def hook_del(self, handle: int) -> None:

@@ -139,6 +139,9 @@ class X86Kprobes:
         self._mem = kernel.mem
         # One pt_regs view per CPU, reused: a handler's regs are valid only during it.
         self._regs = [ProbeRegs(self._fast, self._mem, 0) for _ in range(kernel.nr_cpus)]
+        # In an ftrace callback the trampoline's return address sits on the stack.
+        self._ftrace_regs = [ProbeRegs(self._fast, self._mem, 0, sp_offset=8)
+                             for _ in range(kernel.nr_cpus)]
         kernel.add_trap_handler(3, self._int3)
         kernel.add_trap_handler(14, self._fault)
         kernel.add_trap_handler(13, self._fault)
@@ -463,20 +466,16 @@ class X86Kprobes:
     def _ftrace_callback(self, site: int, state: list):
         """The ftrace_regs_call of one site: regs.ip is the return address (site + 5) and
         regs.sp the traced function's stack pointer; a changed regs.ip diverts the return."""
-        kernel, regs_of = self.kernel, self._regs
+        kernel, regs_of = self.kernel, self._ftrace_regs
         fast, mem = self._fast, self._mem
         ret = site + 5
 
         def ftrace_callback(_uc, _address, _size, _ud):
             regs = regs_of[kernel.cpu.index]
             regs.ip = ret
-            regs._sp_offset = 8
-            try:
-                state[0](regs)
-            finally:
-                regs._sp_offset = 0
+            state[0](regs)
             if regs.ip != ret:
-                mem.write(fast.get(UC_X86_REG_RSP), _Q.pack(regs.ip))
+                mem.write_u64(fast.get(UC_X86_REG_RSP), regs.ip)
 
         return ftrace_callback
 
