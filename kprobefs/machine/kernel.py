@@ -328,13 +328,18 @@ class Kernel:
     _jiffies_base = (1 << 64) - 300 * HZ
 
     def _drive(self, done: Callable[[], bool], timeout: float | None = None) -> None:
-        """Run the machine until done() holds.  Raises KernelWedged when nothing can run
-        and done() is still false after timeout seconds (None: at once)."""
+        """Run the machine until done() holds.  Raises KernelWedged when done() is still
+        false after timeout seconds, busy or not; with timeout None, as soon as the
+        kernel is idle with done() false."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not done():
-            if self.run_slice():
+            ran = self.run_slice()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise KernelWedged("the awaited event has not happened in "
+                                   f"{timeout:g} s ({'busy' if ran else 'idle'} kernel)")
+            if ran:
                 continue
-            if deadline is None or time.monotonic() >= deadline:
+            if deadline is None:
                 raise KernelWedged("the kernel is idle but the awaited event has not happened")
             self._cond.wait(timeout=min(0.05, max(0.0, deadline - time.monotonic())))
 
@@ -652,20 +657,24 @@ class Kernel:
             raise KernelError(-ret, name)
         return ret
 
-    def spawn(self, comm: str, pid: int | None = None, parent: Task | None = None) -> Task:
+    def spawn(self, comm: str, pid: int | None = None, parent: Task | None = None,
+              timeout: float | None = 30.0) -> Task:
         """A new user task forked (clone3) from parent (default: init) and named comm.
-        With pid, the task gets exactly that pid (clone3's set_tid)."""
+        With pid, the task gets exactly that pid (clone3's set_tid).  Raises
+        KernelWedged if the kernel does not finish within timeout seconds."""
         parent = parent or self.init_task
         # Arguments are laid out from the start of the parent's scratch page, so the
         # set_tid array's user address is known before the call is marshalled.
         set_tid_addr = parent.window + PAGE + 88
         clone_args = struct.pack("<11Q", 0, 0, 0, 0, 17, 0, 0, 0,
                                  set_tid_addr if pid else 0, 1 if pid else 0, 0)
-        child = self.syscall(parent, "clone3", clone_args + struct.pack("<q", pid or 0), 88)
+        child = self.syscall(parent, "clone3", clone_args + struct.pack("<q", pid or 0), 88,
+                             timeout=timeout)
         if child < 0:
             raise KernelError(-child, "clone3")
         task = self.tasks[child]
-        if self.syscall(task, "prctl", abi.PR_SET_NAME, comm.encode()[:15] + b"\0") == 0:
+        if self.syscall(task, "prctl", abi.PR_SET_NAME, comm.encode()[:15] + b"\0",
+                        timeout=timeout) == 0:
             task.comm = comm[:15]
         return task
 

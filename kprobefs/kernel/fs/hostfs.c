@@ -410,7 +410,9 @@ struct dentry *debugfs_create_automount(const char *name, struct dentry *parent)
 
 static int hostfs_fill_super(struct super_block *sb, long root_id)
 {
-	struct inode *inode = hostfs_iget(sb, root_id, S_IFDIR | 0700);
+	/* debugfs and tracefs roots are root-only; /proc is world-readable. */
+	umode_t mode = sb->s_magic == PROC_SUPER_MAGIC ? 0555 : 0700;
+	struct inode *inode = hostfs_iget(sb, root_id, S_IFDIR | mode);
 
 	sb->s_d_op = &hostfs_dentry_operations;
 	sb->s_fs_info = (void *)root_id;
