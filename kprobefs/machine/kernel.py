@@ -122,6 +122,9 @@ class Kernel:
     """
 
     QUANTUM = 20000
+    #: Unicorn checks every code hook's range on each hooked instruction, so hooks cost
+    #: O(hooks) per hit; past this many, breakpoints are delivered as real #BP traps.
+    FAST_HOOK_BUDGET = 512
     #: Bound on live user tasks (each has a user window).
     MAX_TASKS = 4096
 
@@ -140,7 +143,9 @@ class Kernel:
         self.mem = AddressSpace(self.uc, self.layout)
         self.regs = Registers(self.uc)
         self.fast = FastRegs(self.uc)
-        self._breakpoints: dict[int, int] = {}
+        self._breakpoints: dict[int, int] = {}          # addr -> code hook
+        self._trap_breakpoints: dict[int, Callable] = {}  # addr -> handler, via #BP
+        self._raw_hooks: set[int] = set()
         self._bp_declined: int | None = None
         self.cpus = [Cpu(i) for i in range(cpus)]
         self.cpu: Cpu | None = None  # the CPU emulating now (inside emu_start)
@@ -367,6 +372,10 @@ class Kernel:
                     intno = 14
             ip = self.fast.get(UC_X86_REG_RIP)
             declined, self._bp_declined = self._bp_declined, None
+            if intno == 3 and declined != ip - 1:
+                handler = self._trap_breakpoints.get(ip - 1)
+                if handler is not None and handler(self, self.cpu, ip):
+                    return
             if not (intno == 3 and declined == ip - 1) and self._run_trap_handlers(intno, ip):
                 return
             self._deliver_exception(intno)
@@ -697,11 +706,14 @@ class Kernel:
         otherwise the same trap: handlers see ip = addr + 1.  An int3 no handler claims
         executes for real and reaches the kernel's exc_int3."""
         with self.lock:
-            if addr in self._breakpoints:
+            if addr in self._breakpoints or addr in self._trap_breakpoints:
+                return
+            run = handler or (lambda k, cpu, ip: self._run_trap_handlers(3, ip))
+            if not self.fast_hooks_available():
+                self._trap_breakpoints[addr] = run
                 return
             pa = self.mem.translate(addr)   # text is mapped for good: translate once
             ram = self.mem.ram
-            run = handler or (lambda k, cpu, ip: self._run_trap_handlers(3, ip))
 
             def hit(_h, address, _size, _ud):
                 if ram[pa] != 0xCC:
@@ -716,15 +728,19 @@ class Kernel:
                     return
                 self._bp_declined = address
 
-            self._breakpoints[addr] = add_code_hook(self.uc, addr, addr, hit)
-            self.uc.ctl_remove_cache(addr, addr + 1)
+            self._breakpoints[addr] = self.hook_code_raw(addr, addr, hit)
 
     def remove_breakpoint(self, addr: int) -> None:
         with self.lock:
+            self._trap_breakpoints.pop(addr, None)
             handle = self._breakpoints.pop(addr, None)
             if handle is not None:
-                self.uc.hook_del(handle)
+                self.hook_del(handle)
                 self.uc.ctl_remove_cache(addr, addr + 1)
+
+    def fast_hooks_available(self) -> bool:
+        """Whether another per-address code hook fits the budget (FAST_HOOK_BUDGET)."""
+        return len(self._raw_hooks) < self.FAST_HOOK_BUDGET
 
     # ---- registers of the CPU in a hook ------------------------------------------------
     def save_cpu_state(self) -> tuple:
@@ -800,6 +816,8 @@ class Kernel:
         called from C directly, with no wrapper in between, and must not raise."""
         with self.lock:
             handle = add_code_hook(self.uc, begin, end, callback)
+            if begin == end:
+                self._raw_hooks.add(handle)
             if begin <= end:
                 self.uc.ctl_remove_cache(begin, end + 1)
             else:  # begin > end: every address
@@ -808,6 +826,7 @@ class Kernel:
 
     def hook_del(self, handle: int) -> None:
         with self.lock:
+            self._raw_hooks.discard(handle)
             self.uc.hook_del(handle)
 
     def read(self, addr: int, size: int) -> bytes:

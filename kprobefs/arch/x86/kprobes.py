@@ -359,6 +359,9 @@ class X86Kprobes:
     def prepare_optimized(self, p, func, armed_in_region) -> Detour | None:
         """Build a detour buffer for p if the code allows (kprobes.txt 1.4.2 safety
         checks).  None, with the reason logged, if it cannot be optimized."""
+        if not self.kernel.fast_hooks_available():
+            log.debug("not optimized: no code hook left for a detour")
+            return None
         code = self.original_bytes(func.addr, func.size)
         plan, reason = can_optimize(code, func.addr, p.addr, self._extable,
                                     self._ftrace_sites, armed_in_region)
@@ -447,9 +450,22 @@ class X86Kprobes:
         dynamically allocated trampoline): [watched 5-byte NOP][ret].  func(regs) runs
         the ftrace ops of the site."""
         tramp = self.slots.get(_SLOT)
-        self.kernel.text_poke(tramp, FENTRY_NOP + b"\xc3")
         state = [func]
-        hook = self.kernel.hook_code_raw(tramp, tramp, self._ftrace_callback(site, state))
+        callback = self._ftrace_callback(site, state)
+        if self.kernel.fast_hooks_available():
+            self.kernel.text_poke(tramp, FENTRY_NOP + b"\xc3")
+            hook = self.kernel.hook_code_raw(tramp, tramp, callback)
+        else:
+            # Out of code hooks: the trampoline traps instead, and resumes at its ret.
+            self.kernel.text_poke(tramp, b"\xcc\xc3")
+
+            def trapped(kernel, cpu, ip):
+                callback(None, tramp, 1, None)
+                self._fast.set(UC_X86_REG_RIP, tramp + 1)
+                return True
+
+            self.kernel.insert_breakpoint(tramp, trapped)
+            hook = None
         self._ftrace_tramps[site] = (tramp, hook, state)
         self.kernel.text_poke(site, synthesize_relcall(site, tramp))
 
@@ -459,7 +475,10 @@ class X86Kprobes:
     def ftrace_make_nop(self, site: int) -> None:
         self.kernel.text_poke(site, FENTRY_NOP)
         tramp, hook, _ = self._ftrace_tramps.pop(site)
-        self.kernel.hook_del(hook)
+        if hook is not None:
+            self.kernel.hook_del(hook)
+        else:
+            self.kernel.remove_breakpoint(tramp)
         self.kernel.text_poke(tramp, bytes([INT3]) * _SLOT)
         self.slots.free(_SLOT, tramp)
 
