@@ -75,6 +75,9 @@ def boundaries():
 
 def _probe_all(kernel, addrs, mode):
     hits, indep, registered = collections.Counter(), collections.Counter(), []
+    # Every probe and counting hook gets a code hook (slower with so many, but this is
+    # about correctness): otherwise most probes would trap and few could be optimized.
+    kernel.FAST_HOOK_BUDGET = 10 * SAMPLE
     kernel.kprobes.set_optimization(mode == "optimized")
     kernel.kprobes.arch.boost = mode != "single-step"
 

@@ -231,7 +231,7 @@ def test_text_is_read_only_to_the_kernel(kernel):
 
 
 def test_two_cpus_interleave_and_each_sees_its_own_task():
-    kernel = Kernel(cpus=2, quantum=300)
+    kernel = Kernel(cpus=2)
     a, b = kernel.spawn("a"), kernel.spawn("b")
     (fn,) = kernel.image.lookup_name("__x64_sys_getpid")
     cpu_field = 16  # struct pcpu: self, current_task, cpu_number

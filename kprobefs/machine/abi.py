@@ -51,6 +51,7 @@ class HC:
     HOSTFS_READDIR = 21
     UPCALL_DONE = 22
     BOOTED = 23
+    YIELD = 24
 
 
 IDLE_WAKE_TASK = 1

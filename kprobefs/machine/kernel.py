@@ -2,9 +2,11 @@
 system calls made on behalf of host code.
 
 Every virtual CPU has its own saved Unicorn context; one thread at a time drives the
-emulator (whoever holds ``Kernel.lock``), running each online CPU for a quantum of
-instructions in turn, as single-threaded QEMU TCG does.  The order of events is a
-function of the inputs alone, so a run is reproducible for a given seed.
+emulator (whoever holds ``Kernel.lock``), running the online CPUs round-robin on one
+thread.  A CPU's turn ends at a hypercall: when it idles, spins on a lock, or returns a
+task to user mode while another CPU has work.  The kernel is not preemptible
+(CONFIG_PREEMPT=n), so the order of events is a function of the inputs alone and a run
+is reproducible for a given seed; a watchdog stops a CPU that never makes a hypercall.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from .cpu import (
 from ._fastuc import FastRegs, RegSet, add_code_hook
 from ._quirks import clear_exception_state
 from .image import FENTRY_NOP, KernelImage
+from .module import ModuleLoader
 from .memory import (
     PAGE, PAGE_OFFSET, USER_WINDOW_BASE, USER_WINDOW_SIZE, AddressSpace, FaultError,
     PhysicalLayout,
@@ -109,7 +112,6 @@ class Cpu:
     resume_rax: int | None = None
     gs_base: int = 0
     current_pa: int = 0      # physical address of this CPU's pcpu.current_task
-    instructions: int = 0
 
 
 class Kernel:
@@ -121,20 +123,20 @@ class Kernel:
     :class:`UserBuffer` as output buffers.
     """
 
-    QUANTUM = 20000
     #: Unicorn checks every code hook's range on each hooked instruction, so hooks cost
     #: O(hooks) per hit; past this many, breakpoints are delivered as real #BP traps.
-    FAST_HOOK_BUDGET = 512
+    FAST_HOOK_BUDGET = 64
+    #: A CPU that runs this long without a hypercall is stopped and reported wedged.
+    WEDGE_SECONDS = 5.0
     #: Bound on live user tasks (each has a user window).
     MAX_TASKS = 4096
 
     def __init__(self, cpus: int = 2, seed: int = 0, image: str | None = None,
-                 ram_mb: int = 256, pid_auto_base: int = 300, quantum: int | None = None):
+                 ram_mb: int = 256, pid_auto_base: int = 300):
         if not 1 <= cpus <= 8:
             raise ValueError("cpus must be between 1 and 8")
         self.seed = seed
         self.nr_cpus = cpus
-        self.quantum = quantum or self.QUANTUM
         self.image = KernelImage(image)
         self.lock = threading.RLock()
         self._cond = threading.Condition(self.lock)
@@ -169,10 +171,17 @@ class Kernel:
             HC.TASK_NEW: self._hc_task_new, HC.TASK_EXIT: self._hc_task_exit,
             HC.IRET: self._hc_iret, HC.CLOCK: self._hc_clock, HC.CONSOLE: self._hc_console,
             HC.PANIC: self._hc_panic, HC.BOOTED: self._hc_booted,
-            HC.UPCALL_DONE: self._hc_upcall_done,
+            HC.UPCALL_DONE: self._hc_upcall_done, HC.YIELD: self._hc_yield,
         }
+        self._closing = False
+        self._slice_started: float | None = None
+        #: (cpu, ip) of every stop the watchdog made.
+        self.wedged: list[tuple[int, int]] = []
         self._load(pid_auto_base)
         self._boot()
+        #: Loadable modules (load, unload, /proc/modules, the module notifier chain).
+        self.modules = ModuleLoader(self)
+        threading.Thread(target=self._watchdog, name="kprobefs-watchdog", daemon=True).start()
 
     # ==== loading and boot ==================================================================
     def _sym(self, name: str) -> int:
@@ -279,7 +288,7 @@ class Kernel:
                 cpu.state = "running"
 
     def run_slice(self) -> bool:
-        """Run every CPU that has work for one quantum.  Returns False when the machine
+        """Give every CPU that has work one turn.  Returns False when the machine
         is quiescent (every CPU idle and nothing queued).  Caller holds ``lock``."""
         if self._in_emulation:
             raise MachineError("the machine cannot be driven from inside a hook")
@@ -302,17 +311,49 @@ class Kernel:
         return ran
 
     def _emulate(self, cpu: Cpu) -> None:
+        """Run cpu until it ends its turn at a hypercall (idle, yield, a return to user
+        mode while another CPU waits), or the watchdog stops it."""
         self.cpu = cpu
         self._in_emulation += 1
+        self._slice_started = time.monotonic()
         try:
             rip = self.fast.get(UC_X86_REG_RIP)
-            self.uc.emu_start(rip, 0, count=self.quantum)
+            self.uc.emu_start(rip, 0)
         except UcError as e:
             self._cpu_error(cpu, e)
         finally:
+            self._slice_started = None
             self._in_emulation -= 1
             self.cpu = None
-        cpu.instructions += self.quantum
+
+    def _others_running(self) -> bool:
+        cur = self.cpu
+        return any(c.state == "running" and c is not cur for c in self.cpus) or (
+            bool(self._wakeups) and any(c.state == "idle" for c in self.cpus))
+
+    def _end_turn(self) -> None:
+        """Let the next CPU run (round-robin) after this hypercall returns."""
+        if self._others_running():
+            self.uc.emu_stop()
+
+    def _watchdog(self) -> None:
+        """Stop a CPU that has run WEDGE_SECONDS without a hypercall (a probe on a tight
+        loop, a kernel bug): the machine stays responsive and says which CPU it was."""
+        while not self._closing:
+            time.sleep(0.25)
+            started, cpu = self._slice_started, self.cpu
+            if started is not None and cpu is not None and \
+                    time.monotonic() - started > self.WEDGE_SECONDS:
+                rip = self.fast.get(UC_X86_REG_RIP)
+                self.wedged.append((cpu.index, rip))
+                log.error("cpu%d: no hypercall for %.0f s at %s: stopping it", cpu.index,
+                          self.WEDGE_SECONDS, self.image.format_address(rip))
+                self._slice_started = None
+                self.uc.emu_stop()
+
+    def _hc_yield(self):
+        self._end_turn()
+        return 0
 
     def _cpu_error(self, cpu: Cpu, err: UcError) -> None:
         rip = self.uc.reg_read(UC_X86_REG_RIP)
@@ -571,6 +612,7 @@ class Kernel:
             req.result = _signed(ret)
             self._copy_out(req)
             self._finish(req)
+        self._end_turn()
         if task.pending:
             self._load_request(task, task.pending.popleft())
             return 1
@@ -864,6 +906,15 @@ class Kernel:
 
     def kallsyms(self) -> str:
         return self.image.kallsyms()
+
+    def load_module(self, name: str) -> int:
+        """Load a bundled module (``trace_printk``, ``trace-printk``) and return its base
+        address; KernelError with Linux's errno on failure (see ModuleLoader.load)."""
+        return self.modules.load(name).start
+
+    def unload_module(self, name: str) -> None:
+        """Unload a module (delete_module); KernelError(ENOENT/EBUSY) as Linux."""
+        self.modules.unload(name)
 
     def proc_version(self) -> str:
         """/proc/version: linux_proc_banner applied to sysname, release and version."""

@@ -156,11 +156,14 @@ typedef struct {
 } spinlock_t;
 #define __SPIN_LOCK_UNLOCKED { 0 }
 #define DEFINE_SPINLOCK(x) spinlock_t x = __SPIN_LOCK_UNLOCKED
+/* The CPUs take turns on one host thread, switching at hypercalls: a CPU that finds a
+ * lock taken yields so that the holder can run and release it. */
+static __always_inline void cpu_relax_yield(void);
 static __always_inline void spin_lock(spinlock_t *l)
 {
 	while (__atomic_exchange_n(&l->locked, 1, __ATOMIC_ACQUIRE))
 		while (READ_ONCE(l->locked))
-			__asm__ __volatile__("pause");
+			cpu_relax_yield();
 }
 static __always_inline void spin_unlock(spinlock_t *l)
 {
@@ -199,6 +202,7 @@ enum hypercall_nr {
 	HC_HOSTFS_READDIR = 21,	/* (dir id, index, kbuf 256): child id, 0 at end */
 	HC_UPCALL_DONE = 22,	/* (ret): an upcall the host asked for has returned */
 	HC_BOOTED = 23,		/* start_kernel finished on the boot CPU */
+	HC_YIELD = 24,		/* let another CPU run (a spin-wait) */
 };
 
 /* Wake-up words HC_IDLE returns (low byte = kind, rest = argument). */
@@ -220,6 +224,11 @@ static __always_inline long hypercall5(long nr, long a1, long a2, long a3, long 
 }
 #define hypercall(nr, a1, a2, a3, a4) hypercall5(nr, (long)(a1), (long)(a2), \
 						 (long)(a3), (long)(a4), 0)
+
+static __always_inline void cpu_relax_yield(void)
+{
+	hypercall(HC_YIELD, 0, 0, 0, 0);
+}
 
 /* ---- lib ------------------------------------------------------------------------- */
 void *memcpy(void *dst, const void *src, size_t n);
