@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from kprobefs import Fprobe, Jprobe, Kernel, Kprobe, Kretprobe
-from kprobefs.arch.x86.insn import InsnKind, iter_insns
+from kprobefs.arch.x86.insn import InsnKind, can_boost, iter_insns
 from kprobefs.errors import ProbeError
 from kprobefs.kprobes import (
     FPROBE_FL_KPROBE_SHARED, KPROBE_FLAG_DISABLED, MAX_STACK_SIZE,
@@ -314,8 +314,9 @@ def test_kretprobe_sees_return_value_and_return_address(kernel):
     assert loop(kernel, 3) == expected_loop(3)
     loop_fn = sym(kernel, "kprobe_bench_loop")
     assert [r[0] for r in rets] == [7, 23, 71]         # (i + s) * 2 + 7
-    for _, ret_addr, ip, _task in rets:
+    for _, ret_addr, ip, task in rets:
         assert ret_addr == ip and loop_fn.addr < ret_addr < loop_fn.end
+        assert task == 0                  # upcalls run on an idle CPU: the swapper
     assert "  r  kprobe_target+0x0" in kernel.kprobes.list_text()
     with pytest.raises(ProbeError) as e:
         kernel.register_kretprobe(Kretprobe(symbol_name="vfs_read", offset=5))
@@ -409,6 +410,40 @@ def test_call_in_region_and_short_tail_are_not_optimized(kernel):
     kernel.register_kprobe(Kprobe(addr=ret.address, pre_handler=lambda p, r: 0))
     kernel.wait_for_kprobe_optimizer()
     assert "[OPTIMIZED]" not in kernel.kprobes.list_text()
+
+
+def test_jump_into_the_region_forbids_optimization(kernel):
+    """A relative jump landing in (addr, addr + 5] would land inside the jmp: refused."""
+    arch = kernel.kprobes.arch
+    for s in kernel.image.symbols:
+        if not s.is_text or not s.size or kernel.kprobes.within_kprobe_blacklist(s.addr):
+            continue
+        insns = list(iter_insns(arch.original_bytes(s.addr, s.size), s.addr))
+        if any(i.is_indirect_jump for i in insns) or any(
+                i.address in kernel.image.extable for i in insns):
+            continue
+        targets = {i.branch_target for i in insns
+                   if i.mnemonic.startswith("j") and i.branch_target is not None}
+        for n, i in enumerate(insns):
+            region, size = [], 0
+            for r in insns[n:]:
+                region.append(r)
+                size += r.length
+                if size >= 5:
+                    break
+            # Everything else about the region is optimizable: only the jump forbids it.
+            if size < 5 or not all(can_boost(r, False) for r in region) or any(
+                    s_ in range(i.address - 4, i.address + size)
+                    for s_ in kernel.image.ftrace_sites):
+                continue
+            if any(i.address < t <= i.address + 5 for t in targets):
+                p = Kprobe(addr=i.address, pre_handler=lambda p, r: 0)
+                kernel.register_kprobe(p)
+                kernel.wait_for_kprobe_optimizer()
+                assert "[OPTIMIZED]" not in kernel.kprobes.list_text(), s.name
+                assert kernel.read(i.address, 1)[0] == INT3
+                return
+    pytest.fail("no function with a jump into a 5-byte region")
 
 
 def test_unoptimization_cases(kernel):
