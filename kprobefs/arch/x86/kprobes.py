@@ -25,8 +25,8 @@ from typing import Protocol
 from ...errors import ProbeError
 from ...machine.cpu import UC_REG
 from .insn import (
-    GPR_NAMES, Insn, InsnDecodeError, OptimizePlan, can_boost, can_optimize, check_boundary,
-    decode, emulate, prepare_copy, relocate, synthesize_relcall, synthesize_reljump,
+    GPR_NAMES, Insn, InsnDecodeError, OptimizePlan, can_boost, can_optimize, decode, emulate,
+    iter_insns, prepare_copy, relocate, synthesize_relcall, synthesize_reljump,
 )
 from .regs import ProbeRegs
 
@@ -135,6 +135,7 @@ class X86Kprobes:
         self.kretprobe_trampoline = self._sym("kretprobe_trampoline")
         self.rethook_trampoline = self._sym("rethook_trampoline")
         self._ftrace_tramps: dict[int, tuple[int, int]] = {}
+        self._boundary_cache: dict[tuple[int, int], frozenset] = {}
         self._fast = kernel.fast
         self._mem = kernel.mem
         # One pt_regs view per CPU, reused: a handler's regs are valid only during it.
@@ -162,12 +163,27 @@ class X86Kprobes:
                         data[site + i - addr] = FENTRY_NOP[i]
         return bytes(data)
 
+    def _boundaries(self, func, code: bytes) -> frozenset:
+        """Instruction starts of func, decoded from its start (cached: text as built never
+        changes)."""
+        key = (func.addr, func.size)
+        found = self._boundary_cache.get(key)
+        if found is None:
+            found = []
+            try:
+                for insn in iter_insns(code, func.addr):
+                    found.append(insn.address)
+            except InsnDecodeError:
+                pass            # what decodes before the first bad byte still counts
+            found = self._boundary_cache[key] = frozenset(found)
+        return found
+
     # ==== arch_prepare_kprobe / arch_arm / arch_disarm / arch_remove =========================
     def prepare(self, p, func) -> ArchKprobe:
         """Decode and copy the instruction at p.addr.  func is the containing Symbol.
         Raises ProbeError(EILSEQ) off an instruction boundary, or the copy rules' errno."""
         code = self.original_bytes(func.addr, func.size)
-        if not check_boundary(code, func.addr, p.addr):
+        if p.addr not in self._boundaries(func, code):
             raise ProbeError(errno.EILSEQ, f"{p.addr:#x} is not an instruction boundary")
         off = p.addr - func.addr
         try:
@@ -202,6 +218,23 @@ class X86Kprobes:
     def disarm(self, p) -> None:
         self.kernel.remove_breakpoint(p.addr)
         self.kernel.text_poke(p.addr, p.ainsn.opcode)
+
+    def kill(self, p) -> None:
+        """The text under p is going away (its module unloads): drop the hooks on it and
+        free p's slot and detour without writing to that text."""
+        self.kernel.remove_breakpoint(p.addr)
+        op = getattr(p, "detour", None)
+        if op is not None:
+            op.patched = False          # the jump is in text about to be freed
+            self.free_optimized(op)
+        self.remove(p)
+
+    def update_text_tables(self) -> None:
+        """Module text came or went: take the image's ftrace sites and exception table
+        again."""
+        img = self.kernel.image
+        self._ftrace_sites = frozenset(img.ftrace_sites)
+        self._extable = frozenset(img.extable)
 
     def remove(self, p) -> None:
         a = p.ainsn
