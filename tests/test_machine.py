@@ -264,3 +264,24 @@ def test_workload_is_deterministic_for_a_seed():
         return w.completed, dict(w.errors), sorted(k.tasks)
 
     assert run(7) == run(7)
+
+
+def test_a_wedged_cpu_is_taken_out_of_service():
+    """A CPU spinning in kernel code without hypercalls is stopped by the watchdog; the
+    system call on it fails with KernelWedged (the FUSE layer's EIO) and the other CPU
+    keeps the kernel running."""
+    from kprobefs.errors import KernelWedged
+
+    kernel = Kernel(cpus=2)
+    kernel.WEDGE_SECONDS = 0.5
+    spinner, other = kernel.spawn("spinner"), kernel.spawn("other")
+    (fn,) = kernel.image.lookup_name("__x64_sys_getppid")
+    original = kernel.read(fn.addr + 5, 2)
+    kernel.text_poke(fn.addr + 5, bytes.fromhex("ebfe"))        # jmp . (a tight loop)
+    with pytest.raises(KernelWedged):
+        kernel.syscall(spinner, "getppid", timeout=3)
+    kernel.text_poke(fn.addr + 5, original)
+    assert [cpu for cpu, _ in kernel.wedged] and kernel.wedged[0][1] == fn.addr + 5
+    assert sum(c.state == "wedged" for c in kernel.cpus) == 1
+    assert kernel.syscall(other, "getpid") == other.pid
+    assert kernel.syscall(kernel.spawn("later"), "getppid") == 1

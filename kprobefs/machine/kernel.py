@@ -12,8 +12,10 @@ is reproducible for a given seed; a watchdog stops a CPU that never makes a hype
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -108,7 +110,7 @@ class Cpu:
 
     index: int
     ctx: object = None
-    state: str = "offline"  # offline, running, idle, halted
+    state: str = "offline"  # offline, running, idle, halted, wedged
     resume_rax: int | None = None
     gs_base: int = 0
     current_pa: int = 0      # physical address of this CPU's pcpu.current_task
@@ -126,8 +128,10 @@ class Kernel:
     #: Unicorn checks every code hook's range on each hooked instruction, so hooks cost
     #: O(hooks) per hit; past this many, breakpoints are delivered as real #BP traps.
     FAST_HOOK_BUDGET = 64
-    #: A CPU that runs this long without a hypercall is stopped and reported wedged.
+    #: A CPU that runs this long without a hypercall is stopped and taken out of service.
     WEDGE_SECONDS = 5.0
+    #: How long submit() waits for the machine lock.
+    LOCK_TIMEOUT = 30.0
     #: Bound on live user tasks (each has a user window).
     MAX_TASKS = 4096
 
@@ -175,6 +179,8 @@ class Kernel:
         }
         self._closing = False
         self._slice_started: float | None = None
+        self._wedge: Cpu | None = None
+        self._emu_thread: int | None = None
         #: (cpu, ip) of every stop the watchdog made.
         self.wedged: list[tuple[int, int]] = []
         self._load(pid_auto_base)
@@ -315,6 +321,7 @@ class Kernel:
         mode while another CPU waits), or the watchdog stops it."""
         self.cpu = cpu
         self._in_emulation += 1
+        self._emu_thread = threading.get_ident()
         self._slice_started = time.monotonic()
         try:
             rip = self.fast.get(UC_X86_REG_RIP)
@@ -325,6 +332,15 @@ class Kernel:
             self._slice_started = None
             self._in_emulation -= 1
             self.cpu = None
+        if self._wedge is cpu:
+            # Spinning without a hypercall: take the CPU out of service (its task and any
+            # request on it never finish; their callers time out) and keep the rest going.
+            self._wedge = None
+            rip = self.fast.get(UC_X86_REG_RIP)
+            self.wedged.append((cpu.index, rip))
+            cpu.state = "wedged"
+            log.error("cpu%d: no hypercall for %.0f s, spinning at %s: taken out of service",
+                      cpu.index, self.WEDGE_SECONDS, self.image.format_address(rip))
 
     def _others_running(self) -> bool:
         cur = self.cpu
@@ -344,12 +360,19 @@ class Kernel:
             started, cpu = self._slice_started, self.cpu
             if started is not None and cpu is not None and \
                     time.monotonic() - started > self.WEDGE_SECONDS:
-                rip = self.fast.get(UC_X86_REG_RIP)
-                self.wedged.append((cpu.index, rip))
-                log.error("cpu%d: no hypercall for %.0f s at %s: stopping it", cpu.index,
-                          self.WEDGE_SECONDS, self.image.format_address(rip))
                 self._slice_started = None
-                self.uc.emu_stop()
+                if not self._in_host_code():
+                    self._wedge = cpu
+                    self.uc.emu_stop()
+                else:
+                    log.error("cpu%d: a host handler has run for %.0f s and not returned",
+                              cpu.index, self.WEDGE_SECONDS)
+
+    def _in_host_code(self) -> bool:
+        """Whether the emulating thread is running Python (a hook or handler) rather than
+        emulated code, which it runs inside emu_start with the GIL released."""
+        frame = sys._current_frames().get(self._emu_thread)
+        return frame is not None and frame.f_code.co_name != "emu_start"
 
     def _hc_yield(self):
         self._end_turn()
@@ -372,6 +395,17 @@ class Kernel:
 
     #: Linux starts jiffies 5 minutes before wrap-around so wrap bugs show early.
     _jiffies_base = (1 << 64) - 300 * HZ
+
+    @contextlib.contextmanager
+    def _locked(self, timeout: float | None):
+        """Hold the machine lock, waiting at most timeout seconds for it: a thread stuck
+        in the emulation (a handler that never returns) must not hang its callers."""
+        if not self.lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise KernelWedged(f"the machine has been busy for {timeout:g} s")
+        try:
+            yield
+        finally:
+            self.lock.release()
 
     def _drive(self, done: Callable[[], bool], timeout: float | None = None) -> None:
         """Run the machine until done() holds.  Raises KernelWedged when done() is still
@@ -531,7 +565,7 @@ class Kernel:
             func = self._sym(func)
         if len(args) > 6:
             raise ValueError("at most six arguments")
-        with self.lock:
+        with self._locked(timeout):
             self._drive(lambda: any(c.state == "idle" for c in self.cpus), timeout)
             cpu = next(c for c in self.cpus if c.state == "idle")
             slot = cpu.gs_base + self.kabi["pcpu.upcall"]
@@ -676,7 +710,7 @@ class Kernel:
         except KeyError:
             raise ValueError(f"unknown system call {name!r}") from None
         req = SyscallRequest(task, nr, str(name), args, on_done=on_done)
-        with self.lock:
+        with self._locked(self.LOCK_TIMEOUT):
             if task.state == "dead":
                 raise ProcessExited(task.pid, task.exit_code)
             if task.state == "user" and task.active is None and not task.pending:
@@ -690,7 +724,7 @@ class Kernel:
     def wait(self, req: SyscallRequest, timeout: float | None = 30.0) -> int:
         """Drive the machine until req completes; returns its raw result.  Raises what
         the task died of, or KernelWedged if it cannot complete within timeout."""
-        with self.lock:
+        with self._locked(timeout):
             self._drive(req.done.is_set, timeout)
         if req.error is not None:
             raise req.error
