@@ -43,7 +43,7 @@ def main() -> None:
         for i in range(20):
             times.append(sh(f"echo 'p:rt{i} vfs_read' >> {tr}/kprobe_events"))
         sh(f"echo > {tr}/kprobe_events")
-        baseline = statistics.median(sh(f"echo x > /dev/null") for _ in range(20))
+        baseline = statistics.median(sh("echo x > /dev/null") for _ in range(20))
         rt = statistics.median(times)
         # 2. 1000 probes in one write: distinct events over the traceable functions'
         # entries and their second instruction.

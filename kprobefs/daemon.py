@@ -20,6 +20,7 @@ import time
 from typing import Callable
 
 from .fs.gateway import Gateway
+from .fs.procwatch import ProcessEvents
 from .fs.tree import build_tree
 
 __all__ = ["Daemon", "StartupError", "make_tracer", "sd_notify", "check_fuse", "prepare_mountpoint",
@@ -226,6 +227,7 @@ class Daemon:
         self._threads.append(t)
 
     def _start(self) -> None:
+        self.gateway.watch_host_processes(ProcessEvents.open())
         self._spawn_thread("driver", self._drive)
         self._spawn_thread("reaper", self._reap)
         if self.workload_rate > 0:

@@ -226,6 +226,12 @@ class FakeKernel:
         return self._new_fd(task, {"kind": "file", "handle": handle, "pos": 0,
                                    "flags": flags})
 
+    def sys_prctl(self, task, option, arg):
+        if option != 15:                      # PR_SET_NAME
+            return -errno.EINVAL
+        task.comm = bytes(arg).split(b"\0")[0].decode("utf-8", "replace")[:15]
+        return 0
+
     def sys_read(self, task, fd, buf: UserBuffer, count):
         f = self._file(task, fd)
         if f["kind"] == "dir":

@@ -144,15 +144,19 @@ def real(tmp_path_factory):
 
 # ---- the real kernel, through a shell ------------------------------------------------------
 def test_real_tree_and_modes(real):
-    assert sorted(os.listdir(real)) == ["kprobes", "proc", "tracing"]
+    assert sorted(os.listdir(real)) == ["dev", "kprobefs", "kprobes", "proc", "tmp",
+                                        "tracing"]
     assert sorted(os.listdir(real / "kprobes")) == ["blacklist", "enabled", "list"]
-    assert sorted(os.listdir(real / "proc")) == ["kallsyms", "sys", "version"]
+    assert sorted(os.listdir(real / "proc")) == ["kallsyms", "modules", "sys", "version"]
+    assert sorted(os.listdir(real / "kprobefs")) == ["modules"]
     modes = {p: stat.S_IMODE(os.stat(real / p).st_mode) for p in (
         "kprobes/list", "kprobes/enabled", "kprobes/blacklist", "proc/kallsyms",
-        "proc/version", "proc/sys/debug/kprobes-optimization")}
+        "proc/version", "proc/sys/debug/kprobes-optimization", "proc/modules",
+        "kprobefs/modules")}
     assert modes == {"kprobes/list": 0o400, "kprobes/enabled": 0o600,
                      "kprobes/blacklist": 0o400, "proc/kallsyms": 0o444,
-                     "proc/version": 0o444, "proc/sys/debug/kprobes-optimization": 0o644}
+                     "proc/version": 0o444, "proc/sys/debug/kprobes-optimization": 0o644,
+                     "proc/modules": 0o444, "kprobefs/modules": 0o600}
     st = os.stat(real / "kprobes/enabled")
     assert st.st_size == 0 and st.st_uid == 0 and st.st_gid == 0
     assert stat.S_ISDIR(os.stat(real / "kprobes").st_mode)
@@ -311,7 +315,7 @@ def test_fake_readdir_and_getattr(fake):
     assert rows["kprobe_events"] == "-rw-r-----"
     assert rows["trace_pipe"] == "-r--r-----"
     assert rows["events"] == "drwxr-x---"
-    assert sorted(os.listdir(fake)) == ["kprobes", "proc", "tracing"]
+    assert sorted(os.listdir(fake)) == ["kprobes", "proc", "tmp", "tracing"]
     r = sh(f"stat -c '%s %U %G' {fake}/tracing/kprobe_events")
     assert r.stdout == "0 root root\n"
     r = sh(f"touch {fake}/tracing/newfile")

@@ -1,5 +1,5 @@
-"""The committed kernel image is exactly what its sources build, and it ships in the
-wheel with the grammar files."""
+"""The committed kernel image and modules are exactly what their sources build, and they
+ship in the wheel with the grammar files."""
 
 import shutil
 import subprocess
@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = ROOT / "kprobefs" / "kernel"
 SOURCES = ("Makefile", "kernel.lds", "*/*.c", "*/*.h", "*/*.S")
+MODULES = ("modules/trace_printk.ko",)
 
 
 def _copy_sources(dst: Path) -> None:
@@ -31,6 +32,9 @@ def test_image_rebuilds_byte_identically(tmp_path):
     rebuilt = (tmp_path / "vmlinux").read_bytes()
     committed = (KERNEL / "vmlinux").read_bytes()
     assert rebuilt == committed, "kprobefs/kernel/vmlinux is stale: run make -C kprobefs/kernel"
+    for module in MODULES:
+        assert (tmp_path / module).read_bytes() == (KERNEL / module).read_bytes(), \
+            f"kprobefs/kernel/{module} is stale: run make -C kprobefs/kernel"
 
 
 def test_wheel_carries_the_image_and_grammar(tmp_path):
@@ -41,4 +45,7 @@ def test_wheel_carries_the_image_and_grammar(tmp_path):
     assert "kprobefs/kernel/vmlinux" in names
     assert "kprobefs/kernel/Makefile" in names
     assert "kprobefs/kernel/kernel/sched.c" in names
+    assert "kprobefs/kernel/modules/trace_printk.c" in names
+    for module in MODULES:
+        assert f"kprobefs/kernel/{module}" in names
     assert "kprobefs/grammar/kprobe_events.lark" in names

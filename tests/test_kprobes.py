@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from kprobefs import Fprobe, Jprobe, Kernel, Kprobe, Kretprobe
-from kprobefs.arch.x86.insn import InsnKind, can_boost, iter_insns
+from kprobefs.arch.x86.insn import can_boost, iter_insns
 from kprobefs.errors import ProbeError
 from kprobefs.kprobes import (
     FPROBE_FL_KPROBE_SHARED, KPROBE_FLAG_DISABLED, MAX_STACK_SIZE,

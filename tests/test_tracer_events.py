@@ -243,7 +243,10 @@ def test_dynamic_events_bang_delete(t):
     echo(t.root, "dynamic_events", "!p:myevent1 kernel_clone")
     assert cat(t.root, "dynamic_events") == "r:kprobes/myevent2 kernel_clone\n"
     assert write_errno(t.root, "kprobe_events", "!r:myevent2 kernel_clone") == errno.EINVAL
-    assert write_errno(t.root, "dynamic_events", "s:foo u64 x") == errno.EINVAL
+    assert write_errno(t.root, "dynamic_events", "s:foo u64 x; pid_t") == errno.EINVAL
+    echo(t.root, "dynamic_events", "s:foo u64 x")
+    assert cat(t.root, "dynamic_events") == ("r:kprobes/myevent2 kernel_clone\n"
+                                             "s:synthetic/foo\tu64 x\n")
 
 
 def test_removing_ever_enabled_event_clears_trace(t):

@@ -65,9 +65,10 @@ def test_readme_tokens(t):
     assert any("ustring" in line for line in lines[at:at + 11])
     assert any("[u]<offset>" in line for line in lines[at:at + 11])
     # nothing this tracer lacks is advertised
-    for absent in ("s:[synthetic/]", "uprobe", "e[:[<group>/][<event>]]"):
+    for absent in ("uprobe", "e[:[<group>/][<event>]]"):
         assert absent not in readme
     assert ("\t           r[maxactive][:[<group>/][<event>]] <place> [<args>]\n"
+            "\t           s:[synthetic/]<event> <field> [<field>]\n"
             "\t           -:[<group>/][<event>]\n"
             "\t    place: [<module>:]<symbol>[+<offset>]|<memaddr>\n"
             "place (kretprobe): [<module>:]<symbol>[+<offset>]%return|<memaddr>\n") in readme

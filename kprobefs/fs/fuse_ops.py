@@ -92,6 +92,11 @@ class KprobeFS(fuse.Operations):
         mode = a.mode
         if not stat.S_IFMT(mode):
             mode |= stat.S_IFREG
+        elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            # The emulated kernel's devices (/dev/null) are served by its own drivers
+            # through this daemon; a device node on this nodev mount could not be
+            # opened at all, so the host sees a regular file.
+            mode = stat.S_IFREG | stat.S_IMODE(mode)
         # hostfs keeps no inodes (each walk looks names up again), so the emulated
         # kernel's times are those of the last lookup; debugfs files are as old as the
         # mount, so that is the time reported.
@@ -177,7 +182,12 @@ class KprobeFS(fuse.Operations):
         raise fuse.FuseOSError(errno.EPERM)
 
     def symlink(self, target, source):
-        raise fuse.FuseOSError(errno.EPERM)
+        # fusepy's names: the link `target` is created, pointing to `source`.
+        self.gateway.symlink(target, source, _caller())
+        return 0
+
+    def readlink(self, path):
+        return self.gateway.readlink(path, _caller())
 
     def link(self, target, source):
         raise fuse.FuseOSError(errno.EPERM)

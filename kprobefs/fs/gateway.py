@@ -2,14 +2,22 @@
 the emulated kernel, made by a task with that process's pid and comm.  No FUSE here.
 
 A pid seen for the first time becomes a task through ``kernel.spawn(comm, pid=hostpid)``
-(kernel_clone via clone3's set_tid; an automatic pid when that one is taken).  open is
+(kernel_clone via clone3's set_tid; an automatic pid when that one is taken), forked from
+the task of its host parent when that one is known.  With the host's process events
+(:mod:`.procwatch`), the forks, execs and exits of known processes are mirrored as they
+happen: a fork becomes the emulated parent's ``kernel_clone`` even when the child never
+makes a request, an exec renames the task, an exit runs ``do_exit``.  open is
 ``openat``, read is ``lseek`` + ``read``, write is ``lseek`` + ``write``, release is
 ``close``, readdir is ``getdents64``, getattr is ``newfstatat``.  Tasks whose host process
 has gone exit through the ``exit`` system call (do_exit) when :meth:`Gateway.reap` runs.
 
 Paths are mount-relative (``/tracing/trace``) and mapped onto the emulated kernel's own
 mounts: the mount root is debugfs (``/sys/kernel/debug``), ``tracing/`` is tracefs
-(``/sys/kernel/tracing``) and ``proc/`` is procfs (``/proc``).
+(``/sys/kernel/tracing``) and ``proc/`` is procfs (``/proc``); ``dev/`` and ``tmp/`` are
+the kernel's ``/dev`` (``null``, ``zero``) and its ramfs ``/tmp``, where a host process
+makes the kernel's own file operations (a test's ``echo > MNT/dev/null`` is an
+``openat`` of ``"/dev/null"`` through ``do_sys_open``; ``ln -s`` in ``MNT/tmp`` is a
+``symlinkat`` through ``vfs_symlink``).
 
 Threads: every public method may run on any thread at once.  Machine access goes through
 ``kernel.submit`` and a bounded drive loop under ``kernel.lock``; nothing here holds
@@ -31,6 +39,7 @@ from typing import NamedTuple
 
 from ..errors import KernelError, KernelOops, MachineError
 from ..machine.kernel import ProcessExited, UserBuffer
+from .procwatch import EXEC, EXIT, FORK, ProcessEvent, ProcessEvents
 from .tree import HostFS
 
 __all__ = ["Gateway", "Caller", "Attributes", "host_comm", "host_start_time",
@@ -43,6 +52,7 @@ SEEK_SET = 0
 O_ACCMODE = 0o3
 O_CREAT, O_EXCL, O_TRUNC, O_APPEND = 0o100, 0o200, 0o1000, 0o2000
 O_NONBLOCK, O_DIRECTORY = 0o4000, 0o200000
+PR_SET_NAME = 15
 #: Open flags passed on to the emulated kernel; the rest (O_LARGEFILE, O_NOATIME, …)
 #: mean nothing to a pseudo-file.
 _PASSED_FLAGS = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_NONBLOCK | O_DIRECTORY
@@ -59,6 +69,10 @@ DIR_BUFFER = 32 * 1024
 DEBUGFS_PATH = "/sys/kernel/debug"
 TRACEFS_PATH = "/sys/kernel/tracing"
 PROC_PATH = "/proc"
+#: Top-level names the mount root shows beside debugfs' own entries, and the kernel
+#: directories they are.
+ROOT_DIRS = {"proc": PROC_PATH, "dev": "/dev", "tmp": "/tmp"}
+AT_SYMLINK_NOFOLLOW = 0x100
 
 
 class Caller(NamedTuple):
@@ -87,6 +101,16 @@ def host_comm(pid: int) -> str:
             return f.read().rstrip(b"\n").decode("utf-8", "replace")[:15]
     except OSError:
         return ""
+
+
+def host_parent(pid: int) -> int | None:
+    """The host process's parent pid, None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rindex(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def host_start_time(pid: int) -> int | None:
@@ -131,6 +155,7 @@ class _Caller:
     start: int | None
     comm: str
     task: object
+    exec_seen: bool = False  # the host process exec'd since its comm was last copied
 
 
 @dataclass(eq=False)
@@ -175,14 +200,21 @@ class Gateway:
         self._files: dict[int, _OpenFile] = {}
         self._next_fh = 1
         self._closing = threading.Event()
+        self._events: ProcessEvents | None = None
+        self._events_lock = threading.Lock()
+
+    def watch_host_processes(self, events: ProcessEvents | None) -> None:
+        """Mirror the host's process events from now on (None: stop)."""
+        with self._events_lock:
+            self._events = events
 
     # ==== paths ==============================================================================
     @staticmethod
     def kernel_path(path: str) -> str:
         """The emulated kernel's path for a mount-relative path."""
         parts = [p for p in path.split("/") if p]
-        if parts and parts[0] == "proc":
-            return "/".join([PROC_PATH] + parts[1:])
+        if parts and parts[0] in ROOT_DIRS:
+            return "/".join([ROOT_DIRS[parts[0]]] + parts[1:])
         if parts and parts[0] == "tracing":
             return "/".join([TRACEFS_PATH] + parts[1:])
         return "/".join([DEBUGFS_PATH] + parts)
@@ -234,11 +266,15 @@ class Gateway:
 
     # ==== tasks ==============================================================================
     def _caller(self, ctx: Caller) -> _Caller:
-        """The caller's task, made on first sight (or when its pid was reused)."""
+        """The caller's task, made on first sight (or when its pid was reused), after the
+        host's process events queued so far are applied."""
         pid = ctx.pid if ctx.pid > 0 else os.getpid()
+        self._sync_host_processes()
         with self._lock:
             known = self._callers.get(pid)
         if known is not None and known.task.state != "dead":
+            if known.exec_seen:
+                self._rename(known)
             return known
         with self._spawn_lock:
             with self._lock:
@@ -248,21 +284,90 @@ class Gateway:
             if known is not None:
                 self._forget(known)
             comm = host_comm(pid) or f"pid{pid}"
-            task = self._spawn(comm, pid)
+            task = self._spawn(comm, pid, self._known_parent(pid))
             caller = _Caller(pid, host_start_time(pid), comm, task)
             with self._lock:
                 self._callers[pid] = caller
             return caller
 
-    def _spawn(self, comm: str, pid: int):
+    def _known_parent(self, pid: int) -> object | None:
+        """The live task of the host process's parent, if that one is known."""
+        ppid = host_parent(pid)
+        with self._lock:
+            parent = self._callers.get(ppid) if ppid else None
+        return parent.task if parent is not None and parent.task.state != "dead" else None
+
+    def _rename(self, caller: _Caller) -> None:
+        """Copies the host process's comm to its task after an exec (prctl PR_SET_NAME,
+        the kernel's own rename)."""
+        caller.exec_seen = False
+        comm = host_comm(caller.pid)
+        if not comm or comm == caller.comm:
+            return
         try:
-            return self.kernel.spawn(comm, pid=pid)
+            self._call(caller.task, "prctl", PR_SET_NAME, comm.encode()[:15] + b"\0")
+        except (ProcessExited, KernelOops, OSError) as e:
+            log.debug("renaming the task of pid %d failed: %s", caller.pid, e)
+            return
+        caller.comm = comm
+        caller.task.comm = comm
+
+    # ---- host process events ---------------------------------------------------------
+    def _sync_host_processes(self) -> None:
+        """Applies every host process event queued so far, in order (see procwatch)."""
+        if self._events is None:
+            return
+        with self._events_lock:
+            events = self._events
+            if events is None:
+                return
+            for event in events.drain():
+                try:
+                    self._apply_process_event(event)
+                except OSError as e:
+                    log.warning("host process event %s not mirrored: %s", event, e)
+
+    def _apply_process_event(self, event: ProcessEvent) -> None:
+        if event.what == FORK:
+            if event.child != event.child_tgid:
+                return  # a new thread: it becomes a task at its first request
+            with self._lock:
+                parent = self._callers.get(event.pid) or self._callers.get(event.tgid)
+                child = self._callers.get(event.child)
+            if parent is None or parent.task.state == "dead":
+                return
+            if child is not None:
+                if child.task.state != "dead":
+                    return
+                self._forget(child)
+            with self._spawn_lock:
+                task = self._spawn(parent.comm, event.child, parent.task)
+                caller = _Caller(event.child, host_start_time(event.child), parent.comm,
+                                 task, exec_seen=True)
+                with self._lock:
+                    self._callers[event.child] = caller
+        elif event.what == EXEC:
+            with self._lock:
+                caller = self._callers.get(event.pid)
+            if caller is not None:
+                caller.exec_seen = True
+        elif event.what == EXIT:
+            with self._lock:
+                caller = self._callers.get(event.pid)
+            if caller is not None and caller.pid != os.getpid():
+                self._end(caller)
+
+    def _spawn(self, comm: str, pid: int, parent=None):
+        # the parent only when there is one: kernel.spawn forks from init by default
+        forked_from = {} if parent is None else {"parent": parent}
+        try:
+            return self.kernel.spawn(comm, pid=pid, **forked_from)
         except KernelError as e:
             log.debug("pid %d is not available in the emulated kernel (%s)", pid, e)
         except MachineError as e:
             raise OSError(errno.EIO, f"cannot create a task: {e}") from e
         try:
-            task = self.kernel.spawn(comm)
+            task = self.kernel.spawn(comm, **forked_from)
         except (KernelError, MachineError) as e:
             log.error("cannot create a task for pid %d (%s): %s", pid, comm, e)
             raise OSError(errno.EIO, f"cannot create a task: {e}") from e
@@ -311,6 +416,10 @@ class Gateway:
     def close(self) -> None:
         """Ends every task (their files close in do_exit) and releases what is left."""
         self._closing.set()
+        with self._events_lock:
+            events, self._events = self._events, None
+        if events is not None:
+            events.close()
         with self._lock:
             callers = list(self._callers.values())
             self._files.clear()
@@ -321,14 +430,15 @@ class Gateway:
     def getattr(self, path: str, ctx: Caller) -> Attributes:
         caller = self._caller(ctx)
         buf = UserBuffer(_STAT.size)
-        self._sys(caller, "newfstatat", AT_FDCWD, self.kernel_path(path), buf, 0)
+        self._sys(caller, "newfstatat", AT_FDCWD, self.kernel_path(path), buf,
+                  AT_SYMLINK_NOFOLLOW)
         (_dev, ino, nlink, mode, _uid, _gid, _pad, _rdev, _size, _blksize, _blocks,
          at, atn, mt, mtn, ct, ctn) = _STAT.unpack(buf.data[:_STAT.size])
         return Attributes(mode, ino, nlink, at + atn / 1e9, mt + mtn / 1e9, ct + ctn / 1e9)
 
     def readdir(self, path: str, ctx: Caller) -> list[tuple[str, int]]:
         """[(name, st_mode type bits)] including ``.`` and ``..``; the mount root also
-        lists ``proc``."""
+        lists ``proc``, ``dev`` and ``tmp``."""
         caller = self._caller(ctx)
         fd = self._sys(caller, "openat", AT_FDCWD, self.kernel_path(path),
                        O_DIRECTORY, 0)
@@ -342,9 +452,20 @@ class Gateway:
                 entries.extend(_parse_dirents(buf.data[:n]))
         finally:
             self._close_fd(caller, fd)
-        if not [p for p in path.split("/") if p] and all(n != "proc" for n, _ in entries):
-            entries.append(("proc", stat.S_IFDIR))
+        if not [p for p in path.split("/") if p]:
+            listed = {n for n, _ in entries}
+            entries.extend((name, stat.S_IFDIR) for name in ROOT_DIRS
+                           if name not in listed and self._is_dir(caller, ROOT_DIRS[name]))
         return entries
+
+    def _is_dir(self, caller: _Caller, kpath: str) -> bool:
+        """Whether the emulated kernel has a directory at kpath."""
+        buf = UserBuffer(_STAT.size)
+        try:
+            self._sys(caller, "newfstatat", AT_FDCWD, kpath, buf, 0)
+        except OSError:
+            return False
+        return stat.S_ISDIR(_STAT.unpack(buf.data[:_STAT.size])[3])
 
     def open(self, path: str, flags: int, ctx: Caller, mode: int = 0) -> int:
         """Opens path for the caller; returns a new fh.  Open-time actions (O_TRUNC) and
@@ -480,6 +601,16 @@ class Gateway:
 
     def unlink(self, path: str, ctx: Caller) -> None:
         self._sys(self._caller(ctx), "unlink", self.kernel_path(path))
+
+    def symlink(self, path: str, target: str, ctx: Caller) -> None:
+        """Creates the symlink path -> target (``ln -s target path``)."""
+        self._sys(self._caller(ctx), "symlinkat", target, AT_FDCWD, self.kernel_path(path))
+
+    def readlink(self, path: str, ctx: Caller) -> str:
+        buf = UserBuffer(4096)
+        n = self._sys(self._caller(ctx), "readlinkat", AT_FDCWD, self.kernel_path(path),
+                      buf, 4096)
+        return buf.data[:n].decode("utf-8", "surrogateescape")
 
 
 def _parse_dirents(data: bytes) -> list[tuple[str, int]]:

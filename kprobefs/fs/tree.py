@@ -33,7 +33,7 @@ from ..machine.memory import FaultError
 __all__ = [
     "DEBUGFS_ROOT", "TRACEFS_ROOT", "PROC_ROOT", "HostFS", "Directory", "TextFile",
     "BoolKnob", "IntKnob", "kstrtobool", "kstrtoul", "kstrtol", "node_mode", "is_dir",
-    "build_tree",
+    "build_tree", "modules_control_dir",
 ]
 
 log = logging.getLogger("kprobefs.fs")
@@ -576,10 +576,12 @@ def kprobes_debugfs_dir(engine) -> Directory:
     }, mode=0o755)
 
 
-def proc_tree(kernel, engine=None) -> Directory:
+def proc_tree(kernel, engine=None, stack_tracer=None) -> Directory:
     """``/proc``: kallsyms and version from the machine; ``sys/debug/
     kprobes-optimization`` over the engine's ``optimization_enabled`` and
-    ``set_optimization()`` (the write returns once the optimizer has run, §7.4)."""
+    ``set_optimization()`` (the write returns once the optimizer has run, §7.4);
+    ``sys/kernel/stack_tracer_enabled`` over the stack tracer's ``enabled_value`` and
+    ``set_enabled()`` (an int sysctl: non-zero traces)."""
     def set_optimization(value: int) -> None:
         engine.set_optimization(bool(value))
         engine.wait_for_kprobe_optimizer()
@@ -587,12 +589,49 @@ def proc_tree(kernel, engine=None) -> Directory:
     proc = Directory(mode=0o555)
     proc.add("kallsyms", TextFile(kernel.kallsyms, mode=0o444))
     proc.add("version", TextFile(kernel.proc_version, mode=0o444))
+    if getattr(kernel, "modules", None) is not None:
+        proc.add("modules", TextFile(kernel.modules.proc_modules, mode=0o444))
+    sys_dirs = {}
     if engine is not None:
         knob = IntKnob(lambda: int(bool(engine.optimization_enabled)), set_optimization,
                        0, 1, 0o644)
-        debug = Directory({"kprobes-optimization": knob}, mode=0o555)
-        proc.add("sys", Directory({"debug": debug}, mode=0o555))
+        sys_dirs["debug"] = Directory({"kprobes-optimization": knob}, mode=0o555)
+    if stack_tracer is not None:
+        knob = IntKnob(lambda: stack_tracer.enabled_value, stack_tracer.set_enabled,
+                       -(1 << 31), (1 << 31) - 1, 0o644)
+        sys_dirs["kernel"] = Directory({"stack_tracer_enabled": knob}, mode=0o555)
+    if sys_dirs:
+        proc.add("sys", Directory(sys_dirs, mode=0o555))
     return proc
+
+
+def modules_control_dir(modules) -> Directory:
+    """debugfs ``kprobefs/``: the daemon's own controls (Linux has no such directory).
+
+    ``modules`` loads and unloads the kernel's modules, as the ``modprobe``/``rmmod``
+    shims do (tests/conformance_bin): each ``write()`` holds commands, one per line,
+    ``load NAME`` or ``unload NAME`` (``-`` and ``_`` alike in NAME), applied in order;
+    the first failing one fails the write with the errno Linux's init_module/
+    delete_module give (ENOENT no such module or not loaded, EEXIST already loaded,
+    EBUSY cannot unload now, init's own errno); a malformed command is EINVAL.  A read
+    lists the loaded modules as /proc/modules does.  ``modules`` is the machine's
+    ModuleLoader; commands run inside the write's hypercall, where init and exit run on
+    the writing task's CPU."""
+    def command(data: bytes, offset: int) -> int:
+        for line in bytes(data).decode("utf-8", "replace").splitlines():
+            words = line.split()
+            if not words:
+                continue
+            if len(words) != 2 or words[0] not in ("load", "unload"):
+                raise OSError(errno.EINVAL, "Invalid argument")
+            if words[0] == "load":
+                modules.load(words[1])
+            else:
+                modules.unload(words[1])
+        return len(data)
+
+    return Directory({"modules": TextFile(modules.proc_modules, mode=0o600, write=command)},
+                     mode=0o700)
 
 
 def build_tree(kernel, engine=None, tracer=None) -> HostFS:
@@ -611,8 +650,12 @@ def build_tree(kernel, engine=None, tracer=None) -> HostFS:
     # name is listed even before a tracer fills the directory.
     tracefs = _tracefs_root(tracer) if tracer is not None else Directory(mode=MODE_DIR)
     debugfs.add("tracing", tracefs)
+    modules = getattr(kernel, "modules", None)      # loadable modules, when the kernel has them
+    if modules is not None:
+        debugfs.add("kprobefs", modules_control_dir(modules))
+    stack_tracer = getattr(tracer, "stack_tracer", None)
     return HostFS({DEBUGFS_ROOT: debugfs, TRACEFS_ROOT: tracefs,
-                   PROC_ROOT: proc_tree(kernel, engine)})
+                   PROC_ROOT: proc_tree(kernel, engine, stack_tracer)})
 
 
 def walk(hostfs: HostFS, root_id: int, parts: Iterable[str]) -> tuple[int, object]:

@@ -14,7 +14,7 @@ import bisect
 import errno
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..errors import ProbeError
@@ -32,6 +32,8 @@ log = logging.getLogger("kprobefs.kprobes")
 OPTIMIZE_DELAY = 0.020
 #: Functions a return probe must not hook (Linux's kretprobe_blacklist on x86).
 KRETPROBE_BLACKLIST = ("__switch_to",)
+#: Module states, as the machine's module notifier chain names them.
+_MODULE_COMING, _MODULE_GOING = "coming", "going"
 
 
 class KprobeCtlblk:
@@ -122,11 +124,12 @@ def _where(p: Kprobe) -> str:
 
 @dataclass(frozen=True)
 class ListEntry:
-    """One line of kprobes/list."""
+    """One line of kprobes/list.  ``symbol`` is None when no symbol covers the address
+    any more (a probe on an unloaded module): the line then shows the address as %pS."""
 
     addr: int
     kind: str
-    symbol: str
+    symbol: str | None
     offset: int
     module: str | None
     gone: bool
@@ -137,6 +140,8 @@ class ListEntry:
     def format(self) -> str:
         flags = ("[GONE]" if self.gone else "") + ("[DISABLED]" if self.disabled else "") \
             + ("[OPTIMIZED]" if self.optimized else "") + ("[FTRACE]" if self.ftrace else "")
+        if self.symbol is None:
+            return f"{self.addr:016x}  {self.kind}  0x{self.addr:x} {flags}"
         return (f"{self.addr:016x}  {self.kind}  {self.symbol}+{self.offset:#x}  "
                 f"{self.module or ' '} {flags}")
 
@@ -164,6 +169,11 @@ class KprobeEngine:
         self.fprobes = None  # set by FprobeManager
         kernel.exit_listeners.append(self._flush_task_instances)
         kernel.tick_listeners.append(self.run_optimizer)
+        modules = getattr(kernel, "modules", None)
+        if modules is not None:
+            # Before other notifiers: a tracer registering probes on a coming module
+            # needs its ftrace sites known here first.
+            modules.register_module_notifier(self._module_notify, priority=100)
 
     # ==== the interface the arch calls =======================================================
     def get_kprobe(self, addr: int) -> AggrKprobe | None:
@@ -207,8 +217,11 @@ class KprobeEngine:
 
     def _check_address_safe(self, addr: int, sym) -> None:
         img = self.image
-        if not (img.text_start <= addr < img.text_end) or not sym.is_text:
+        if not img.is_kernel_text(addr) or not sym.is_text:
             raise ProbeError(errno.EINVAL, f"{addr:#x} is not kernel text")
+        mod = img.module_at(addr) if sym.module else None
+        if mod is not None and getattr(mod, "state", None) == _MODULE_GOING:
+            raise ProbeError(errno.ENOENT, f"module {mod.name} is being unloaded")
         if self.within_kprobe_blacklist(addr):
             raise ProbeError(errno.EINVAL, f"{sym.name} is blacklisted for kprobes")
         base = sym.name.split(".")[0]
@@ -643,6 +656,48 @@ class KprobeEngine:
                     and ri.rp.kp.registered:
                 ri.rp.free_instances.append(ri)
 
+    # ==== modules =============================================================================
+    def _module_notify(self, state: str, mod) -> None:
+        """The module notifier (kprobes_module_callback, plus ftrace's module hooks)."""
+        if state == _MODULE_COMING:
+            self.module_coming(mod)
+        elif state == _MODULE_GOING:
+            self.module_going(mod)
+
+    def module_coming(self, mod) -> None:
+        """A module's text is in place: its ftrace sites become probe-able locations."""
+        self.ftrace.add_sites(mod.ftrace_sites)
+        self.arch.update_text_tables()
+
+    def module_going(self, mod) -> None:
+        """A module is unloading (its text still mapped): every probe inside it becomes
+        [GONE] but stays registered; then its ftrace sites are released."""
+        for ap in list(self._table.values()):
+            if mod.start <= ap.addr < mod.end and not ap.is_gone():
+                self._kill_kprobe(ap)
+        self.ftrace.remove_sites(mod.ftrace_sites)
+        self.arch.update_text_tables()
+
+    def _kill_kprobe(self, ap: AggrKprobe) -> None:
+        """kill_kprobe(): mark the aggregate and every child gone, drop what was hooked
+        or allocated for them; an ftrace-based probe is disarmed through ftrace, which
+        still owns the site; int3 and jump sites are not written back (the text goes)."""
+        ap.flags |= KPROBE_FLAG_GONE
+        for child in ap.children:
+            child.flags |= KPROBE_FLAG_GONE
+        self._optimizing = [(t, q) for t, q in self._optimizing if q is not ap]
+        if ap.is_ftrace():
+            if ap.armed:
+                self.ftrace.ftrace_set_filter_ip(self._kprobe_ftrace_ops, ap.addr,
+                                                 remove=True)
+        else:
+            self.arch.kill(ap)
+        ap.detour = None
+        ap.flags &= ~KPROBE_FLAG_OPTIMIZED
+        ap.armed = False
+        ap.active = ()
+        ap.post_handler = None
+
     # ==== listings ============================================================================
     def list_entries(self) -> list[ListEntry]:
         """kprobes/list, in Linux's order: the 64-bucket address hash, newest first
@@ -653,10 +708,13 @@ class KprobeEngine:
         out = []
         for b in sorted(buckets):
             for ap in reversed(buckets[b]):
+                # Looked up now, as Linux does: a gone module's address has no symbol.
+                sym = self.image.symbol_at(ap.addr) if ap.is_gone() else ap.symbol
                 for p in reversed(ap.children):
                     out.append(ListEntry(
-                        addr=ap.addr, kind=p.kind, symbol=ap.symbol.name,
-                        offset=ap.addr - ap.symbol.addr, module=ap.symbol.module,
+                        addr=ap.addr, kind=p.kind, symbol=sym.name if sym else None,
+                        offset=ap.addr - sym.addr if sym else 0,
+                        module=sym.module if sym else None,
                         gone=p.is_gone(),
                         disabled=bool(p.flags & KPROBE_FLAG_DISABLED) and not p.is_gone(),
                         optimized=ap.is_optimized(), ftrace=ap.is_ftrace()))

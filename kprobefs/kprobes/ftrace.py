@@ -42,6 +42,20 @@ class Ftrace:
     def is_ftrace_location(self, addr: int) -> bool:
         return addr in self.sites
 
+    def add_sites(self, sites) -> None:
+        """A module came (ftrace_module_init): its sites are ftrace locations now."""
+        self.sites = self.sites | frozenset(sites)
+
+    def remove_sites(self, sites) -> None:
+        """A module is going (ftrace_release_mod): every ops lets go of its sites, which
+        are then forgotten.  Caller runs this while the module's text is still mapped."""
+        gone = frozenset(sites) & self.sites
+        for site in sorted(gone):
+            for ops in list(self._site_ops.get(site, ())):
+                self._detach(ops, site)
+                ops.filter.discard(site)
+        self.sites = self.sites - gone
+
     def _site_func(self, site: int):
         """What the site's trampoline calls with regs: the one ops' func directly when
         it is alone (the common case, kept cheap), else the list walk."""

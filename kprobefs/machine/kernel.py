@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from unicorn import (
-    UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN_INVALID, UC_HOOK_INTR, UC_MODE_64, Uc, UcError,
+    UC_ARCH_X86, UC_HOOK_INSN_INVALID, UC_HOOK_INTR, UC_MODE_64, Uc, UcError,
 )
 from unicorn.x86_const import (
     UC_X86_REG_CR0, UC_X86_REG_CR3, UC_X86_REG_CR4, UC_X86_REG_GS_BASE, UC_X86_REG_RFLAGS,

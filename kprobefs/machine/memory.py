@@ -200,6 +200,17 @@ class AddressSpace:
         self._user_next += PAGE
         return pa
 
+    def alloc_page(self) -> int:
+        """A zeroed physical page from the free pool user windows draw from too (module
+        memory comes from here); give it back with free_page()."""
+        pa = self._alloc_user_page()
+        self.ram[pa:pa + PAGE] = bytes(PAGE)
+        return pa
+
+    def free_page(self, pa: int) -> None:
+        """Return a page alloc_page() gave; the caller has unmapped it."""
+        self._user_free.append(pa)
+
     def ensure_user_pages(self, va: int, size: int) -> None:
         """Back [va, va+size) with zeroed user pages where not yet mapped."""
         first, last = va & ~(PAGE - 1), (va + max(size, 1) - 1) & ~(PAGE - 1)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import itertools
+import logging
 import operator
 import struct
 import threading
@@ -31,6 +32,7 @@ from kprobefs.tracing.fetch import (
     FetchRetval, FetchStackPointer, StoreRaw, build_record_fields, encode_args,
     format_event_format, print_args,
 )
+from kprobefs.tracing.function import FunctionTracer, StackTracer
 from kprobefs.tracing.filter import (
     EventFilter, FilterParseError, FILTER_ERRORS, compile_filter, filter_fields,
 )
@@ -43,6 +45,7 @@ from kprobefs.tracing.parser import (
     split_commands, split_words,
 )
 from kprobefs.tracing.ring_buffer import RingBuffer
+from kprobefs.tracing.synth import SYNTH_SYSTEM, SynthEvent, is_good_name, parse_synth_fields
 
 __all__ = [
     "Tracer",
@@ -54,6 +57,8 @@ __all__ = [
     "FIRST_EVENT_ID",
 ]
 
+_log = logging.getLogger("kprobefs.tracing")
+
 FIRST_EVENT_ID = 1800            # static events take the IDs below this on Debian's 6.1
 _MAX_EVENT_ID = 0xFFFF
 USER_ADDR_MAX = 0x00007FFFFFFFF000          # TASK_SIZE_MAX: user reads must stay below
@@ -63,6 +68,7 @@ _U64 = (1 << 64) - 1
 _PAGE = 4096
 
 # Engine flag bits (Linux's KPROBE_FLAG_*).
+_KPROBE_FLAG_GONE = 1
 _KPROBE_FLAG_DISABLED = 2
 _KPROBE_FLAG_OPTIMIZED = 4
 _KPROBE_FLAG_FTRACE = 8
@@ -114,13 +120,26 @@ class KernelSymbols:
     def __init__(self, image, pointer_key: bytes = b"kprobefs"):
         self.image = image
         self._key = hashlib.blake2b(pointer_key, digest_size=16).digest()
-        self._sites = tuple(sorted(getattr(image, "ftrace_sites", ()) or ()))
+        self._sites_seen = None
+        self._sites_sorted: tuple[int, ...] = ()
+
+    @property
+    def _sites(self) -> tuple[int, ...]:
+        """The ftrace sites, sorted; re-read when the image's set changes (module
+        sites come and go with their modules)."""
+        sites = getattr(self.image, "ftrace_sites", ()) or ()
+        if sites is not self._sites_seen:
+            self._sites_seen, self._sites_sorted = sites, tuple(sorted(sites))
+        return self._sites_sorted
 
     # parser.SymbolResolver
     def lookup(self, name: str) -> list[int]:
-        if ":" in name:             # MOD:SYM - this kernel has no modules
-            return []
+        # MOD:SYM looks in that module only; [] while it is not loaded (the image's rule).
         return [s.addr for s in self.image.lookup_name(name)]
+
+    def module_loaded(self, name: str) -> bool:
+        """Return True when module ``name`` is loaded (find_module)."""
+        return name in (getattr(self.image, "modules", None) or {})
 
     def find_symbol(self, addr: int):
         sym = self.image.symbol_at(addr)
@@ -169,18 +188,29 @@ class KernelSymbols:
         return True
 
     def symbolize(self, addr: int, offset: bool = True) -> str | None:
-        """Return ``sym+0xoff/0xsize`` (or ``sym`` without ``offset``), ``None`` if no
-        symbol covers ``addr``."""
+        """Return ``sym+0xoff/0xsize`` (`` [mod]`` added inside a module), or ``sym``
+        without ``offset``; ``None`` if no symbol covers ``addr``."""
         sym = self.image.symbol_at(addr)
         if sym is None:
             return None
         if not offset:
             return sym.name
-        return f"{sym.name}+0x{addr - sym.addr:x}/0x{sym.size:x}"
+        text = f"{sym.name}+0x{addr - sym.addr:x}/0x{sym.size:x}"
+        module = getattr(sym, "module", None)
+        return f"{text} [{module}]" if module else text     # sprint_symbol's " [mod]"
 
     def is_text(self, addr: int) -> bool:
         sym = self.image.symbol_at(addr)
         return sym is not None and sym.type in "Tt"
+
+    def ftrace_site_names(self) -> list[tuple[int, str]]:
+        """Return (site, function) for each ftrace site, in address order."""
+        out = []
+        for site in self._sites:
+            sym = self.image.symbol_at(site)
+            if sym is not None:
+                out.append((site, sym.name))
+        return out
 
     def ftrace_functions(self) -> list[str]:
         """Return the function of each ftrace site, in address order."""
@@ -480,7 +510,8 @@ class Tracer:
 
         self.lock = threading.RLock()             # event_mutex
         self.events: dict[tuple[str, str], TraceEvent] = {}   # creation order
-        self.probes: list[TraceProbe] = []        # dyn_event list, creation order
+        self.probes: list[TraceProbe] = []        # the kprobes, creation order
+        self.dynamic: list[TraceProbe | SynthEvent] = []   # dyn_event list: every type
         self.groups: dict[str, _Group] = {}
         self.group_filter_text: dict[str, str] = {}
         self._next_id = first_event_id
@@ -501,6 +532,26 @@ class Tracer:
         listeners = getattr(kernel, "exit_listeners", None)
         if isinstance(listeners, list):
             listeners.append(self.comm_cache.forget)
+        modules = getattr(kernel, "modules", None)
+        if modules is not None and hasattr(modules, "register_module_notifier"):
+            modules.register_module_notifier(self._module_notify)
+        self.function_tracer: FunctionTracer | None = None
+        self.stack_tracer: StackTracer | None = None
+        ftrace = getattr(engine, "ftrace", None)
+        if ftrace is not None:
+            self._init_function_tracers(ftrace)
+
+    def _init_function_tracers(self, ftrace) -> None:
+        """The function tracer and the stack tracer, on the engine's ftrace sites."""
+        from kprobefs.kprobes import FtraceOps
+        sites = self.symbols.ftrace_site_names
+        self.function_tracer = FunctionTracer(
+            ftrace, FtraceOps, sites, record=self.buffer.write, context=self._hit_context,
+            recording=lambda: self.recording, now=lambda: self._now())
+        self.stack_tracer = StackTracer(
+            ftrace, FtraceOps, sites, read=self.kernel.read,
+            is_call_return=self._is_call_return,
+            symbolize=lambda addr: format_ip_sym(addr, self.symbols.symbolize, True))
 
     def tracefs_root(self):
         """Return the ``tracing/`` directory node (built once)."""
@@ -521,6 +572,9 @@ class Tracer:
 
     def _run_command(self, line: str, dynamic_events: bool) -> None:
         words = split_words(line)
+        if dynamic_events and words and words[0].startswith("s:"):
+            self._create_synth_command(line.strip(" \t"))
+            return
         try:
             spec = parse_command(line, self.symbols, dynamic_events=dynamic_events)
         except ProbeParseError as exc:
@@ -529,7 +583,7 @@ class Tracer:
         if spec is None:
             return
         if isinstance(spec, DeleteSpec):
-            self.delete(spec)
+            self.delete(spec, all_types=dynamic_events)
         else:
             self.create(spec, words)
 
@@ -571,6 +625,7 @@ class Tracer:
             group.events += 1
             self.events[(spec.group, spec.event)] = event
             self.probes.append(tp)
+            self.dynamic.append(tp)
             return tp
 
     def _append(self, event: TraceEvent, spec: ProbeSpec, words: list[str]) -> TraceProbe:
@@ -589,6 +644,7 @@ class Tracer:
             raise self._registration_error(exc, words) from None
         event.probes.append(tp)
         self.probes.append(tp)
+        self.dynamic.append(tp)
         return tp
 
     def _registration_error(self, exc: OSError, words: list[str]) -> OSError:
@@ -646,7 +702,8 @@ class Tracer:
         try:
             register(obj)
         except OSError as exc:
-            if exc.errno == errno.ENOENT and spec.module is not None:
+            if exc.errno == errno.ENOENT and spec.module is not None \
+                    and not self.symbols.module_loaded(spec.module):
                 tp.engine_probe = obj       # pending: the module is not loaded
                 tp.registered = False
                 return
@@ -679,17 +736,43 @@ class Tracer:
             self.engine.unregister_kprobe(tp.engine_probe)
         tp.registered = False
 
+    # ------------------------------------------------------------------ modules
+    def _module_notify(self, state: str, mod) -> None:
+        """The module notifier (trace_kprobe_module_callback): when a module comes, every
+        ``MOD:SYM`` probe on it, pending or left [GONE] by an earlier unload, is
+        registered afresh.  A failure is logged, as Linux warns, and leaves it pending."""
+        if state != "coming":
+            return
+        with self.lock:
+            for tp in self.probes:
+                if tp.spec.module != mod.name:
+                    continue
+                self._unregister(tp)
+                try:
+                    self._register(tp)
+                except OSError as exc:
+                    tp.registered = False
+                    _log.warning("%s/%s: cannot register the probe on module %s: %s",
+                                 tp.event.group, tp.event.name, mod.name, exc)
+
     # ------------------------------------------------------------------ deletion
-    def delete(self, spec: DeleteSpec) -> None:
-        """Remove the probes ``spec`` matches (§2.6); ENOENT if none, EBUSY for the last
-        probe of an enabled event (earlier matches stay removed)."""
+    def delete(self, spec: DeleteSpec, *, all_types: bool = False) -> None:
+        """Remove the probes ``spec`` matches (§2.6), and with ``all_types`` (a
+        dynamic_events command) the synthetic events it names; ENOENT if none, EBUSY for
+        the last probe of an enabled event (earlier matches stay removed)."""
         with self.lock:
             result = errno.ENOENT
             try:
-                for tp in list(self.probes):
-                    if not spec.matches(tp.spec):
+                for item in list(self.dynamic if all_types else self.probes):
+                    if isinstance(item, SynthEvent):
+                        if item.name != spec.event or spec.group not in (None,
+                                                                         SYNTH_SYSTEM):
+                            continue
+                        self._release_synth(item)
+                    elif spec.matches(item.spec):
+                        self._release(item)
+                    else:
                         continue
-                    self._release(tp)
                     result = 0
             except OSError as exc:
                 result = exc.errno
@@ -697,17 +780,32 @@ class Tracer:
             if result:
                 raise OSError(result, "")
 
-    def release_all(self) -> None:
-        """Delete every kprobe event (O_TRUNC); EBUSY and nothing deleted if any is
+    def release_all(self, *, kprobes: bool = True, synthetic: bool = False) -> None:
+        """Delete every kprobe event and/or synthetic event (O_TRUNC on kprobe_events,
+        synthetic_events, dynamic_events); EBUSY and nothing deleted if one of them is
         enabled."""
         with self.lock:
+            chosen = [item for item in self.dynamic
+                      if (synthetic if isinstance(item, SynthEvent) else kprobes)]
             try:
-                if any(ev.enabled for ev in self.events.values()):
+                if any((item if isinstance(item, SynthEvent) else item.event).enabled
+                       for item in chosen):
                     raise OSError(errno.EBUSY, "event is enabled")
-                for tp in list(self.probes):
-                    self._release(tp)
+                for item in chosen:
+                    if isinstance(item, SynthEvent):
+                        self._release_synth(item)
+                    else:
+                        self._release(item)
             finally:
                 self._reset_if_needed()
+
+    def release_all_dynamic(self) -> None:
+        """O_TRUNC on dynamic_events: every dynamic event, of every type."""
+        self.release_all(kprobes=True, synthetic=True)
+
+    def release_all_synthetic(self) -> None:
+        """O_TRUNC on synthetic_events."""
+        self.release_all(kprobes=False, synthetic=True)
 
     def _release(self, tp: TraceProbe) -> None:
         event = tp.event
@@ -717,7 +815,93 @@ class Tracer:
             self._remove_event(event)
         self._unregister(tp)
         self.probes.remove(tp)
+        self.dynamic.remove(tp)
         event.probes.remove(tp)
+
+    # ------------------------------------------------------------ synthetic events
+    def _create_synth_command(self, line: str) -> None:
+        """``s:[synthetic/]NAME FIELDS`` written to dynamic_events."""
+        head, _, fields = line.partition(" ")
+        if not fields.strip():
+            head, _, fields = line.partition("\t")
+        name = head[2:]
+        if "/" in name:
+            group, _, name = name.partition("/")
+            if group != SYNTH_SYSTEM:
+                raise OSError(errno.EINVAL, "synthetic events live in synthetic/")
+        if not fields.strip():
+            raise OSError(errno.EINVAL, "no fields")
+        self.create_synth(name, fields)
+
+    def run_synth_commands(self, data: bytes) -> int:
+        """Apply one write() of synthetic_events: ``NAME FIELDS`` creates, ``!NAME``
+        deletes; each line in order, stopping at the first failure."""
+        with self.lock:
+            for line in split_commands(data):
+                line = line.strip(" \t")
+                if not line:
+                    continue
+                name, sep, fields = line.replace("\t", " ").partition(" ")
+                if name.startswith("!"):
+                    self.delete_synth(name[1:])
+                elif not sep:
+                    raise OSError(errno.EINVAL, "no fields")
+                else:
+                    self.create_synth(name, fields)
+        return len(data)
+
+    def create_synth(self, name: str, raw_fields: str) -> SynthEvent:
+        """Define synthetic event ``name``; EINVAL for a bad name or field, EEXIST when
+        the name is taken."""
+        with self.lock:
+            if not name or not is_good_name(name):
+                raise OSError(errno.EINVAL, f"bad event name {name!r}")
+            if (SYNTH_SYSTEM, name) in self.events:
+                raise OSError(errno.EEXIST, f"event {name} exists")
+            fields = parse_synth_fields(raw_fields)
+            event = SynthEvent(name, self._allocate_id(), fields)
+            group = self.groups.get(SYNTH_SYSTEM)
+            new_group = group is None
+            if new_group:
+                group = _Group(SYNTH_SYSTEM)
+                group.handle = self._make_dir(SYNTH_SYSTEM, None)
+                self.groups[SYNTH_SYSTEM] = group
+            event.dir_handle = self._make_dir(name, group.handle)
+            group.events += 1
+            self.events[(SYNTH_SYSTEM, name)] = event
+            self.dynamic.append(event)
+            return event
+
+    def delete_synth(self, name: str) -> None:
+        """``!NAME`` in synthetic_events: ENOENT when there is no such event, EBUSY when
+        it is enabled."""
+        with self.lock:
+            event = self.events.get((SYNTH_SYSTEM, name))
+            if not isinstance(event, SynthEvent):
+                raise OSError(errno.ENOENT, f"no synthetic event {name}")
+            try:
+                self._release_synth(event)
+            finally:
+                self._reset_if_needed()
+
+    def _release_synth(self, event: SynthEvent) -> None:
+        if event.enabled:
+            raise OSError(errno.EBUSY, "event is enabled")
+        self._remove_event(event)
+        self.dynamic.remove(event)
+
+    def synth_lines(self) -> str:
+        """Return the synthetic_events text."""
+        with self.lock:
+            return "".join(item.definition() + "\n" for item in self.dynamic
+                           if isinstance(item, SynthEvent))
+
+    def dynamic_lines(self) -> str:
+        """Return the dynamic_events text: every dynamic event, creation order."""
+        with self.lock:
+            return "".join(
+                (f"s:{item.group}/{item.definition()}" if isinstance(item, SynthEvent)
+                 else format_probe(item.spec)) + "\n" for item in self.dynamic)
 
     def _remove_event(self, event: TraceEvent) -> None:
         del self.events[(event.group, event.name)]
@@ -784,6 +968,8 @@ class Tracer:
 
     def _engine_enable(self, tp: TraceProbe, on: bool) -> None:
         engine = self.engine
+        if on and getattr(tp.entry_kprobe, "flags", 0) & _KPROBE_FLAG_GONE:
+            return      # its module went away: enabling succeeds, nothing to arm (§8.10)
         if tp.spec.is_return:
             (engine.enable_kretprobe if on else engine.disable_kretprobe)(tp.engine_probe)
         else:
@@ -918,15 +1104,25 @@ class Tracer:
             self.buffer.reset()
 
     def set_current_tracer(self, name: str) -> None:
+        """Switch tracers; a switch to another tracer resets the buffer (tracer_init)."""
         if name not in self.available_tracers():
             raise OSError(errno.EINVAL, "unknown tracer")
         with self.lock:
             self.buffer.expand()
+            if name == self.tracer_name:
+                return
+            functions = self.function_tracer
+            if functions is not None:
+                if name == "function":
+                    functions.start()
+                else:
+                    functions.stop()
             self.tracer_name = name
+            self.buffer.reset()
 
-    @staticmethod
-    def available_tracers() -> list[str]:
-        return ["nop"]
+    def available_tracers(self) -> list[str]:
+        """Newest registered first, as Linux lists them."""
+        return ["function", "nop"] if self.function_tracer is not None else ["nop"]
 
     def trace_options(self) -> TraceOptions:
         return TraceOptions(self.options["context-info"], self.options["irq-info"],
@@ -1033,6 +1229,27 @@ class Tracer:
                 buffer.write(cpu, rec, head_size + len(args))
         return record
 
+    def _hit_context(self) -> tuple[int, int]:
+        """Return (pid, cpu) of the running task, saving its comm for the output (the
+        function tracer's hit path)."""
+        kernel = self.kernel
+        pid = kernel.current_pid()
+        cache = self.comm_cache
+        if (pid not in cache.names or pid in cache.stale) and self.options["record-cmd"]:
+            cache.save(pid, kernel.current_comm())
+        cpu = kernel.cpu
+        return pid, cpu.index if cpu is not None else 0
+
+    def _is_call_return(self, value: int) -> bool:
+        """Whether a stack word is a return address: kernel text right after a call."""
+        if value < _KERNEL_READ_MIN or not self.symbols.is_text(value):
+            return False
+        try:
+            before = self.kernel.image.read(value - 5, 5)
+        except Exception:
+            return False
+        return before[0] == 0xE8 or before[3] == 0xFF or before[2] == 0xFF
+
     def _unwind(self, regs, ip: int, limit: int = 32) -> tuple[int, ...]:
         """Return a best-effort kernel call chain: ``ip``, then the return addresses
         found on the stack (text addresses right after a call instruction)."""
@@ -1043,17 +1260,10 @@ class Tracer:
             data = self.kernel.read(sp, top - sp)
         except Exception:
             return tuple(out)
-        image = self.kernel.image
         for (value,) in struct.iter_unpack("<Q", data[:len(data) & ~7]):
             if len(out) >= limit:
                 break
-            if value < _KERNEL_READ_MIN or not self.symbols.is_text(value):
-                continue
-            try:
-                before = image.read(value - 5, 5)
-            except Exception:
-                continue
-            if before[0] == 0xE8 or before[3] == 0xFF or before[2] == 0xFF:
+            if self._is_call_return(value):
                 out.append(value)
         return tuple(out)
 

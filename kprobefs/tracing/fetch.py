@@ -21,6 +21,7 @@ from typing import ClassVar, NamedTuple, Protocol, Sequence
 from kprobefs.errors import KprobefsError, ProbeParseError
 
 __all__ = [
+    "format_fields_text",
     "FetchFault",
     "FetchContext",
     "FetchType",
@@ -649,12 +650,20 @@ def format_event_format(name: str, event_id: int, spec) -> str:
 
     ``spec`` is the event's primary probe (anything with ``args`` and ``is_return``).
     """
+    return format_fields_text(name, event_id, build_record_fields(spec.args, spec.is_return),
+                              build_print_fmt(spec.args, spec.is_return))
+
+
+def format_fields_text(name: str, event_id: int, fields: Sequence[RecordField],
+                       print_fmt: str) -> str:
+    """Return the text of an event's ``format`` file from its own fields (after the
+    common ones) and its ``print fmt``."""
     lines = [f"name: {name}\n", f"ID: {event_id}\n", "format:\n"]
     lines.extend(_format_field(f) for f in COMMON_FIELDS)
     lines.append("\n")
-    lines.extend(_format_field(f) for f in build_record_fields(spec.args, spec.is_return))
+    lines.extend(_format_field(f) for f in fields)
     lines.append("\n")
-    lines.append(f"print fmt: {build_print_fmt(spec.args, spec.is_return)}\n")
+    lines.append(f"print fmt: {print_fmt}\n")
     return "".join(lines)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import errno
 import logging
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from ...errors import ProbeError
@@ -235,6 +235,9 @@ class X86Kprobes:
         img = self.kernel.image
         self._ftrace_sites = frozenset(img.ftrace_sites)
         self._extable = frozenset(img.extable)
+        # Module text is built anew at each load: keep only vmlinux functions' boundaries.
+        self._boundary_cache = {k: v for k, v in self._boundary_cache.items()
+                                if img.text_start <= k[0] < img.text_end}
 
     def remove(self, p) -> None:
         a = p.ainsn
@@ -250,7 +253,7 @@ class X86Kprobes:
         """The int3 handler of one armed probe.  The common case (no reentry, one active
         probe, a boostable instruction, no post-handler) is kept to a few lookups; the
         rest goes through the general path."""
-        fast, mem, ctl, regs_of = self._fast, self._mem, self.core.kprobe_ctlblks, self._regs
+        fast, ctl, regs_of = self._fast, self.core.kprobe_ctlblks, self._regs
         a = p.ainsn
         ip = p.addr + 1
         general = self._int3

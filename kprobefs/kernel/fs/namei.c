@@ -233,7 +233,7 @@ static struct dentry *__lookup_slow(const struct qstr *name, struct dentry *dir,
 	return dentry;
 }
 
-static struct dentry *lookup_slow(const struct qstr *name, struct dentry *dir,
+static noinline struct dentry *lookup_slow(const struct qstr *name, struct dentry *dir,
 				  unsigned int flags)
 {
 	struct inode *inode = dir->d_inode;
@@ -251,7 +251,7 @@ struct dentry *lookup_one_qstr_excl(const struct qstr *name, struct dentry *base
 	return __lookup_slow(name, base, flags);
 }
 
-static struct dentry *lookup_fast(struct nameidata *nd)
+static noinline struct dentry *lookup_fast(struct nameidata *nd)
 {
 	return lookup_dcache(&nd->last, nd->path.dentry, nd->flags);
 }
@@ -635,7 +635,7 @@ static int do_open(struct nameidata *nd, struct file *file, const struct open_fl
 	return error;
 }
 
-static struct file *path_openat(struct nameidata *nd, const struct open_flags *op,
+static noinline struct file *path_openat(struct nameidata *nd, const struct open_flags *op,
 				unsigned flags)
 {
 	struct file *file;

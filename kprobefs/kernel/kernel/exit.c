@@ -18,7 +18,7 @@ static void exit_mm(struct task_struct *tsk)
 }
 
 /* Hand tsk's children to init, then tell the parent. */
-static void exit_notify(struct task_struct *tsk)
+static noinline void exit_notify(struct task_struct *tsk)
 {
 	struct task_struct *child, *n;
 	struct task_struct *reaper = find_task_by_vpid(1);
@@ -60,7 +60,7 @@ void __noreturn make_task_dead(int signr)
 	do_exit(signr);
 }
 
-static void release_task(struct task_struct *p)
+static noinline void release_task(struct task_struct *p)
 {
 	spin_lock(&tasklist_lock);
 	list_del_init(&p->sibling);
@@ -73,7 +73,7 @@ static void release_task(struct task_struct *p)
 	kfree(p);
 }
 
-static int wait_task_zombie(struct task_struct *p, int __user *stat_addr)
+static noinline int wait_task_zombie(struct task_struct *p, int __user *stat_addr)
 {
 	pid_t pid = p->pid;
 	int status = p->exit_code;

@@ -36,7 +36,7 @@ void put_task_stack(struct task_struct *tsk)
 	}
 }
 
-static struct task_struct *dup_task_struct(struct task_struct *orig)
+static noinline struct task_struct *dup_task_struct(struct task_struct *orig)
 {
 	struct task_struct *tsk = alloc_task_struct_node();
 
@@ -58,7 +58,7 @@ static struct task_struct *dup_task_struct(struct task_struct *orig)
 	return tsk;
 }
 
-static int copy_mm(u64 clone_flags, struct task_struct *tsk)
+static noinline int copy_mm(u64 clone_flags, struct task_struct *tsk)
 {
 	struct mm_struct *mm;
 	long base;
@@ -80,7 +80,7 @@ static int copy_mm(u64 clone_flags, struct task_struct *tsk)
 	return 0;
 }
 
-static int copy_files(u64 clone_flags, struct task_struct *tsk)
+static noinline int copy_files(u64 clone_flags, struct task_struct *tsk)
 {
 	int err = 0;
 	struct files_struct *old = current->files;
@@ -95,7 +95,7 @@ static int copy_files(u64 clone_flags, struct task_struct *tsk)
 	return err;
 }
 
-static int copy_fs(u64 clone_flags, struct task_struct *tsk)
+static noinline int copy_fs(u64 clone_flags, struct task_struct *tsk)
 {
 	struct fs_struct *fs = current->fs;
 
@@ -110,7 +110,7 @@ static int copy_fs(u64 clone_flags, struct task_struct *tsk)
 }
 
 /* The new task's first switch lands in ret_from_fork with fn/arg in rbx/r12. */
-static void copy_thread(struct task_struct *p, struct kernel_clone_args *args)
+static noinline void copy_thread(struct task_struct *p, struct kernel_clone_args *args)
 {
 	struct inactive_task_frame {
 		unsigned long r15, r14, r13, r12, bx, bp, ret_addr;
@@ -136,7 +136,7 @@ static void free_mm(struct mm_struct *mm)
 	kfree(mm);
 }
 
-static struct task_struct *copy_process(struct kernel_clone_args *args)
+static noinline struct task_struct *copy_process(struct kernel_clone_args *args)
 {
 	struct task_struct *p;
 	pid_t pid;
@@ -190,7 +190,7 @@ bad_fork_free:
 	return ERR_PTR(retval);
 }
 
-pid_t kernel_clone(struct kernel_clone_args *args)
+noinline pid_t kernel_clone(struct kernel_clone_args *args)
 {
 	struct task_struct *p;
 	pid_t nr;

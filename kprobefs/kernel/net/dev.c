@@ -94,12 +94,12 @@ static int __netif_receive_skb_core(struct sk_buff *skb)
 	return -1;	/* NET_RX_DROP */
 }
 
-static int __netif_receive_skb(struct sk_buff *skb)
+static noinline int __netif_receive_skb(struct sk_buff *skb)
 {
 	return __netif_receive_skb_core(skb);
 }
 
-int netif_receive_skb(struct sk_buff *skb)
+noinline int netif_receive_skb(struct sk_buff *skb)
 {
 	skb->tstamp = ktime_get_ns();
 	return __netif_receive_skb(skb);

@@ -1,0 +1,153 @@
+"""The host's process events (fork, exec, exit), read from the kernel's process
+connector (netlink ``NETLINK_CONNECTOR``, ``CN_IDX_PROC``).  No FUSE here.
+
+The gateway mirrors the life of the host processes that use the mount: when one of them
+forks, the emulated kernel forks its task too (``kernel_clone`` in the parent's context,
+as Linux runs it), even if the child never makes a request of its own (a shell's
+``( echo forked )``).  The host kernel queues an event on the listening socket inside
+``fork()``/``exec()``/``exit()`` themselves, so a request that a process makes after
+another process forked (the shell waited for the subshell, then ran ``grep … trace``)
+always finds that fork's event already queued: draining the socket before serving a
+request applies every earlier fork, in order.
+
+Listening needs CAP_NET_ADMIN and a host kernel with CONFIG_PROC_EVENTS;
+:meth:`ProcessEvents.open` returns None where it cannot listen, and the gateway then
+knows a process only from its first request.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import struct
+from typing import NamedTuple
+
+__all__ = ["ProcessEvents", "ProcessEvent", "FORK", "EXEC", "EXIT"]
+
+log = logging.getLogger("kprobefs.fs.procwatch")
+
+NETLINK_CONNECTOR = 11
+CN_IDX_PROC = 1
+CN_VAL_PROC = 1
+PROC_CN_MCAST_LISTEN = 1
+PROC_CN_MCAST_IGNORE = 2
+NLMSG_DONE = 3
+
+#: enum proc_cn_event (include/uapi/linux/cn_proc.h)
+FORK = 0x00000001
+EXEC = 0x00000002
+EXIT = 0x80000000
+
+_NLMSGHDR = struct.Struct("<IHHII")          # len, type, flags, seq, pid
+_CN_MSG = struct.Struct("<IIIIHH")           # idx, val, seq, ack, len, flags
+_EVENT_HEADER = struct.Struct("<IIQ")        # what, cpu, timestamp_ns
+_FORK = struct.Struct("<iiii")               # parent pid, tgid, child pid, tgid
+_EXEC = struct.Struct("<ii")                 # process pid, tgid
+_EXIT = struct.Struct("<ii")                 # process pid, tgid (then code, signal)
+_EVENT_DATA = _NLMSGHDR.size + _CN_MSG.size + _EVENT_HEADER.size
+
+
+class ProcessEvent(NamedTuple):
+    """One host process event.  ``pid`` is the thread that forked, exec'd or exited
+    (``tgid`` its process); for FORK, ``child``/``child_tgid`` are the new thread."""
+
+    what: int
+    pid: int
+    tgid: int
+    child: int = 0
+    child_tgid: int = 0
+
+
+class ProcessEvents:
+    """A listening process-connector socket.  :meth:`drain` never blocks."""
+
+    RECV_SIZE = 1 << 16
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+        self.lost = 0       # times the socket overflowed (events were dropped)
+
+    @classmethod
+    def open(cls) -> "ProcessEvents | None":
+        """A socket subscribed to process events, or None (with the reason logged) where
+        the host does not allow it."""
+        try:
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC,
+                                 NETLINK_CONNECTOR)
+        except (OSError, AttributeError) as e:
+            log.info("no process connector (%s): processes are known from their requests", e)
+            return None
+        try:
+            sock.bind((0, CN_IDX_PROC))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            sock.send(_control(PROC_CN_MCAST_LISTEN))
+            sock.setblocking(False)
+        except OSError as e:
+            sock.close()
+            log.info("cannot listen to process events (%s): processes are known from "
+                     "their requests", e)
+            return None
+        return cls(sock)
+
+    def drain(self) -> list[ProcessEvent]:
+        """Every FORK/EXEC/EXIT event queued now, oldest first."""
+        events: list[ProcessEvent] = []
+        while True:
+            try:
+                data = self._sock.recv(self.RECV_SIZE)
+            except BlockingIOError:
+                return events
+            except OSError as e:
+                if e.errno == errno.ENOBUFS:     # overflowed: some events are lost
+                    self.lost += 1
+                    log.warning("host process events were lost (socket overflow)")
+                    continue
+                if e.errno == errno.EINTR:
+                    continue
+                log.error("reading host process events failed: %s", e)
+                return events
+            events.extend(_parse(data))
+
+    def close(self) -> None:
+        try:
+            self._sock.send(_control(PROC_CN_MCAST_IGNORE))
+        except OSError:
+            pass
+        self._sock.close()
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+
+def _control(op: int) -> bytes:
+    payload = struct.pack("<I", op)
+    cn = _CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, len(payload), 0) + payload
+    return _NLMSGHDR.pack(_NLMSGHDR.size + len(cn), NLMSG_DONE, 0, 0, os.getpid()) + cn
+
+
+def _parse(data: bytes) -> list[ProcessEvent]:
+    """The events of one datagram (one or more netlink messages)."""
+    out = []
+    off = 0
+    while off + _NLMSGHDR.size <= len(data):
+        length = _NLMSGHDR.unpack_from(data, off)[0]
+        if length < _NLMSGHDR.size:
+            break
+        msg = data[off:off + length]
+        off += (length + 3) & ~3
+        if len(msg) < _EVENT_DATA:
+            continue
+        idx, val = _CN_MSG.unpack_from(msg, _NLMSGHDR.size)[:2]
+        if (idx, val) != (CN_IDX_PROC, CN_VAL_PROC):
+            continue
+        what = _EVENT_HEADER.unpack_from(msg, _NLMSGHDR.size + _CN_MSG.size)[0]
+        body = _EVENT_DATA
+        if what == FORK and len(msg) >= body + _FORK.size:
+            out.append(ProcessEvent(FORK, *_FORK.unpack_from(msg, body)))
+        elif what == EXEC and len(msg) >= body + _EXEC.size:
+            out.append(ProcessEvent(EXEC, *_EXEC.unpack_from(msg, body)))
+        elif what == EXIT and len(msg) >= body + _EXIT.size:
+            out.append(ProcessEvent(EXIT, *_EXIT.unpack_from(msg, body)))
+    return out

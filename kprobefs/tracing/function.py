@@ -1,0 +1,293 @@
+"""The function tracer and the stack tracer, on the engine's ftrace core.
+
+* :class:`FunctionFilter` is an ftrace filter hash with the ``set_ftrace_filter`` language:
+  whitespace-separated function globs, ``!`` to remove; no match is ``EINVAL``; an empty
+  filter means every function.  ``set_ftrace_notrace`` and ``stack_trace_filter`` are the
+  same kind of file.
+* :class:`FunctionTracer` is ``current_tracer`` = ``function``: one ``ftrace_ops`` on the
+  sites of the filter minus the notrace set, wanting the parent ip; each call records a
+  ``TRACE_FN`` entry printed as ``func <-parent``.
+* :class:`StackTracer` is kernel/trace/trace_stack.c: while enabled
+  (``/proc/sys/kernel/stack_tracer_enabled``), every call of a function in
+  ``stack_trace_filter`` measures the kernel stack in use; a new maximum saves the call
+  chain with the depth of each frame (``stack_trace``, ``stack_max_size``).
+
+Handlers run on the hit path (an ftrace site's trampoline): they read the kernel through
+the machine and write the ring buffer, nothing else.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import threading
+from typing import Callable, Iterable
+
+from kprobefs.tracing.output import FLAGS_NONE, TraceOptions, format_ip_sym
+
+__all__ = ["FunctionFilter", "FunctionTracer", "StackTracer", "FUNCTION_EVENT",
+           "STACK_TRACER_DISABLED"]
+
+_THREAD_SIZE = 16 * 1024
+_U64 = (1 << 64) - 1
+_KERNEL_MIN = 0xFFFF800000000000
+_STACK_TRACE_ENTRIES = 64
+_TRACE_FN_ID = 1
+_FTRACE_ENTRY_SIZE = 16           # ip and parent_ip after the common header
+
+STACK_TRACER_DISABLED = (
+    "#\n"
+    "#  Stack tracer disabled\n"
+    "#\n"
+    "# To enable the stack tracer, either add 'stacktrace' to the\n"
+    "# kernel command line\n"
+    "# or 'echo 1 > /proc/sys/kernel/stack_tracer_enabled'\n"
+    "#\n"
+)
+
+
+_SiteNames = Callable[[], Iterable[tuple[int, str]]]
+
+
+class FunctionFilter:
+    """A set of ftrace sites chosen by function name.  ``sites()`` returns every
+    (site, name) of the kernel now, in address order (module sites come and go);
+    ``changed(added, removed)`` runs after each change with the sites that came and
+    went."""
+
+    def __init__(self, sites: _SiteNames, empty_text: str,
+                 changed: Callable[[set, set], None] | None = None):
+        self._sites = sites
+        self._empty_text = empty_text
+        self._changed = changed
+        self.selected: set[int] = set()
+
+    def text(self) -> str:
+        """The file's content: one function per selected site, or the empty marker."""
+        if not self.selected:
+            return self._empty_text
+        return "".join(f"{name}\n" for site, name in self._sites() if site in self.selected)
+
+    def clear(self) -> None:
+        self._update(set())
+
+    def write(self, data: bytes) -> int:
+        """Applies one write(): each token selects (``!``: drops) the functions whose
+        name it matches.  A token matching nothing fails the write with EINVAL (the
+        tokens before it stay applied)."""
+        for token in data.decode("latin-1").split():
+            remove = token.startswith("!")
+            pattern = token[1:] if remove else token
+            if ":" in pattern:
+                raise OSError(errno.EINVAL, "filter commands are not supported")
+            matched = self._match(pattern)
+            if not matched:
+                raise OSError(errno.EINVAL, f"no function matches {pattern!r}")
+            self._update(self.selected - matched if remove else self.selected | matched)
+        return len(data)
+
+    def _match(self, pattern: str) -> set[int]:
+        if not pattern:
+            return set()
+        if any(c in pattern for c in "*?["):
+            return {site for site, name in self._sites() if fnmatch.fnmatchcase(name, pattern)}
+        return {site for site, name in self._sites() if name == pattern}
+
+    def _update(self, new: set[int]) -> None:
+        old, self.selected = self.selected, new
+        if self._changed is not None and new != old:
+            self._changed(new - old, old - new)
+
+
+class _FunctionEvent:
+    """TRACE_FN records: ``(ts, pid, flags, FUNCTION_EVENT, ip, parent_ip)``."""
+
+    id = _TRACE_FN_ID
+
+    def render(self, record: tuple, tracer, options: TraceOptions) -> str:
+        sym = tracer.symbols.symbolize
+        text = format_ip_sym(record[4], sym, options.sym_offset, options.sym_addr)
+        if record[5]:
+            text += " <-" + format_ip_sym(record[5], sym, options.sym_offset,
+                                          options.sym_addr)
+        return text + "\n"
+
+
+FUNCTION_EVENT = _FunctionEvent()
+
+
+class _SiteOps:
+    """One ftrace_ops whose sites follow a filter (all sites when the filter is empty,
+    less an optional notrace set) while it is started."""
+
+    def __init__(self, ftrace, ops_factory, func: Callable, sites: _SiteNames,
+                 want_parent_ip: bool):
+        self._ftrace = ftrace
+        self._sites = sites
+        self.ops = ops_factory(func=func, want_parent_ip=want_parent_ip)
+        self.running = False
+
+    def wanted(self, selected: set[int], excluded: set[int]) -> set[int]:
+        chosen = set(selected) if selected else {site for site, _ in self._sites()}
+        return chosen - excluded
+
+    def start(self, sites: set[int]) -> None:
+        if self.running:
+            return
+        self.ops.filter = set(sites)
+        self._ftrace.register_ftrace_function(self.ops)
+        self.running = True
+
+    def stop(self) -> None:
+        if not self.running:
+            return
+        self._ftrace.unregister_ftrace_function(self.ops)
+        self.running = False
+
+    def retarget(self, sites: set[int]) -> None:
+        """Moves a running ops onto exactly ``sites``."""
+        if not self.running:
+            return
+        current = set(self.ops.filter)
+        for site in sorted(current - sites):
+            self._ftrace.ftrace_set_filter_ip(self.ops, site, remove=True)
+        for site in sorted(sites - current):
+            self._ftrace.ftrace_set_filter_ip(self.ops, site)
+
+
+class FunctionTracer:
+    """``current_tracer`` = ``function`` for one tracer (the trace array): ``record`` is
+    ``record(cpu, record_tuple, size)`` into its ring buffer, ``context()`` gives the
+    ``(pid, cpu)`` of the current task and caches its comm, ``recording()`` says whether
+    tracing is on."""
+
+    def __init__(self, ftrace, ops_factory, sites: _SiteNames,
+                 record: Callable, context: Callable, recording: Callable[[], bool],
+                 now: Callable[[], int]):
+        self._record = record
+        self._context = context
+        self._recording = recording
+        self._now = now
+        self._ops = _SiteOps(ftrace, ops_factory, self._hit, sites, True)
+        self.filter = FunctionFilter(sites, "#### all functions enabled ####\n",
+                                     lambda *_: self._retarget())
+        self.notrace = FunctionFilter(sites, "#### no functions disabled ####\n",
+                                      lambda *_: self._retarget())
+
+    @property
+    def running(self) -> bool:
+        return self._ops.running
+
+    def start(self) -> None:
+        self._ops.start(self._ops.wanted(self.filter.selected, self.notrace.selected))
+
+    def stop(self) -> None:
+        self._ops.stop()
+
+    def _retarget(self) -> None:
+        self._ops.retarget(self._ops.wanted(self.filter.selected, self.notrace.selected))
+
+    def _hit(self, ip: int, parent_ip: int, _ops, _regs) -> None:
+        if not self._recording():
+            return
+        pid, cpu = self._context()
+        self._record(cpu, (self._now(), pid, FLAGS_NONE, FUNCTION_EVENT, ip, parent_ip),
+                     _FTRACE_ENTRY_SIZE)
+
+
+class StackTracer:
+    """The maximum kernel stack depth seen at the entry of the filtered functions, and
+    the call chain that reached it.  ``read(addr, size)`` reads kernel memory;
+    ``is_call_return(addr)`` says whether a stack word is a return address (a text
+    address right after a call); ``symbolize(addr)`` gives ``%pS`` text."""
+
+    def __init__(self, ftrace, ops_factory, sites: _SiteNames,
+                 read: Callable[[int, int], bytes], is_call_return: Callable[[int], bool],
+                 symbolize: Callable[[int], str]):
+        self._read = read
+        self._is_call_return = is_call_return
+        self._symbolize = symbolize
+        self._lock = threading.Lock()
+        self._ops = _SiteOps(ftrace, ops_factory, self._hit, sites, False)
+        self.filter = FunctionFilter(sites, "#### all functions enabled ####\n",
+                                     lambda *_: self._ops.retarget(
+                                         self._ops.wanted(self.filter.selected, set())))
+        self.enabled_value = 0
+        self.max_size = 0
+        self.entries: list[tuple[int, int]] = []     # (depth, address), deepest first
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.enabled_value)
+
+    def set_enabled(self, value: int) -> None:
+        """The ``stack_tracer_enabled`` sysctl: any integer, non-zero traces."""
+        was = self.enabled
+        self.enabled_value = value
+        if self.enabled == was:
+            return
+        if self.enabled:
+            self._ops.start(self._ops.wanted(self.filter.selected, set()))
+        else:
+            self._ops.stop()
+
+    def set_max_size(self, value: int) -> None:
+        with self._lock:
+            self.max_size = value
+
+    def max_size_text(self) -> str:
+        return f"{self.max_size}\n"
+
+    def trace_text(self) -> str:
+        with self._lock:
+            entries = list(self.entries)
+            max_size = self.max_size
+        out = ["        Depth    Size   Location    (%d entries)\n"
+               "        -----    ----   --------\n" % len(entries)]
+        if not self.enabled and not max_size:
+            out.append(STACK_TRACER_DISABLED)
+        for i, (depth, addr) in enumerate(entries):
+            size = depth - entries[i + 1][0] if i + 1 < len(entries) else depth
+            out.append("%3d) %8d   %5d   %s\n" % (i, depth, size, self._symbolize(addr)))
+        return "".join(out)
+
+    def _hit(self, ip: int, _parent_ip: int, _ops, regs) -> None:
+        sp = regs.sp & _U64
+        if sp < _KERNEL_MIN:
+            return
+        top = (sp | (_THREAD_SIZE - 1)) + 1
+        this_size = top - sp
+        if this_size <= self.max_size:
+            return
+        try:
+            stack = self._read(sp, this_size)
+        except Exception:
+            return
+        with self._lock:
+            if this_size > self.max_size:
+                self.max_size = this_size
+                self.entries = self._walk(ip, sp, regs.bp & _U64, stack)
+
+    def _walk(self, ip: int, sp: int, bp: int, stack: bytes) -> list[tuple[int, int]]:
+        """The call chain at a function's entry, by frame pointers (the kernel keeps
+        them): the function, its return address at ``sp``, then each saved frame's
+        return address; each with its depth (bytes from its stack slot to the top)."""
+        top = sp + len(stack)
+
+        def word(addr: int) -> int:
+            return int.from_bytes(stack[addr - sp:addr - sp + 8], "little")
+
+        chain = [(top - sp, ip)]
+        ret = word(sp)
+        if self._is_call_return(ret):
+            chain.append((top - sp, ret))
+        while sp <= bp and bp + 16 <= top and len(chain) < _STACK_TRACE_ENTRIES:
+            ret = word(bp + 8)
+            if not self._is_call_return(ret):
+                break
+            chain.append((top - (bp + 8), ret))
+            next_bp = word(bp)
+            if next_bp <= bp:
+                break
+            bp = next_bp
+        return chain

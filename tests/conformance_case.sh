@@ -1,0 +1,66 @@
+#!/bin/sh
+# Runs one ftrace selftest case against a kprobefs mount, the way the kernel's own
+# runner does, and prints its result code on the last line of stdout:
+#   0 pass, 1 fail, 2 unresolved, 3 untested, 4 unsupported, 5 xfail.
+#
+# Usage: conformance_case.sh MOUNT SELFTEST_DIR CASE_FILE LOG_FILE
+# (MOUNT, SELFTEST_DIR and CASE_FILE outside /tmp, which the case sees replaced.)
+#
+# Run it inside a private mount namespace (unshare -m): the mount's proc/kallsyms and
+# proc/version are bound over the host's /proc/kallsyms and /proc/version, because the
+# cases read those absolute paths to find the kernel's symbols and banner; the emulated
+# kernel's /dev/null and /tmp (the mount's dev/null and tmp) are bound over the host's,
+# so the files a case opens there (echo > /dev/null, ln -s in $TMPDIR) are opened by the
+# emulated kernel, as on the machine the case was written for.
+#
+# The case helpers (exit_unsupported and friends) report a result by sending this shell
+# the real-time signal 36 + code and then exiting 0; a case that exits non-zero fails.
+
+MOUNT=$1
+SELFTEST_DIR=$2
+CASE=$3
+
+# The case's output goes to the log; fd 9 keeps stdout for the result.
+exec 9>&1 >>"$4" 2>&1
+testlog=/proc/self/fd/1
+
+for f in proc/kallsyms proc/version dev/null tmp; do
+    mount --bind "$MOUNT/$f" "/$f" || exit 97
+done
+
+TRACING_DIR=$MOUNT/tracing
+export TMPDIR="$(mktemp -d /tmp/kprobefs-ftracetest.XXXXXX)"
+export FTRACETEST_ROOT=$SELFTEST_DIR
+
+RESULT=0
+RUNNER_PID=$$
+for code in 1 2 3 4 5; do
+    trap "RESULT=$code" $((36 + code))
+done
+
+exit_pass() { exit 0; }
+exit_fail() { exit 1; }
+exit_unresolved() { kill -s 38 $RUNNER_PID; exit 0; }
+exit_untested() { kill -s 39 $RUNNER_PID; exit 0; }
+exit_unsupported() { kill -s 40 $RUNNER_PID; exit 0; }
+exit_xfail() { kill -s 41 $RUNNER_PID; exit 0; }
+
+# Reads the "# requires:" line; its words are re-split by eval so quoted patterns with
+# blanks stay one argument, then each is checked by check_requires (test.d/functions).
+case_requires() {
+    eval check_requires "$(grep "^#[ \t]*requires:" "$1" | cut -f2- -d:)"
+}
+
+. "$SELFTEST_DIR/test.d/functions"
+
+(cd "$TRACING_DIR" || exit 1
+ read PID _ < /proc/self/stat
+ set -e
+ set -x
+ case_requires "$CASE"
+ initialize_ftrace
+ . "$CASE")
+[ $? -ne 0 ] && RESULT=1
+
+rm -rf "$TMPDIR"
+echo "$RESULT" >&9

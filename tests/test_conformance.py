@@ -1,0 +1,111 @@
+"""Conformance: Linux 6.1's ftrace selftests for kprobes and dynamic events, unmodified,
+against a real mount (tests/conformance_runner.py runs them the way ftracetest does).
+
+``pytest -m conformance`` runs only these; every case prints one line with its result.
+Each case has an expected result below: what Linux 6.1 with this kernel's configuration
+reports.  Skipped without FUSE or root, except under CI=true.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import conformance_runner as runner
+
+pytestmark = [pytest.mark.conformance, pytest.mark.fuse]
+
+#: The expected result of every case of test.d/kprobe and test.d/dynevent in 6.1.
+EXPECTED = {
+    "kprobe/add_and_remove.tc": "PASS",
+    "kprobe/busy_check.tc": "PASS",
+    "kprobe/kprobe_args.tc": "PASS",
+    "kprobe/kprobe_args_comm.tc": "PASS",
+    "kprobe/kprobe_args_string.tc": "PASS",
+    "kprobe/kprobe_args_symbol.tc": "PASS",
+    "kprobe/kprobe_args_syntax.tc": "PASS",
+    "kprobe/kprobe_args_type.tc": "PASS",
+    "kprobe/kprobe_args_user.tc": "PASS",
+    "kprobe/kprobe_eventname.tc": "PASS",
+    "kprobe/kprobe_ftrace.tc": "PASS",
+    "kprobe/kprobe_module.tc": "PASS",
+    "kprobe/kprobe_multiprobe.tc": "PASS",
+    "kprobe/kprobe_non_uniq_symbol.tc": "PASS",
+    "kprobe/kprobe_syntax_errors.tc": "PASS",
+    "kprobe/kretprobe_args.tc": "PASS",
+    "kprobe/kretprobe_maxactive.tc": "PASS",
+    "kprobe/kretprobe_return_suffix.tc": "PASS",
+    "kprobe/multiple_kprobes.tc": "PASS",
+    "kprobe/probepoint.tc": "PASS",
+    "kprobe/profile.tc": "PASS",
+    "kprobe/uprobe_syntax_errors.tc": "UNSUPPORTED",     # no uprobe_events
+    "dynevent/add_remove_eprobe.tc": "UNSUPPORTED",      # no eprobes, no syscall events
+    "dynevent/add_remove_kprobe.tc": "PASS",
+    "dynevent/add_remove_synth.tc": "PASS",
+    "dynevent/clear_select_events.tc": "PASS",
+    "dynevent/eprobes_syntax_errors.tc": "UNSUPPORTED",
+    "dynevent/generic_clear_event.tc": "PASS",
+    "dynevent/test_duplicates.tc": "UNSUPPORTED",
+}
+
+def _cannot_run() -> str | None:
+    if os.geteuid() != 0:
+        return "the selftests need root"
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing"
+    if not ctypes.util.find_library("fuse"):
+        return "libfuse2 is missing (apt-get install fuse libfuse2)"
+    for tool in ("unshare", "mount", "sh", "dpkg-query"):
+        if shutil.which(tool) is None:
+            return f"{tool} is missing"
+    return None
+
+
+def _skip_or_fail(reason: str):
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"conformance cannot run under CI=true: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def results(request, tmp_path_factory):
+    """Every case's result, run in ftracetest's order against one mount; each result
+    line is printed as the case finishes."""
+    reason = _cannot_run()
+    if reason:
+        _skip_or_fail(reason)
+    try:
+        selftests = runner.selftest_dir()
+    except runner.RunnerError as e:
+        _skip_or_fail(f"the selftests are not available: {e}")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    log_dir = Path(os.environ.get("KPROBEFS_CONFORMANCE_LOGS") or
+                   tmp_path_factory.mktemp("conformance"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    out = {}
+    with runner.Mount(log_dir / "daemon.log") as mount:
+        for case in runner.list_cases(selftests):
+            result = runner.run_case(mount.path, selftests, case, log_dir)
+            out[case] = result
+            if reporter is not None and capture is not None:
+                with capture.global_and_fixture_disabled():
+                    reporter.write_line(f"ftracetest {result.line()}")
+    out["__cases__"] = set(runner.list_cases(selftests))
+    return out
+
+
+def test_every_case_has_an_expectation(results):
+    assert results["__cases__"] == set(EXPECTED)
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_ftracetest_case(results, case):
+    result = results.get(case)
+    assert result is not None, f"{case} was not run"
+    expected = EXPECTED[case]
+    assert result.result == expected, f"{case}: {result.result}\n{result.log[-6000:]}"
