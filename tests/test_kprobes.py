@@ -644,3 +644,29 @@ def test_list_and_blacklist_formats(kernel):
     black = kernel.kprobes.blacklist_text().splitlines()
     epf = sym(kernel, "exc_page_fault")
     assert f"0x{epf.addr:016x}-0x{epf.end:016x}\texc_page_fault" in black
+
+
+def test_batch_registration_is_all_or_nothing(kernel):
+    good = [Kprobe(symbol_name="kprobe_target", pre_handler=lambda p, r: 0),
+            Kprobe(symbol_name="vfs_read", pre_handler=lambda p, r: 0)]
+    bad = Kprobe(symbol_name="vfs_read", offset=3)                 # EILSEQ
+    with pytest.raises(ProbeError) as e:
+        kernel.register_kprobes(good + [bad])
+    assert e.value.errno == errno.EILSEQ
+    assert kernel.kprobes.list_text() == ""
+    assert not any(p.registered for p in good)
+    kernel.register_kprobes([Kprobe(symbol_name=n, pre_handler=lambda p, r: 0)
+                             for n in ("kprobe_target", "vfs_read")])
+    assert len(kernel.kprobes.list_text().splitlines()) == 2
+    kernel.unregister_kprobes(kernel.kprobes.registered())
+    assert kernel.kprobes.list_text() == ""
+    rps = [Kretprobe(symbol_name="kprobe_target", handler=lambda ri, r: 0),
+           Kretprobe(symbol_name="vfs_read", offset=5)]            # not an entry: EINVAL
+    with pytest.raises(ProbeError):
+        kernel.register_kretprobes(rps)
+    assert kernel.kprobes.list_text() == ""
+    jps = [Jprobe(symbol_name="kprobe_target", entry=lambda *a: None),
+           Jprobe(symbol_name="kprobe_target", entry=lambda *a: None)]   # second: EEXIST
+    with pytest.raises(ProbeError) as e:
+        kernel.register_jprobes(jps)
+    assert e.value.errno == errno.EEXIST and kernel.kprobes.list_text() == ""

@@ -9,6 +9,7 @@ import pytest
 
 from kprobefs.machine import Kernel, UserBuffer
 from kprobefs.machine.abi import AF_INET, O_NONBLOCK, SOCK_STREAM
+from kprobefs.machine.workload import inet_checksum
 
 SOCK_NONBLOCK = O_NONBLOCK
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
@@ -19,15 +20,6 @@ TCP_PASSIVEOPENS, TCP_INSEGS, TCP_INERRS, TCP_CSUMERRORS = 1, 5, 7, 9
 LINUX_LISTENOVERFLOWS = 0
 
 
-def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
 def packet(sport, dport, flags, seq=1000, ack=0, payload=b"", src=PEER, dst=LOCAL,
            ip_csum=True, tcp_csum=True, version=4):
     """An IPv4 datagram holding one TCP segment, checksums computed unless told not to."""
@@ -36,12 +28,12 @@ def packet(sport, dport, flags, seq=1000, ack=0, payload=b"", src=PEER, dst=LOCA
     tcp += payload
     if tcp_csum:
         pseudo = saddr + daddr + struct.pack("!BBH", 0, 6, len(tcp))
-        tcp = tcp[:16] + struct.pack("!H", _csum(pseudo + tcp)) + tcp[18:]
+        tcp = tcp[:16] + struct.pack("!H", inet_checksum(pseudo + tcp)) + tcp[18:]
     else:
         tcp = tcp[:16] + b"\x12\x34" + tcp[18:]  # wrong, and not the "unchecked" 0
     ip = struct.pack("!BBHHHBBH4s4s", (version << 4) | 5, 0, 20 + len(tcp), 1, 0x4000, 64,
                      6, 0, saddr, daddr)
-    check = _csum(ip) if ip_csum else 0xBEEF
+    check = inet_checksum(ip) if ip_csum else 0xBEEF
     return ip[:10] + struct.pack("!H", check) + ip[12:] + tcp
 
 

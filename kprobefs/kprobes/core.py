@@ -290,15 +290,22 @@ class KprobeEngine:
             self.arch.remove(ap)
         del self._table[ap.addr]
 
-    def register_kprobes(self, probes: Iterable[Kprobe]) -> None:
+    @staticmethod
+    def _register_batch(register, unregister, probes: Iterable) -> None:
+        """register_*probes(): all or nothing; on the first failure the ones already
+        registered are unregistered and the error is raised."""
         done = []
         try:
             for p in probes:
-                self.register_kprobe(p)
+                register(p)
                 done.append(p)
         except ProbeError:
-            self.unregister_kprobes(done)
+            for p in done:
+                unregister(p)
             raise
+
+    def register_kprobes(self, probes: Iterable[Kprobe]) -> None:
+        self._register_batch(self.register_kprobe, self.unregister_kprobe, probes)
 
     def unregister_kprobes(self, probes: Iterable[Kprobe]) -> None:
         for p in list(probes):
@@ -507,14 +514,7 @@ class KprobeEngine:
         self.unregister_kprobe(jp.kp)
 
     def register_jprobes(self, jps: Iterable[Jprobe]) -> None:
-        done = []
-        try:
-            for jp in jps:
-                self.register_jprobe(jp)
-                done.append(jp)
-        except ProbeError:
-            self.unregister_jprobes(done)
-            raise
+        self._register_batch(self.register_jprobe, self.unregister_jprobe, jps)
 
     def unregister_jprobes(self, jps: Iterable[Jprobe]) -> None:
         for jp in list(jps):
@@ -572,14 +572,7 @@ class KprobeEngine:
         rp.free_instances = []
 
     def register_kretprobes(self, rps: Iterable[Kretprobe]) -> None:
-        done = []
-        try:
-            for rp in rps:
-                self.register_kretprobe(rp)
-                done.append(rp)
-        except ProbeError:
-            self.unregister_kretprobes(done)
-            raise
+        self._register_batch(self.register_kretprobe, self.unregister_kretprobe, rps)
 
     def unregister_kretprobes(self, rps: Iterable[Kretprobe]) -> None:
         for rp in list(rps):

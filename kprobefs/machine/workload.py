@@ -15,12 +15,13 @@ from typing import Generator
 from . import abi
 from .kernel import Kernel, ProcessExited, SyscallRequest, Task, UserBuffer
 
-__all__ = ["Workload", "tcp_syn_packet"]
+__all__ = ["Workload", "tcp_syn_packet", "inet_checksum"]
 
 Step = Generator[tuple, int, None]
 
 
-def _csum(data: bytes) -> int:
+def inet_checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071) of data."""
     if len(data) % 2:
         data += b"\0"
     s = sum(struct.unpack(f"!{len(data) // 2}H", data))
@@ -34,10 +35,10 @@ def tcp_syn_packet(src_ip: int, dst_ip: int, sport: int, dport: int, seq: int = 
     """An IPv4 packet carrying a TCP segment (SYN by default), checksums filled in."""
     tcp = struct.pack("!HHIIBBHHH", sport, dport, seq, 0, 5 << 4, flags, 65535, 0, 0) + payload
     pseudo = struct.pack("!IIBBH", src_ip, dst_ip, 0, 6, len(tcp))
-    tcp = tcp[:16] + struct.pack("!H", _csum(pseudo + tcp)) + tcp[18:]
+    tcp = tcp[:16] + struct.pack("!H", inet_checksum(pseudo + tcp)) + tcp[18:]
     total = 20 + len(tcp)
     ip = struct.pack("!BBHHHBBHII", 0x45, 0, total, 0, 0x4000, 64, 6, 0, src_ip, dst_ip)
-    ip = ip[:10] + struct.pack("!H", _csum(ip)) + ip[12:]
+    ip = ip[:10] + struct.pack("!H", inet_checksum(ip)) + ip[12:]
     return ip + tcp
 
 
