@@ -20,7 +20,9 @@ and exits 1 if any case failed.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -163,6 +165,16 @@ class CaseResult:
         return f"{self.case}: {self.result}"
 
 
+@functools.lru_cache(maxsize=1)
+def shim_dir() -> Path:
+    """The modprobe/rmmod shims, copied out of the source tree: a case's namespace has the
+    emulated kernel's /tmp over the host's, which would hide a checkout under /tmp."""
+    target = Path(tempfile.mkdtemp(prefix="kprobefs-conformance-bin-", dir="/run"))
+    for shim in (HERE / "conformance_bin").iterdir():
+        shutil.copy2(shim, target / shim.name)
+    return target
+
+
 def run_case(mount: Path, selftests: Path, case: str, log_dir: Path) -> CaseResult:
     """Runs one case (``DIR/NAME.tc``) in its own mount namespace."""
     log_file = log_dir / (case.replace("/", "-") + ".log")
@@ -170,7 +182,7 @@ def run_case(mount: Path, selftests: Path, case: str, log_dir: Path) -> CaseResu
             str(selftests), str(selftests / "test.d" / case), str(log_file)]
     # modprobe/rmmod shims that load the project's modules through the mount's control.
     env = dict(os.environ, KPROBEFS_MOUNT=str(mount),
-               PATH=str(HERE / "conformance_bin") + os.pathsep + os.environ.get("PATH", ""))
+               PATH=str(shim_dir()) + os.pathsep + os.environ.get("PATH", ""))
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=CASE_TIMEOUT,
                               cwd="/", env=env)
