@@ -136,3 +136,32 @@ def test_return_probe_and_profile_counts(sysfs):
     profile = read(root, "kprobe_profile").splitlines()
     assert any(re.match(r"\s+myprobe\s+3\s+0$", line) for line in profile), profile
     assert any(re.match(r"\s+myretprobe\s+3\s+0$", line) for line in profile), profile
+
+
+def test_more_fetch_kinds_and_types(sysfs):
+    """Stack slots, immediates, symbol strings, kernel arrays, and every integer
+    rendering, on one real hit of vfs_read."""
+    kernel, tracer, root, _ = sysfs
+    write(root, "kprobe_events",
+          "p:kinds vfs_read sp=$stack s0=$stack0:symbol s1=$stack1 imm=\\123 neg=\\-5:s8 "
+          'str=\\"hello" ss=$stack0:symstr ip=%ip:symbol cnt8=%dx:u8 cnt16=%dx:x16 '
+          "cnts=%dx:s64 b=%dx:b3@1/8 arr=+0(%di):x8[4] arrw=+0(%di):u16[2] "
+          "old0=s0 olda=sa\n")
+    write(root, "events/kprobes/kinds/enable", "1")
+    t = kernel.spawn("kinds")
+    fd = kernel.syscall(t, "openat", AT_FDCWD, "/tmp/k", O_CREAT | O_RDWR, 0o644)
+    assert kernel.syscall(t, "read", fd, UserBuffer(6), 6) == 0
+    (line,) = trace_lines(root, "kinds")
+    m = re.search(r"kinds: \(vfs_read\+0x0/0x[0-9a-f]+\) sp=0x(?P<sp>[0-9a-f]+) "
+                  r"s0=(?P<s0>ksys_read\+0x[0-9a-f]+/0x[0-9a-f]+) s1=0x[0-9a-f]+ imm=0x7b "
+                  r'neg=-5 str="hello" ss="(?P<ss>ksys_read\+0x[0-9a-f]+/0x[0-9a-f]+)" '
+                  r"ip=vfs_read\+0x1/0x[0-9a-f]+ cnt8=6 cnt16=0x6 cnts=6 b=3 "
+                  r"arr=\{(0x[0-9a-f]+,){3}0x[0-9a-f]+\} arrw=\{\d+,\d+\} "
+                  r"old0=0x(?P<old0>[0-9a-f]+) olda=0x(?P<sa>[0-9a-f]+)$", line)
+    assert m, line
+    assert m.group("s0") == m.group("ss")                  # symbol and symstr agree
+    assert m.group("sp") == m.group("sa")                  # $stack and the old `sa`
+    (ksys,) = kernel.image.lookup_name("ksys_read")
+    s0 = int(m.group("old0"), 16)                          # the old `s0` = $stack0
+    assert ksys.addr < s0 < ksys.end
+    assert kernel.image.format_address(s0) == m.group("s0")
