@@ -13,6 +13,7 @@ takes only the ring buffer's lock.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import itertools
@@ -364,6 +365,16 @@ class TraceProbe:
     registered: bool = False
     nhit: int = 0
     address: int = 0
+
+    def definition(self) -> str:
+        """The kprobe_events read-back line.  As in 6.1, a registered return probe shows
+        the maxactive registration settled on (register_kretprobe writes the default
+        back into the kretprobe the line is printed from)."""
+        spec = self.spec
+        maxactive = getattr(self.engine_probe, "maxactive", 0) if self.registered else 0
+        if spec.is_return and not spec.maxactive and maxactive:
+            spec = dataclasses.replace(spec, maxactive=maxactive)
+        return format_probe(spec)
 
     @property
     def nmissed(self) -> int:
@@ -901,7 +912,7 @@ class Tracer:
         with self.lock:
             return "".join(
                 (f"s:{item.group}/{item.definition()}" if isinstance(item, SynthEvent)
-                 else format_probe(item.spec)) + "\n" for item in self.dynamic)
+                 else item.definition()) + "\n" for item in self.dynamic)
 
     def _remove_event(self, event: TraceEvent) -> None:
         del self.events[(event.group, event.name)]
@@ -924,7 +935,7 @@ class Tracer:
     def probe_lines(self) -> str:
         """Return the kprobe_events text (one line per probe, creation order)."""
         with self.lock:
-            return "".join(format_probe(tp.spec) + "\n" for tp in self.probes)
+            return "".join(tp.definition() + "\n" for tp in self.probes)
 
     def profile_text(self) -> str:
         """Return kprobe_profile: event name, hits and misses per probe."""
