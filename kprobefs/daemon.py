@@ -182,6 +182,7 @@ class Daemon:
         self._tracer_factory = tracer_factory or make_tracer
         self.kernel = None
         self.hostfs = None
+        self.tracer = None
         self.gateway: Gateway | None = None
         self.workload = None
         self.on_ready: Callable[[], None] = lambda: None
@@ -201,6 +202,7 @@ class Daemon:
         engine = self._engine_factory(self.kernel) if self._engine_factory else None
         tracer = (self._tracer_factory(self.kernel, engine)
                   if self._tracer_factory else None)
+        self.tracer = tracer
         self.hostfs = build_tree(self.kernel, engine=engine, tracer=tracer)
         self.kernel.hostfs = self.hostfs
         self.gateway = Gateway(self.kernel, self.hostfs, timeout=self.request_timeout)
@@ -310,3 +312,25 @@ class Daemon:
                 log.exception("ending the tasks of host processes failed")
         if self.hostfs is not None:
             self.hostfs.release_all()
+        self._restore_text()
+
+    #: How long shutdown waits for the machine before leaving the probes in place.
+    TEARDOWN_LOCK_TIMEOUT = 5.0
+
+    def _restore_text(self) -> None:
+        """Unregisters every probe and ftrace hook, so every patched byte of kernel text
+        is the image's again.  A machine held by a handler that never returns is left
+        as it is (the process is exiting)."""
+        teardown = getattr(self.tracer, "teardown", None)
+        if teardown is None or self.kernel is None:
+            return
+        lock = self.kernel.lock
+        if not lock.acquire(timeout=self.TEARDOWN_LOCK_TIMEOUT):
+            log.error("the machine is busy: probes left in the kernel text")
+            return
+        try:
+            teardown()
+        except Exception:
+            log.exception("taking the probes out of the kernel text failed")
+        finally:
+            lock.release()

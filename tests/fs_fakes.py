@@ -100,7 +100,8 @@ class FakeKernel:
         return self._current.pid
 
     # ---- tasks and system calls ---------------------------------------------------------
-    def spawn(self, comm: str, pid: int | None = None, parent=None) -> FakeTask:
+    def spawn(self, comm: str, pid: int | None = None, parent=None,
+              timeout: float | None = None) -> FakeTask:
         with self.lock:
             if pid is not None:
                 if pid in self.tasks or pid <= 0:

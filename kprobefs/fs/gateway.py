@@ -238,12 +238,17 @@ class Gateway:
                 log.error("%s for pid %d (%s) did not finish within %.1fs", name, task.pid,
                           getattr(task, "comm", ""), self.timeout)
                 raise OSError(errno.EIO, f"{name} timed out")
+            # Bounded: a thread stuck inside the emulation (a probe handler that never
+            # returns) holds the lock, and this request must fail rather than hang.
+            if not kernel.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                continue
             try:
-                with kernel.lock:
-                    ran = not req.done.is_set() and kernel.run_slice()
+                ran = not req.done.is_set() and kernel.run_slice()
             except MachineError as e:
                 log.error("the machine failed during %s: %s", name, e)
                 raise OSError(errno.EIO, str(e)) from e
+            finally:
+                kernel.lock.release()
             if not ran:
                 req.done.wait(0.01)
         if req.error is not None:
@@ -361,14 +366,30 @@ class Gateway:
         # the parent only when there is one: kernel.spawn forks from init by default
         forked_from = {} if parent is None else {"parent": parent}
         try:
-            return self.kernel.spawn(comm, pid=pid, **forked_from)
+            return self.kernel.spawn(comm, pid=pid, timeout=self.timeout, **forked_from)
         except KernelError as e:
             log.debug("pid %d is not available in the emulated kernel (%s)", pid, e)
         except MachineError as e:
-            raise OSError(errno.EIO, f"cannot create a task: {e}") from e
+            if parent is None:
+                raise OSError(errno.EIO, f"cannot create a task: {e}") from e
+            # The parent's task cannot fork (stuck on a wedged CPU): fork from init.
+            log.warning("pid %d: its parent's task cannot fork (%s); forking from init",
+                        pid, e)
+            forked_from = {}
+            try:
+                return self.kernel.spawn(comm, pid=pid, timeout=self.timeout)
+            except KernelError as e2:
+                log.debug("pid %d is not available in the emulated kernel (%s)", pid, e2)
+            except MachineError as e2:
+                raise OSError(errno.EIO, f"cannot create a task: {e2}") from e2
         try:
-            task = self.kernel.spawn(comm, **forked_from)
-        except (KernelError, MachineError) as e:
+            task = self.kernel.spawn(comm, timeout=self.timeout, **forked_from)
+        except KernelError as e:
+            # EAGAIN when the kernel's task table is full (Kernel.MAX_TASKS), as a fork
+            # at RLIMIT_NPROC: the request fails with it and the next one tries again.
+            log.error("cannot create a task for pid %d (%s): %s", pid, comm, e)
+            raise OSError(e.errno or errno.EIO, f"cannot create a task: {e}") from e
+        except MachineError as e:
             log.error("cannot create a task for pid %d (%s): %s", pid, comm, e)
             raise OSError(errno.EIO, f"cannot create a task: {e}") from e
         log.info("host pid %d (%s) runs as emulated pid %d", pid, comm, task.pid)

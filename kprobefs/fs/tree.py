@@ -307,6 +307,8 @@ class HostFS:
         self._lock = threading.Lock()
         self._places: dict[int, _Place] = {}
         self._ids: dict[tuple[int, str], int] = {}
+        self._below: dict[int, set[int]] = {}  # parent id -> ids of remembered children
+        self._sweep_at = self.SWEEP_AT
         for root_id, node in roots.items():
             if not is_dir(node):
                 raise ValueError(f"root {root_id} is not a directory")
@@ -338,9 +340,12 @@ class HostFS:
         if place is None:
             raise OSError(errno.ENOENT, "No such file or directory")
         if parent is None:
+            if place.parent:
+                raise OSError(errno.ENOENT, "No such file or directory")  # forgotten
             return place.node  # a root
         node = parent.node.children().get(place.name) if is_dir(parent.node) else None
         if node is None:
+            self._forget(node_id)
             raise OSError(errno.ENOENT, "No such file or directory")
         place.node = node
         return node
@@ -355,6 +360,10 @@ class HostFS:
             raise OSError(errno.ENOTDIR, "Not a directory")
         child = directory.children().get(name)
         if child is None:
+            with self._lock:
+                gone = self._ids.get((dir_id, name))
+            if gone is not None:
+                self._forget(gone)
             raise OSError(errno.ENOENT, "No such file or directory")
         return self._remember(dir_id, name, child), child
 
@@ -365,8 +374,38 @@ class HostFS:
             raise OSError(errno.ENOENT, "No such file or directory")
         if not is_dir(directory):
             raise OSError(errno.ENOTDIR, "Not a directory")
+        children = directory.children()
+        with self._lock:
+            gone = [nid for nid in self._below.get(dir_id, ())
+                    if self._places[nid].name not in children]
+        for nid in gone:
+            self._forget(nid)
         return [(name, self._remember(dir_id, name, child), node_mode(child))
-                for name, child in directory.children().items()]
+                for name, child in children.items()]
+
+    #: A sweep of places whose names are gone runs when this many are remembered (then
+    #: at twice what the sweep left).
+    SWEEP_AT = 4096
+
+    def _sweep(self) -> None:
+        """Forgets every remembered place whose name its directory no longer lists."""
+        with self._lock:
+            parents = [(pid, self._places[pid].node, list(kids))
+                       for pid, kids in self._below.items()
+                       if kids and pid in self._places]
+        gone = []
+        for _pid, node, kids in parents:
+            try:
+                names = node.children() if is_dir(node) else {}
+            except Exception:
+                continue
+            with self._lock:
+                gone += [nid for nid in kids
+                         if nid in self._places and self._places[nid].name not in names]
+        for nid in gone:
+            self._forget(nid)
+        with self._lock:
+            self._sweep_at = max(self.SWEEP_AT, 2 * len(self._places))
 
     def open(self, node_id: int, flags: int, pid: int, comm: str) -> int:
         """Opens the node; returns a handle id (> 0).  Raises what the node raises."""
@@ -418,6 +457,31 @@ class HostFS:
         with self._lock:
             return len(self._handles)
 
+    @property
+    def known_places(self) -> int:
+        """How many node ids are remembered (bounded by the names that exist now and
+        those looked up since they went)."""
+        with self._lock:
+            return len(self._places)
+
+    def _forget(self, node_id: int) -> None:
+        """Drops a place whose name is gone, and every place below it, so ids do not
+        pile up as events come and go.  The kernel may still hold the id: it then gets
+        ENOENT, as for a name that went away."""
+        with self._lock:
+            stack = [node_id]
+            while stack:
+                nid = stack.pop()
+                place = self._places.get(nid)
+                if place is None or not place.parent:
+                    continue  # unknown, or a root
+                del self._places[nid]
+                self._ids.pop((place.parent, place.name), None)
+                stack.extend(self._below.pop(nid, ()))
+                siblings = self._below.get(place.parent)
+                if siblings is not None:
+                    siblings.discard(nid)
+
     def _remember(self, parent: int, name: str, node) -> int:
         with self._lock:
             key = (parent, name)
@@ -427,9 +491,15 @@ class HostFS:
                 self._next_id += 1
                 self._ids[key] = node_id
                 self._places[node_id] = _Place(parent, name, node)
+                self._below.setdefault(parent, set()).add(node_id)
+                sweep = len(self._places) >= self._sweep_at
             else:
                 self._places[node_id].node = node
-            return node_id
+                sweep = False
+        if sweep:
+            self._sweep_at = 1 << 62  # one sweep at a time
+            self._sweep()
+        return node_id
 
     # ---- hypercalls --------------------------------------------------------------------
     def hypercall(self, kernel, nr: int, args: tuple) -> int:

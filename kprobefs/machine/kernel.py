@@ -387,7 +387,8 @@ class Kernel:
 
     def _update_jiffies(self) -> None:
         j = (time.monotonic_ns() - self._boot_ns) * HZ // 1_000_000_000
-        self.mem.write(self._jiffies_addr, struct.pack("<Q", j + self._jiffies_base))
+        # jiffies wraps (unsigned long) five minutes after boot, as Linux's does.
+        self.mem.write(self._jiffies_addr, struct.pack("<Q", (j + self._jiffies_base) & _U64))
 
     @property
     def _jiffies_addr(self) -> int:

@@ -56,6 +56,8 @@ __all__ = [
     "TRACE_CLOCKS",
     "OPTION_DEFAULTS",
     "FIRST_EVENT_ID",
+    "MAX_DYNAMIC_EVENTS",
+    "COMMAND_WRITE_CHUNK",
 ]
 
 _log = logging.getLogger("kprobefs.tracing")
@@ -106,6 +108,29 @@ _KRETPROBE_HEAD = struct.Struct("<QQ")
 _TRACE_PRINT_ID = 5              # the record types of marker and stack records
 _TRACE_STACK_ID = 4
 _TRACE_BUF_SIZE = 1024           # longest trace_marker write
+#: Daemon-wide bound on dynamic events (kprobe probes, counted per probe, plus synthetic
+#: events): a create past it fails with ENOMEM, as Linux does when memory runs out.
+MAX_DYNAMIC_EVENTS = 16384
+#: The smallest piece a transport cuts one write(2) into: FUSE hands a large write over
+#: in requests of max_write (128 KiB), fewer bytes when the writer's buffer does not
+#: start on a page (32 pages per request).  A command write this large that stops
+#: mid-line may have been cut there: its complete lines are applied and the count
+#: returned stops after the last of them, so the writer's next write(2) (stdio and
+#: shells retry short writes) carries the rest and no command is split.
+COMMAND_WRITE_CHUNK = 124 * 1024
+
+
+def _whole_lines(data: bytes) -> tuple[bytes, int]:
+    """(the part of a command write to apply, the count to return): a write of
+    COMMAND_WRITE_CHUNK bytes or more that stops mid-line gives up its unfinished last
+    line (see COMMAND_WRITE_CHUNK); any other write is applied whole."""
+    data = bytes(data)
+    if len(data) < COMMAND_WRITE_CHUNK or data.endswith(b"\n"):
+        return data, len(data)
+    cut = data.rfind(b"\n") + 1
+    if not cut:
+        return data, len(data)          # one overlong line: EINVAL, as Linux gives
+    return data[:cut], cut
 
 
 # ---------------------------------------------------------------------------- symbols
@@ -576,10 +601,11 @@ class Tracer:
     def run_commands(self, data: bytes, *, dynamic_events: bool = False) -> int:
         """Apply one write() of kprobe_events (or dynamic_events): each line in order,
         stopping at the first failure (raised as OSError); return ``len(data)``."""
+        data, count = _whole_lines(data)
         with self.lock:
             for line in split_commands(data):
                 self._run_command(line, dynamic_events)
-        return len(data)
+        return count
 
     def _run_command(self, line: str, dynamic_events: bool) -> None:
         words = split_words(line)
@@ -611,6 +637,7 @@ class Tracer:
         """
         with self.lock:
             words = list(words) or split_words(format_probe(spec))
+            self._check_room()
             event = self.events.get((spec.group, spec.event))
             if event is not None:
                 return self._append(event, spec, words)
@@ -638,6 +665,11 @@ class Tracer:
             self.probes.append(tp)
             self.dynamic.append(tp)
             return tp
+
+    def _check_room(self) -> None:
+        """OSError(ENOMEM) when MAX_DYNAMIC_EVENTS dynamic events exist already."""
+        if len(self.dynamic) >= MAX_DYNAMIC_EVENTS:
+            raise OSError(errno.ENOMEM, f"at most {MAX_DYNAMIC_EVENTS} dynamic events")
 
     def _append(self, event: TraceEvent, spec: ProbeSpec, words: list[str]) -> TraceProbe:
         primary = event.primary
@@ -814,6 +846,19 @@ class Tracer:
         """O_TRUNC on dynamic_events: every dynamic event, of every type."""
         self.release_all(kprobes=True, synthetic=True)
 
+    def teardown(self) -> None:
+        """Take every probe and ftrace hook out of the kernel text (the daemon is going
+        away): events disabled, the function and stack tracers stopped, every dynamic
+        event deleted.  The event directories are left to the dying kernel."""
+        with self.lock:
+            self.remove_dir_hook = None
+            self.set_events_enabled(False, allow_none=True)
+            if self.function_tracer is not None:
+                self.set_current_tracer("nop")
+            if self.stack_tracer is not None:
+                self.stack_tracer.set_enabled(0)
+            self.release_all(kprobes=True, synthetic=True)
+
     def release_all_synthetic(self) -> None:
         """O_TRUNC on synthetic_events."""
         self.release_all(kprobes=False, synthetic=True)
@@ -847,6 +892,7 @@ class Tracer:
     def run_synth_commands(self, data: bytes) -> int:
         """Apply one write() of synthetic_events: ``NAME FIELDS`` creates, ``!NAME``
         deletes; each line in order, stopping at the first failure."""
+        data, count = _whole_lines(data)
         with self.lock:
             for line in split_commands(data):
                 line = line.strip(" \t")
@@ -859,7 +905,7 @@ class Tracer:
                     raise OSError(errno.EINVAL, "no fields")
                 else:
                     self.create_synth(name, fields)
-        return len(data)
+        return count
 
     def create_synth(self, name: str, raw_fields: str) -> SynthEvent:
         """Define synthetic event ``name``; EINVAL for a bad name or field, EEXIST when
@@ -869,6 +915,7 @@ class Tracer:
                 raise OSError(errno.EINVAL, f"bad event name {name!r}")
             if (SYNTH_SYSTEM, name) in self.events:
                 raise OSError(errno.EEXIST, f"event {name} exists")
+            self._check_room()
             fields = parse_synth_fields(raw_fields)
             event = SynthEvent(name, self._allocate_id(), fields)
             group = self.groups.get(SYNTH_SYSTEM)

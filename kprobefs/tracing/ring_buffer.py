@@ -13,6 +13,7 @@ Counters follow the ``trace`` header: *entries* are the records still in the buf
 
 from __future__ import annotations
 
+import errno
 import heapq
 import threading
 from collections import deque
@@ -26,11 +27,16 @@ __all__ = [
     "DEFAULT_BUFFER_BYTES",
     "pages_for_kb",
     "event_size",
+    "MAX_TOTAL_BUFFER_KB",
 ]
 
 PAGE_DATA_SIZE = 4080              # data bytes per 4 KiB ring-buffer page
 MIN_PAGES = 2                      # the boot-time (unexpanded) size per CPU
 DEFAULT_BUFFER_BYTES = 1441792     # trace_buf_size: 1408 KiB per CPU once expanded
+#: Daemon-wide bound on buffer_size_kb summed over the CPUs (a record costs a Python
+#: tuple, several times its accounted bytes): a resize past it fails with ENOMEM, as
+#: Linux's does when the pages cannot be allocated.
+MAX_TOTAL_BUFFER_KB = 32768
 _EVENT_HEADER = 4
 _MAX_SMALL_DATA = 112
 _TIME_EXTEND = 8
@@ -191,8 +197,13 @@ class RingBuffer:
                 buf.resize(pages)
 
     def resize_kb(self, kb: int, cpu: int | None = None) -> None:
-        """Set ``buffer_size_kb`` for one CPU or (``None``) all of them."""
+        """Set ``buffer_size_kb`` for one CPU or (``None``) all of them; OSError(ENOMEM)
+        and nothing changed when the total would pass MAX_TOTAL_BUFFER_KB."""
         with self.lock:
+            total = sum(kb if cpu is None or b.cpu == cpu else b.size_bytes >> 10
+                        for b in self.cpus)
+            if total > MAX_TOTAL_BUFFER_KB:
+                raise OSError(errno.ENOMEM, "Cannot allocate memory")
             self.expanded = True
             for buf in (self.cpus if cpu is None else [self.cpus[cpu]]):
                 buf.resize(pages_for_kb(kb))

@@ -1,0 +1,186 @@
+"""An in-process mount for the robustness tests: the real daemon (kprobefs.daemon.Daemon,
+the bundled kernel, its engine and tracer) serving a real FUSE mount from a thread of
+the test process, so a test drives the files with ordinary system calls and can also
+look at the kernel object behind them.
+
+libfuse installs its own SIGINT/SIGTERM/SIGHUP handlers while it serves; they are put
+back to Python's once the mount ends.  Skipped without /dev/fuse, except under CI=true.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import errno
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kprobefs.daemon import Daemon
+
+
+def fuse_missing() -> str | None:
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing"
+    if not ctypes.util.find_library("fuse"):
+        return "libfuse2 is missing (apt-get install fuse libfuse2)"
+    if os.geteuid() != 0:
+        return "mounting needs root here"
+    return None
+
+
+def need_fuse() -> None:
+    reason = fuse_missing()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"FUSE tests cannot run under CI=true: {reason}")
+        pytest.skip(reason)
+
+
+def is_mounted(path) -> bool:
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == str(path) for line in f)
+
+
+def abort_connection(path) -> None:
+    """Aborts the FUSE connection behind the mount at path (fusectl), if it is one."""
+    conns = "/sys/fs/fuse/connections"
+    if not os.listdir(conns) if os.path.isdir(conns) else True:
+        subprocess.run(["mount", "-t", "fusectl", "none", conns], capture_output=True)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == str(path) and " - fuse" in line:
+                minor = fields[2].split(":")[1]
+                try:
+                    with open(f"{conns}/{minor}/abort", "w") as a:
+                        a.write("1")
+                except OSError:
+                    pass
+
+
+class InProcessMount:
+    """A Daemon serving ``mountpoint`` from a thread; ``.kernel``, ``.tracer``,
+    ``.engine`` are the live objects behind the files."""
+
+    def __init__(self, mountpoint: Path, workload_rate: float = 0.0, seed: int = 0,
+                 request_timeout: float = 30.0, cpus: int = 2):
+        self.path = Path(mountpoint)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.daemon = Daemon(str(self.path), cpus=cpus, seed=seed,
+                             workload_rate=workload_rate, request_timeout=request_timeout)
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self._saved = {}
+        self._tracer = None
+
+    @property
+    def kernel(self):
+        return self.daemon.kernel
+
+    @property
+    def engine(self):
+        return self.daemon.kernel.kprobes
+
+    @property
+    def tracer(self):
+        return self._tracer
+
+    def start(self, timeout: float = 60.0) -> "InProcessMount":
+        captured = {}
+
+        def tracer_factory(kernel, engine):
+            from kprobefs.daemon import make_tracer
+            captured["tracer"] = make_tracer(kernel, engine)
+            return captured["tracer"]
+
+        self.daemon._tracer_factory = tracer_factory
+        self.daemon.boot()
+        self._tracer = captured["tracer"]
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            self._saved[sig] = signal.getsignal(sig)
+
+        def serve():
+            try:
+                self.daemon.serve()
+            except BaseException as e:  # noqa: BLE001 - reported by stop()
+                self.error = e
+
+        self._thread = threading.Thread(target=serve, name="inprocess-fuse", daemon=True)
+        self._thread.start()
+        if not self.daemon.ready.wait(timeout):
+            self.stop()
+            raise RuntimeError(f"the mount did not become ready: {self.error!r}")
+        return self
+
+    def p(self, rel: str) -> str:
+        return str(self.path / rel)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self._thread is None:
+            return
+        if is_mounted(self.path):
+            subprocess.run(["fusermount", "-u", str(self.path)], capture_output=True)
+        self._thread.join(timeout)
+        if self._thread.is_alive() or is_mounted(self.path):
+            # Busy (a file left open): abort the connection, so no thread of this
+            # process is left waiting on a server that is gone, then detach it.
+            abort_connection(self.path)
+            subprocess.run(["fusermount", "-u", "-z", str(self.path)], capture_output=True)
+            self._thread.join(5)
+        self._thread = None
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# ---- file helpers (one write(2) per call, errno kept) -----------------------------------
+def write(path: str, data: bytes | str, append: bool = True, trunc: bool = False,
+          offset: int | None = None) -> int:
+    """One write(2) of data to path; returns 0 or the errno it failed with (open or
+    write)."""
+    if isinstance(data, str):
+        data = data.encode()
+    flags = os.O_WRONLY | (os.O_APPEND if append and offset is None else 0) | (
+        os.O_TRUNC if trunc else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        return e.errno
+    try:
+        if offset is None:
+            os.write(fd, data)
+        else:
+            os.pwrite(fd, data, offset)
+    except OSError as e:
+        return e.errno
+    finally:
+        os.close(fd)
+    return 0
+
+
+def read(path: str) -> str:
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", "replace")
+
+
+def wait_for(predicate, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+__all__ = ["InProcessMount", "need_fuse", "fuse_missing", "is_mounted", "write", "read",
+           "wait_for", "errno"]
