@@ -64,12 +64,12 @@ def check_fuse() -> None:
         raise StartupError("/dev/fuse is missing: load the fuse module (modprobe fuse) or "
                            "give the container the device (--device /dev/fuse)")
     try:
-        import fuse  # fusepy loads libfuse.so.2 on import
+        from .fs import fuse_ops  # importing fusepy loads libfuse.so.2
     except ImportError as e:
         raise StartupError("fusepy is missing: pip install fusepy") from e
     except OSError as e:
         raise StartupError("libfuse2 is missing: apt-get install fuse libfuse2") from e
-    del fuse
+    del fuse_ops
 
 
 def is_stale_mount(path: str) -> bool:
