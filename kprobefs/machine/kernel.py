@@ -212,7 +212,7 @@ class Kernel:
             target = (site + 5 + struct.unpack("<i", insn[1:])[0]) & _U64
             if insn[0] != 0xE8 or target != fentry:
                 raise MachineError(f"ftrace site {site:#x} is not a call to __fentry__")
-            self._write_phys(site, FENTRY_NOP)
+            self.mem.write(site, FENTRY_NOP)
         self.kabi = self._read_kabi()
         bp = self._sym("boot_params")
         self.mem.write(bp, struct.pack("<4Q", self.nr_cpus, heap[0], heap[1], pid_auto_base))
@@ -243,9 +243,6 @@ class Kernel:
                 return out
             out[self.mem.read_cstring(name_ptr).decode()] = value
             p += 16
-
-    def _write_phys(self, va: int, data: bytes) -> None:
-        self.mem.write(va, data)
 
     def _start_cpu(self, cpu: Cpu, entry: int, stack_top: int) -> None:
         uc = self.uc
@@ -770,7 +767,7 @@ class Kernel:
         saved; the current one is in a hook), so the bytes are written and Unicorn's
         translations of the range dropped; the next execution sees the new code."""
         with self.lock:
-            self._write_phys(addr, data)
+            self.mem.write(addr, data)
             self.uc.ctl_remove_cache(addr, addr + len(data))
 
     # ---- breakpoints -----------------------------------------------------------------
