@@ -64,7 +64,7 @@ def main() -> None:
                     create_dir_hook=lambda n, p: kernel.run_function(
                         "tracefs_create_dir", n, p or 0))
     root = tracer.tracefs_root()
-    write(root, "buffer_size_kb", "65536")
+    write(root, "buffer_size_kb", "16384")
     write(root, "kprobe_events", EVENT)
     write(root, "events/kprobes/bench/enable", "1")
     kernel.wait_for_kprobe_optimizer()

@@ -315,3 +315,26 @@ def test_linux_functions_are_real_call_targets(image):
         assert syms, f"{name} is missing from kallsyms"
         if name in called:
             assert syms[0].addr in targets, f"nothing calls {name}: inlined?"
+
+
+def test_data_is_not_executable(kernel):
+    """Pages are W^X, as Linux maps its kernel: a jump into data (here the direct map of
+    RAM, then a .data page of the image) faults on the instruction fetch and oopses the
+    task; text still runs.  (NX data is also what keeps Unicorn's stores on its fast
+    path; benchmarks/bench_machine.py shows the difference.)"""
+    (fn,) = kernel.image.lookup_name("__x64_sys_getppid")
+    site = fn.addr + 5
+    original = kernel.read(site, 12)
+    for target in (kernel.image.symbol_value("init_task"), 0xFFFF888000900000):
+        victim = kernel.spawn("nx")
+        # movabs $target, %rax; jmp *%rax
+        kernel.text_poke(site, b"\x48\xb8" + struct.pack("<Q", target) + b"\xff\xe0")
+        try:
+            with pytest.raises(KernelOops):
+                kernel.syscall(victim, "getppid")
+        finally:
+            kernel.text_poke(site, original)
+        assert f"BUG: unable to handle page fault for address: {target:016x}" in kernel.dmesg()
+        # The fault is on the fetch itself: the oops reports RIP at the target.
+        assert f"RIP: {target:016x}" in kernel.dmesg()
+    assert kernel.syscall(kernel.spawn("after"), "getppid") == 1

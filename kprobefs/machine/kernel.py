@@ -41,7 +41,7 @@ from ._quirks import clear_exception_state
 from .image import FENTRY_NOP, KernelImage
 from .module import ModuleLoader
 from .memory import (
-    PAGE, PAGE_OFFSET, USER_WINDOW_BASE, USER_WINDOW_SIZE, AddressSpace, FaultError,
+    EFER_NXE, PAGE, PAGE_OFFSET, USER_WINDOW_BASE, USER_WINDOW_SIZE, AddressSpace, FaultError,
     PhysicalLayout,
 )
 
@@ -49,6 +49,7 @@ __all__ = ["Kernel", "Task", "UserBuffer", "SyscallRequest", "Cpu"]
 
 log = logging.getLogger("kprobefs.machine")
 
+MSR_EFER = 0xC0000080
 _U64 = 0xFFFFFFFFFFFFFFFF
 _VECTOR_STUB = {0: "asm_exc_divide_error", 1: "asm_exc_debug", 3: "asm_exc_int3",
                 6: "asm_exc_invalid_op", 13: "asm_exc_general_protection",
@@ -223,6 +224,7 @@ class Kernel:
         uc.reg_write(UC_X86_REG_CR3, self.mem.pml4)
         uc.reg_write(UC_X86_REG_CR4, uc.reg_read(UC_X86_REG_CR4) | (1 << 5))
         uc.reg_write(UC_X86_REG_CR0, uc.reg_read(UC_X86_REG_CR0) | (1 << 31) | (1 << 16) | 1)
+        uc.msr_write(MSR_EFER, uc.msr_read(MSR_EFER) | EFER_NXE)
         uc.reg_write(UC_X86_REG_RFLAGS, 0x2)
         uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
         uc.hook_add(UC_HOOK_INSN_INVALID, self._on_invalid_insn)

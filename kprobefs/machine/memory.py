@@ -26,6 +26,10 @@ USER_WINDOW_BASE = 0x0000_0001_0000_0000
 USER_WINDOW_SIZE = 16 << 20
 
 _P, _W, _U, _PS = 1, 2, 4, 0x80
+_NX = 1 << 63
+_ADDR_MASK = 0x000FFFFFFFFFF000
+#: EFER.NXE: page-table entries may forbid instruction fetch.
+EFER_NXE = 1 << 11
 
 
 class FaultError(MachineError):
@@ -91,12 +95,20 @@ class AddressSpace:
                 nxt = self._alloc_table()
                 struct.pack_into("<Q", self.ram, slot, nxt | _P | _W | _U)
                 e = nxt | _P
-            table = e & 0x000FFFFFFFFFF000
+            table = e & _ADDR_MASK
         shift = (39, 30, 21, 12)[levels]
         return table + ((va >> shift) & 511) * 8
 
-    def map_page(self, va: int, pa: int, writable: bool = True, user: bool = False) -> None:
-        flags = _P | (_W if writable else 0) | (_U if user else 0)
+    def map_page(self, va: int, pa: int, writable: bool = True, user: bool = False,
+                 executable: bool | None = None) -> None:
+        """Map one 4 KiB page.  Unless told otherwise a page is executable exactly when it
+        is not writable (W^X, as Linux maps its kernel): Unicorn keeps every store to an
+        executable page on its slow path, checking for self-modifying code (about 20x the
+        cost of a store to a no-execute page), so data must be NX."""
+        if executable is None:
+            executable = not writable
+        flags = (_P | (_W if writable else 0) | (_U if user else 0)
+                 | (0 if executable else _NX))
         struct.pack_into("<Q", self.ram, self._entry_addr(va, 3), pa | flags)
         self._pages[va >> 12] = pa
 
@@ -105,7 +117,8 @@ class AddressSpace:
         self._pages.pop(va >> 12, None)
 
     def map_large(self, va: int, pa: int, writable: bool = True) -> None:
-        flags = _P | _PS | (_W if writable else 0)
+        """Map one 2 MiB page of data (never executable)."""
+        flags = _P | _PS | (_W if writable else 0) | _NX
         struct.pack_into("<Q", self.ram, self._entry_addr(va, 2), pa | flags)
 
     def setup_kernel_mappings(self, image_segments) -> None:
@@ -114,7 +127,8 @@ class AddressSpace:
             start = seg.vaddr & ~(PAGE - 1)
             end = (seg.vaddr + seg.memsz + PAGE - 1) & ~(PAGE - 1)
             for va in range(start, end, PAGE):
-                self.map_page(va, seg.paddr + (va - seg.vaddr), writable=seg.writable)
+                self.map_page(va, seg.paddr + (va - seg.vaddr), writable=seg.writable,
+                              executable=seg.executable)
         for off in range(0, self.layout.ram_size, LARGE):
             self.map_large(PAGE_OFFSET + off, off)
 
