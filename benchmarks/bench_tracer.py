@@ -60,7 +60,7 @@ def main() -> None:
     hit = timed_loop(kernel, args.calls) - base
     kernel.unregister_kprobe(bare)
 
-    tracer = Tracer(kernel.kprobes, kernel, clock=kernel.clock_ns,
+    tracer = Tracer(kernel.kprobes, kernel,
                     create_dir_hook=lambda n, p: kernel.run_function(
                         "tracefs_create_dir", n, p or 0))
     root = tracer.tracefs_root()

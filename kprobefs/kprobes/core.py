@@ -80,6 +80,16 @@ class AggrKprobe(Kprobe):
     def all_disabled(self) -> bool:
         return all(c.is_disabled() for c in self.children)
 
+    def native_handler(self) -> tuple[int, int] | None:
+        """The kernel-code pre-handler an optimized detour may call: the only child's,
+        while it is the only probe here, enabled and without a post-handler."""
+        if len(self.children) != 1:
+            return None
+        child = self.children[0]
+        if child.is_disabled() or child.post_handler is not None:
+            return None
+        return child.native
+
     def _aggr_pre_handler(self, _p, regs) -> int:
         for child in self.active:
             if child.flags & (KPROBE_FLAG_DISABLED | KPROBE_FLAG_GONE):
@@ -268,6 +278,7 @@ class KprobeEngine:
         ap.update_post_handler()
         if not ap.armed and not p.is_disabled() and not self.kprobes_all_disarmed:
             self._arm(ap)
+        self._sync_native(ap)
 
     def unregister_kprobe(self, p: Kprobe) -> None:
         ap = self._table.get(p.addr) if p.registered else None
@@ -280,6 +291,7 @@ class KprobeEngine:
             ap.update_post_handler()
             if ap.armed and ap.all_disabled():
                 self._disarm(ap)
+            self._sync_native(ap)
             self._try_to_optimize(ap)
             return
         self._disarm(ap)
@@ -401,6 +413,19 @@ class KprobeEngine:
         self.arch.free_optimized(ap.detour)
         ap.detour = None
         ap.flags &= ~KPROBE_FLAG_OPTIMIZED
+
+    def _sync_native(self, ap: AggrKprobe) -> None:
+        """Rebuild ap's detour when the handler it calls is no longer the right one (a
+        native detour calls one probe's kernel handler directly)."""
+        if ap.detour is not None and ap.detour.native != ap.native_handler():
+            self._unoptimize(ap)
+            self._try_to_optimize(ap)
+
+    def refresh_kprobe(self, p: Kprobe) -> None:
+        """p's ``native`` handler changed: make its detour (if any) call the new one."""
+        ap = self._table.get(p.addr) if p.registered else None
+        if ap is not None and p in ap.children:
+            self._sync_native(ap)
 
     def _unoptimize_covering(self, addr: int) -> None:
         """Force-unoptimize any optimized probe whose jump covers addr."""

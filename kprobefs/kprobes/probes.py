@@ -37,6 +37,14 @@ class Kprobe:
     ``pre_handler(p, regs) -> int``: non-zero means the handler changed ``regs.ip`` and
     execution continues there.  ``post_handler(p, regs, flags)`` runs after the probed
     instruction.  ``fault_handler(p, regs, trapnr) -> int`` runs when a handler raises.
+
+    ``native`` = (handler, argument) names a pre-handler in the emulated kernel's own
+    code, ``void handler(void *argument, struct pt_regs *regs)``.  When p is alone at its
+    address and jump-optimized, its detour calls that in the kernel, as Linux's
+    optprobes call kernel handlers; ``pre_handler`` still runs on every other path
+    (int3, ftrace, several probes at one address), so the two must do the same thing.
+    After changing ``native`` on a registered probe, call the engine's
+    ``refresh_kprobe(p)``.
     """
 
     symbol_name: str | None = None
@@ -47,6 +55,7 @@ class Kprobe:
     fault_handler: Callable | None = None
     flags: int = 0
     nmissed: int = 0
+    native: tuple[int, int] | None = None
     # ---- engine-private --------------------------------------------------------------
     ainsn: object = None
     symbol: object = None          # the kallsyms Symbol containing addr

@@ -52,6 +52,9 @@ class HC:
     UPCALL_DONE = 22
     BOOTED = 23
     YIELD = 24
+    TRACE_COMM = 25
+    TRACE_PAGE_FULL = 26
+    TRACE_WAKE = 27
 
 
 IDLE_WAKE_TASK = 1

@@ -33,6 +33,7 @@ from unicorn.x86_const import (
 from ..errors import KernelError, KernelOops, KernelWedged, MachineError
 from . import abi
 from .abi import HC
+from .clock import TscClock
 from .cpu import (
     KERNEL_CS, KERNEL_DS, PT_REGS_SIZE, UC_REG, Registers, pack_pt_regs, unpack_pt_regs,
 )
@@ -170,6 +171,10 @@ class Kernel:
         self.panicked: str | None = None
         self.booted = False
         self._boot_ns = time.monotonic_ns()
+        #: The trace clock (trace_clock "local"): the TSC, read alike by the host and by
+        #: the kernel's own recorder (machine/clock.py).
+        self.trace_clock = TscClock()
+        self.trace_clock_ns = self.trace_clock.ns
         self._in_emulation = 0
         self._hypercalls = {
             HC.IDLE: self._hc_idle, HC.SYSCALL_DONE: self._hc_syscall_done,
@@ -215,6 +220,7 @@ class Kernel:
                 raise MachineError(f"ftrace site {site:#x} is not a call to __fentry__")
             self.mem.write(site, FENTRY_NOP)
         self.kabi = self._read_kabi()
+        self.mem.write(self._sym("trace_clock_tsc"), self.trace_clock.kernel_layout())
         bp = self._sym("boot_params")
         self.mem.write(bp, struct.pack("<4Q", self.nr_cpus, heap[0], heap[1], pid_auto_base))
         # The host's own scratch page in kernel memory, for call_function() strings.
@@ -507,6 +513,16 @@ class Kernel:
         get = self.fast.get
         return (get(UC_X86_REG_RDI), get(UC_X86_REG_RSI), get(UC_X86_REG_RDX),
                 get(UC_X86_REG_R10), get(UC_X86_REG_R8))
+
+    def add_hypercall(self, nr: int, handler: Callable[..., int]) -> None:
+        """Serve hypercall ``nr`` with ``handler(a1, a2, a3, a4, a5) -> int`` (the value
+        the kernel gets back).  It runs on the emulation thread, in the CPU's turn."""
+        if nr in self._hypercalls:
+            raise MachineError(f"hypercall {nr} is already served")
+        self._hypercalls[nr] = lambda: handler(*self._args())
+
+    def remove_hypercall(self, nr: int) -> None:
+        self._hypercalls.pop(nr, None)
 
     def _hc_idle(self):
         if self._wakeups:

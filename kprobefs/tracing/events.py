@@ -45,6 +45,7 @@ from kprobefs.tracing.parser import (
     DeleteSpec, ProbeSpec, compare_arg_types, format_probe, is_same_probe, parse_command,
     split_commands, split_words,
 )
+from kprobefs.tracing.native import NativeRecorder
 from kprobefs.tracing.ring_buffer import RingBuffer
 from kprobefs.tracing.synth import SYNTH_SYSTEM, SynthEvent, is_good_name, parse_synth_fields
 
@@ -319,6 +320,8 @@ class _HitContext:
 
 
 _FAST_FLAGS = _KPROBE_FLAG_FTRACE | _KPROBE_FLAG_OPTIMIZED
+#: Trace clocks the host keeps itself (the kernel's recorder stamps with the TSC clock).
+_HOST_CLOCKS = ("counter", "uptime")
 _FAST_REGS = {FetchReg: lambda insn: insn.name,
               FetchStackPointer: lambda insn: "sp",
               FetchRetval: lambda insn: "ax"}
@@ -388,8 +391,9 @@ class TraceProbe:
     event: "TraceEvent"
     engine_probe: Any = None
     registered: bool = False
-    nhit: int = 0
+    nhit: int = 0                 # hits the host's handler saw
     address: int = 0
+    native: Any = None            # its struct trace_native_probe (NativeProbe), if any
 
     def definition(self) -> str:
         """The kprobe_events read-back line.  As in 6.1, a registered return probe shows
@@ -533,7 +537,8 @@ class Tracer:
                  reserved_events: Iterable[tuple[str, str]] = _RESERVED_EVENTS):
         self.engine = engine
         self.kernel = kernel
-        self.clock = clock or _default_clock()
+        native_clock = getattr(kernel, "trace_clock_ns", None)
+        self.clock = clock or native_clock or _default_clock()
         self.create_dir_hook = create_dir_hook
         self.remove_dir_hook = remove_dir_hook
         self.nr_cpus = nr_cpus or int(getattr(kernel, "nr_cpus", 1) or 1)
@@ -546,6 +551,7 @@ class Tracer:
 
         self.lock = threading.RLock()             # event_mutex
         self.events: dict[tuple[str, str], TraceEvent] = {}   # creation order
+        self._events_by_id: dict[int, TraceEvent] = {}
         self.probes: list[TraceProbe] = []        # the kprobes, creation order
         self.dynamic: list[TraceProbe | SynthEvent] = []   # dyn_event list: every type
         self.groups: dict[str, _Group] = {}
@@ -571,6 +577,13 @@ class Tracer:
         modules = getattr(kernel, "modules", None)
         if modules is not None and hasattr(modules, "register_module_notifier"):
             modules.register_module_notifier(self._module_notify)
+        # Events are recorded by the kernel itself where they can be (tracing/native.py):
+        # on the real machine, when records share its clock.
+        self.native: NativeRecorder | None = None
+        if NativeRecorder.available(kernel) and self.clock == native_clock:
+            self.native = NativeRecorder(kernel, self._hit_context,
+                                         self._events_by_id.get)
+            self.native.attach(self.buffer)
         self.function_tracer: FunctionTracer | None = None
         self.stack_tracer: StackTracer | None = None
         ftrace = getattr(engine, "ftrace", None)
@@ -662,6 +675,7 @@ class Tracer:
                 self.groups[spec.group] = group
             group.events += 1
             self.events[(spec.group, spec.event)] = event
+            self._events_by_id[event.id & 0xFFFF] = event
             self.probes.append(tp)
             self.dynamic.append(tp)
             return tp
@@ -742,6 +756,9 @@ class Tracer:
             obj = self._new_kprobe(where, tp, _KPROBE_FLAG_DISABLED if disabled else 0)
             late_disable = False
             register = self.engine.register_kprobe
+            tp.engine_probe = obj
+            if address:
+                self._native_prepare(tp, address)
         try:
             register(obj)
         except OSError as exc:
@@ -750,6 +767,7 @@ class Tracer:
                 tp.engine_probe = obj       # pending: the module is not loaded
                 tp.registered = False
                 return
+            self._native_free(tp)
             raise
         if late_disable:
             self.engine.disable_kretprobe(obj)
@@ -757,6 +775,8 @@ class Tracer:
         tp.registered = True
         kp = getattr(obj, "kp", obj)
         tp.address = int(getattr(kp, "addr", 0) or address or 0)
+        if tp.native is not None and tp.address != tp.native.ip:
+            self._native_free(tp)       # resolved elsewhere than expected: host path
 
     def _new_kprobe(self, where: dict, tp: TraceProbe, flags: int):
         factory = self._kprobe_factory
@@ -870,6 +890,7 @@ class Tracer:
                 raise OSError(errno.EBUSY, "event is enabled")
             self._remove_event(event)
         self._unregister(tp)
+        self._native_free(tp)
         self.probes.remove(tp)
         self.dynamic.remove(tp)
         event.probes.remove(tp)
@@ -962,6 +983,9 @@ class Tracer:
                  else item.definition()) + "\n" for item in self.dynamic)
 
     def _remove_event(self, event: TraceEvent) -> None:
+        if self.native is not None:
+            self.buffer.materialize()       # staged records still name the event by id
+        self._events_by_id.pop(event.id & 0xFFFF, None)
         del self.events[(event.group, event.name)]
         self._remove_dir(event.dir_handle)
         if event.was_enabled:
@@ -987,8 +1011,14 @@ class Tracer:
     def profile_text(self) -> str:
         """Return kprobe_profile: event name, hits and misses per probe."""
         with self.lock:
-            return "".join(f"  {tp.event.name:<44s} {tp.nhit:15d} {tp.nmissed:15d}\n"
+            return "".join(f"  {tp.event.name:<44s} {self.hits(tp):15d} {tp.nmissed:15d}\n"
                            for tp in self.probes)
+
+    def hits(self, tp: TraceProbe) -> int:
+        """Return tp's hits: the host's handler's and the kernel recorder's."""
+        if tp.native is None:
+            return tp.nhit
+        return tp.nhit + self.native.hits(tp.native)
 
     def events_newest_first(self) -> list[TraceEvent]:
         """Return the events in the kernel's list order (newest first)."""
@@ -1023,6 +1053,7 @@ class Tracer:
                 for tp in event.probes:
                     if tp.registered:
                         self._engine_enable(tp, False)
+            self._native_sync(event.probes)
 
     def _engine_enable(self, tp: TraceProbe, on: bool) -> None:
         engine = self.engine
@@ -1077,44 +1108,56 @@ class Tracer:
     def set_filter(self, event: TraceEvent, text: str) -> None:
         """Apply a write to ``event``'s filter file (trailing blanks already removed)."""
         with self.lock:
-            if text.strip(" \t\n\v\f\r") == "0":
-                event.filter = None
-                event.filter_text = None
-                return
             try:
-                event.filter = compile_filter(text, filter_fields(event.record_fields()))
-                event.filter_text = text
-            except FilterParseError as exc:
-                event.filter = None
-                event.filter_text = exc.file_text(text)
-                self.error_log.add("event filter parse error", text, exc.message,
-                                   exc.log_pos)
-                raise OSError(exc.errno, exc.message) from None
+                self._set_filter(event, text)
+            finally:
+                self._native_sync(event.probes)     # a filter runs in the host
+
+    def _set_filter(self, event: TraceEvent, text: str) -> None:
+        if text.strip(" \t\n\v\f\r") == "0":
+            event.filter = None
+            event.filter_text = None
+            return
+        try:
+            event.filter = compile_filter(text, filter_fields(event.record_fields()))
+            event.filter_text = text
+        except FilterParseError as exc:
+            event.filter = None
+            event.filter_text = exc.file_text(text)
+            self.error_log.add("event filter parse error", text, exc.message,
+                               exc.log_pos)
+            raise OSError(exc.errno, exc.message) from None
 
     def set_group_filter(self, group: str, text: str) -> None:
         """Apply a write to ``events/<group>/filter``: every event of the group gets the
         filter; an event it does not fit gets it disabled with an error shown."""
         with self.lock:
-            events = [ev for ev in self.events_newest_first() if ev.group == group]
-            if not events:
-                raise OSError(errno.ENODEV, "no events")
-            if text.strip(" \t\n\v\f\r") == "0":
-                for ev in events:
-                    ev.filter = None
-                    ev.filter_text = None
-                self.group_filter_text.pop(group, None)
-                return
-            bad = FilterParseError(errno.EINVAL, FILTER_ERRORS.index(
-                "Couldn't find or set field in one of a subsystem's events"), 0)
+            try:
+                self._set_group_filter(group, text)
+            finally:
+                self._native_sync(self.probes)
+
+    def _set_group_filter(self, group: str, text: str) -> None:
+        events = [ev for ev in self.events_newest_first() if ev.group == group]
+        if not events:
+            raise OSError(errno.ENODEV, "no events")
+        if text.strip(" \t\n\v\f\r") == "0":
             for ev in events:
-                try:
-                    ev.filter = compile_filter(text, filter_fields(ev.record_fields()))
-                    ev.filter_text = text
-                except FilterParseError:
-                    ev.filter = None
-                    ev.filter_text = bad.file_text(text)
-                    self.error_log.add("event filter parse error", text, bad.message, 0)
+                ev.filter = None
+                ev.filter_text = None
             self.group_filter_text.pop(group, None)
+            return
+        bad = FilterParseError(errno.EINVAL, FILTER_ERRORS.index(
+            "Couldn't find or set field in one of a subsystem's events"), 0)
+        for ev in events:
+            try:
+                ev.filter = compile_filter(text, filter_fields(ev.record_fields()))
+                ev.filter_text = text
+            except FilterParseError:
+                ev.filter = None
+                ev.filter_text = bad.file_text(text)
+                self.error_log.add("event filter parse error", text, bad.message, 0)
+        self.group_filter_text.pop(group, None)
 
     # ================================================================ buffer control
     def clear_trace(self) -> None:
@@ -1138,12 +1181,14 @@ class Tracer:
 
     def _update_recording(self) -> None:
         self.recording = self.tracing_on and not self._stop_count
+        self._native_sync(self.probes)
 
     def set_option(self, name: str, on: bool) -> None:
         with self.lock:
             self.options[name] = on
             self.stacktrace = self.options["stacktrace"]
             self.buffer.overwrite = self.options["overwrite"]
+            self._native_sync(self.probes)      # stack traces are taken by the host
 
     def set_trace_clock(self, name: str) -> None:
         """Select a trace clock (clears the buffer); EINVAL for an unknown name."""
@@ -1160,6 +1205,7 @@ class Tracer:
             else:
                 self._now = self.clock
             self.buffer.reset()
+            self._native_sync(self.probes)      # the kernel stamps with self.clock only
 
     def set_current_tracer(self, name: str) -> None:
         """Switch tracers; a switch to another tracer resets the buffer (tracer_init)."""
@@ -1208,6 +1254,49 @@ class Tracer:
         cpu = getattr(self.kernel, "cpu", None)
         return cpu.index if cpu is not None else 0
 
+    # ================================================================ native recording
+    def _native_prepare(self, tp: TraceProbe, address: int) -> None:
+        """Give tp a struct trace_native_probe in the kernel if its arguments can be
+        recorded there, and set its kprobe's native handler (before registration)."""
+        if tp.native is not None and tp.native.ip != address:
+            self._native_free(tp)           # a module came back elsewhere
+        if self.native is not None and tp.native is None:
+            programs = tp.spec.programs
+            tp.native = self.native.new_probe(tp.event.id, address, programs,
+                                              sum(p.record_size for p in programs))
+        self._native_sync((tp,))
+
+    def _native_free(self, tp: TraceProbe) -> None:
+        if tp.native is not None:
+            tp.nhit += self.native.hits(tp.native)
+            self.native.free_probe(tp.native)
+            tp.native = None
+            kp = tp.engine_probe
+            if kp is not None and kp.native is not None:
+                kp.native = None
+                if tp.registered:
+                    self.engine.refresh_kprobe(kp)
+
+    def _native_sync(self, probes: Iterable[TraceProbe]) -> None:
+        """Point each probe's kprobe at the kernel's recorder when it can record the
+        event as things stand (no filter, no stack traces, the kernel's clock), else
+        at the host's handler; and tell the recorder whether the event records."""
+        native = self.native
+        if native is None:
+            return
+        usable = not self.stacktrace and self.trace_clock not in _HOST_CLOCKS
+        for tp in probes:
+            np, kp = tp.native, tp.engine_probe
+            if np is None or kp is None:
+                continue
+            event = tp.event
+            native.set_recording(np, event.enabled and self.recording)
+            want = (native.handler, np.addr) if usable and event.filter is None else None
+            if kp.native != want:
+                kp.native = want
+                if tp.registered:
+                    self.engine.refresh_kprobe(kp)
+
     # ================================================================ the hit path
     def _kprobe_handler(self, tp: TraceProbe):
         record = self._recorder(tp, False)
@@ -1244,6 +1333,15 @@ class Tracer:
         buffer = self.buffer
         head_size = KRETPROBE_HEADER_SIZE if is_return else KPROBE_HEADER_SIZE
         int3_flags = FLAGS_INT3 if not is_return else FLAGS_NONE
+        get_kprobe = getattr(self.engine, "get_kprobe", None)
+
+        def through_int3(kp) -> bool:
+            """Whether this hit trapped (not an ftrace site, not a patched detour)."""
+            if kp.flags & _FAST_FLAGS:
+                return False
+            ap = get_kprobe(kp.addr) if get_kprobe is not None else None
+            detour = getattr(ap, "detour", None)
+            return not (detour is not None and detour.patched)
 
         def record(kp, regs, ri) -> None:
             if not event.enabled:
@@ -1266,7 +1364,7 @@ class Tracer:
             else:
                 ret_ip = 0
                 ip = ip or regs.ip - 1
-                flags = FLAGS_NONE if kp.flags & _FAST_FLAGS else int3_flags
+                flags = int3_flags if through_int3(kp) else FLAGS_NONE
             flt = event.filter
             if flt is not None:
                 head = (_KRETPROBE_HEAD.pack(ip, ret_ip) if ri is not None

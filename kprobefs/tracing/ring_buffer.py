@@ -9,6 +9,14 @@ counts the page's events as overrun; otherwise the new event is dropped.
 
 Counters follow the ``trace`` header: *entries* are the records still in the buffer,
 *written* adds the overrun ones; consuming reads (``trace_pipe``) remove records from both.
+
+A *stage* (:class:`Stage`) may feed the buffer records written elsewhere: the kernel's own
+recorder (kernel/trace_native.c) stages records per CPU in the page the buffer has open,
+with the same accounting.  Before the buffer reads or writes a CPU it takes that CPU's
+staged records into the open page as one :class:`Chunk`, decoded into records only when
+a reader reaches it; after changing a CPU's open page it tells the stage where the page
+stands.  Stage calls run with the buffer's lock held, and only where no CPU is inside
+the recorder: on the emulation thread, or while the machine is stopped.
 """
 
 from __future__ import annotations
@@ -17,11 +25,13 @@ import errno
 import heapq
 import threading
 from collections import deque
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 __all__ = [
     "RingBuffer",
     "CpuBuffer",
+    "Chunk",
+    "Stage",
     "PAGE_DATA_SIZE",
     "MIN_PAGES",
     "DEFAULT_BUFFER_BYTES",
@@ -56,10 +66,56 @@ def event_size(payload: int) -> int:
     return _EVENT_HEADER + size
 
 
-class CpuBuffer:
-    """The buffer of one CPU: a deque of pages, each a deque of records, oldest first.
+class Chunk:
+    """Records staged elsewhere, taken into a page as they were written: ``count``
+    records in ``data``, which ``decode(data)`` turns into record tuples when a reader
+    first needs them."""
 
-    A record is any tuple whose first item is its timestamp.  The caller holds the
+    __slots__ = ("data", "count", "decode")
+
+    def __init__(self, data: bytes, count: int, decode: Callable[[bytes], list]):
+        self.data = data
+        self.count = count
+        self.decode = decode
+
+
+class Stage(Protocol):
+    """Where a :class:`RingBuffer` takes staged records from (see the module docstring)."""
+
+    def take(self, cpu: int) -> tuple[Chunk, int, int | None] | None:
+        """Remove the CPU's staged records: (chunk, bytes the open page now uses, time
+        of the last record or ``None``), or ``None`` if nothing is staged."""
+
+    def sync(self, cpu: int, used: int, last_ts: int | None) -> None:
+        """The CPU's open page now uses ``used`` bytes; its last record is at
+        ``last_ts``."""
+
+    def pending(self, cpu: int) -> bool:
+        """Whether records are staged (a racy peek, for waiters)."""
+
+    def set_waiters(self, waiting: bool) -> None:
+        """Whether a reader waits for records (then each staged record wakes it)."""
+
+
+class _Page(deque):
+    """One ring-buffer page: records and chunks, oldest first, and how many records."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self):
+        super().__init__()
+        self.entries = 0
+
+    def expand_head(self) -> None:
+        """Decode a chunk at the head into its records."""
+        while self and type(self[0]) is Chunk:
+            chunk = self.popleft()
+            self.extendleft(reversed(chunk.decode(chunk.data)))
+
+
+class CpuBuffer:
+    """The buffer of one CPU: a deque of pages, each holding records (any tuple whose
+    first item is its timestamp) and chunks, oldest first.  The caller holds the
     :class:`RingBuffer` lock.
     """
 
@@ -72,7 +128,7 @@ class CpuBuffer:
         self.reset()
 
     def reset(self) -> None:
-        self.pages: deque[deque] = deque([deque()])
+        self.pages: deque[_Page] = deque([_Page()])
         self.used = 0                  # bytes used in the write page
         self.entries = 0
         self.overrun = 0
@@ -83,40 +139,60 @@ class CpuBuffer:
     def size_bytes(self) -> int:
         return self.nr_pages * PAGE_DATA_SIZE
 
+    def _drop_oldest(self) -> None:
+        lost = self.pages.popleft()
+        self.overrun += lost.entries
+        self.entries -= lost.entries
+
+    def next_page(self, overwrite: bool) -> bool:
+        """Open a new write page: the oldest page goes when the buffer is full (its
+        records count as overrun), or, not overwriting, nothing happens and the event
+        that did not fit is dropped (False)."""
+        if len(self.pages) >= self.nr_pages:
+            if not overwrite:
+                self.dropped += 1
+                return False
+            self._drop_oldest()
+        self.pages.append(_Page())
+        self.used = 0
+        return True
+
     def write(self, record: tuple, size: int, overwrite: bool) -> bool:
         """Store ``record`` taking ``size`` bytes; return False if it was dropped."""
         ts = record[0]
         last = self.last_ts
         if last is not None and ts - last >= _MAX_DELTA:
             size += _TIME_EXTEND
-        if self.used + size > PAGE_DATA_SIZE:
-            if len(self.pages) >= self.nr_pages:
-                if not overwrite:
-                    self.dropped += 1
-                    return False
-                lost = self.pages.popleft()
-                self.overrun += len(lost)
-                self.entries -= len(lost)
-            self.pages.append(deque())
-            self.used = 0
-        self.pages[-1].append(record)
+        if self.used + size > PAGE_DATA_SIZE and not self.next_page(overwrite):
+            return False
+        page = self.pages[-1]
+        page.append(record)
+        page.entries += 1
         self.used += size
         self.entries += 1
         self.last_ts = ts
         return True
 
+    def add_chunk(self, chunk: Chunk, used: int, last_ts: int | None) -> None:
+        """Append staged records already accounted in the open page (``used`` bytes)."""
+        page = self.pages[-1]
+        page.append(chunk)
+        page.entries += chunk.count
+        self.entries += chunk.count
+        self.used = used
+        self.last_ts = last_ts
+
     def resize(self, nr_pages: int) -> None:
         """Change the page count; pages dropped by shrinking count as overrun."""
         self.nr_pages = max(MIN_PAGES, nr_pages)
         while len(self.pages) > self.nr_pages:
-            lost = self.pages.popleft()
-            self.overrun += len(lost)
-            self.entries -= len(lost)
+            self._drop_oldest()
 
     def peek(self):
         """Return the oldest record, or ``None``."""
         for page in self.pages:
             if page:
+                page.expand_head()
                 return page[0]
         return None
 
@@ -126,7 +202,9 @@ class CpuBuffer:
         while pages:
             page = pages[0]
             if page:
+                page.expand_head()
                 record = page.popleft()
+                page.entries -= 1
                 self.entries -= 1
                 if not page and len(pages) > 1:
                     pages.popleft()
@@ -137,9 +215,15 @@ class CpuBuffer:
         return None
 
     def records(self) -> list:
-        """Return a copy of the records, oldest first."""
+        """Return a copy of the records, oldest first (decoding every chunk, once)."""
         out = []
         for page in self.pages:
+            if any(type(item) is Chunk for item in page):
+                items = []
+                for item in page:
+                    items.extend(item.decode(item.data) if type(item) is Chunk else (item,))
+                page.clear()
+                page.extend(items)
             out.extend(page)
         return out
 
@@ -160,10 +244,59 @@ class RingBuffer:
         self.expanded = False
         self.cpus = [CpuBuffer(cpu, MIN_PAGES) for cpu in range(nr_cpus)]
         self.generation = 0            # bumped by every reset
+        self.stage: Stage | None = None
 
     @property
     def nr_cpus(self) -> int:
         return len(self.cpus)
+
+    # ------------------------------------------------------------------- staging
+    def attach_stage(self, stage: Stage | None) -> None:
+        """Take staged records from ``stage`` from now on (``None``: stop)."""
+        with self.lock:
+            self._absorb(self.cpus)
+            self.stage = stage
+            self._sync(self.cpus)
+
+    def _absorb(self, bufs) -> None:
+        """Take every staged record of ``bufs`` into their open pages (lock held)."""
+        stage = self.stage
+        if stage is None:
+            return
+        for buf in bufs:
+            taken = stage.take(buf.cpu)
+            if taken is not None:
+                buf.add_chunk(*taken)
+
+    def _sync(self, bufs) -> None:
+        stage = self.stage
+        if stage is not None:
+            for buf in bufs:
+                stage.sync(buf.cpu, buf.used, buf.last_ts)
+
+    def page_full(self, cpu: int) -> bool:
+        """The stage of ``cpu`` filled the open page: take it and open the next one.
+        False when the buffer is full and does not overwrite (the event is dropped)."""
+        with self.lock:
+            buf = self.cpus[cpu]
+            self._absorb((buf,))
+            opened = buf.next_page(self.overwrite)
+            self._sync((buf,))
+            if self._waiters:
+                self._cond.notify_all()
+        return opened
+
+    def staged_wakeup(self, cpu: int) -> None:
+        """A record was staged while a reader waits: take it and wake the reader."""
+        with self.lock:
+            self._absorb((self.cpus[cpu],))
+            self._cond.notify_all()
+
+    def _bufs(self, cpu: int | None) -> list[CpuBuffer]:
+        """The CPU buffers a call is about, their staged records taken (lock held)."""
+        bufs = self.cpus if cpu is None else [self.cpus[cpu]]
+        self._absorb(bufs)
+        return bufs
 
     # ------------------------------------------------------------------- writing
     def write(self, cpu: int, record: tuple, size: int) -> bool:
@@ -171,7 +304,12 @@ class RingBuffer:
         size = (size + 3) & ~3
         size += 8 if size > _MAX_SMALL_DATA else 4
         with self.lock:
-            stored = self.cpus[cpu].write(record, size, self.overwrite)
+            buf = self.cpus[cpu]
+            if self.stage is not None:
+                self._absorb((buf,))
+            stored = buf.write(record, size, self.overwrite)
+            if self.stage is not None:
+                self._sync((buf,))
             if stored and self._waiters:
                 self._cond.notify_all()
         return stored
@@ -180,8 +318,10 @@ class RingBuffer:
         """Store several records at once (an event and its stack trace)."""
         with self.lock:
             buf = self.cpus[cpu]
+            self._absorb((buf,))
             for record, size in items:
                 buf.write(record, event_size(size), self.overwrite)
+            self._sync((buf,))
             if self._waiters:
                 self._cond.notify_all()
 
@@ -193,7 +333,7 @@ class RingBuffer:
                 return
             self.expanded = True
             pages = pages_for_kb(DEFAULT_BUFFER_BYTES >> 10)
-            for buf in self.cpus:
+            for buf in self._bufs(None):
                 buf.resize(pages)
 
     def resize_kb(self, kb: int, cpu: int | None = None) -> None:
@@ -205,7 +345,7 @@ class RingBuffer:
             if total > MAX_TOTAL_BUFFER_KB:
                 raise OSError(errno.ENOMEM, "Cannot allocate memory")
             self.expanded = True
-            for buf in (self.cpus if cpu is None else [self.cpus[cpu]]):
+            for buf in self._bufs(cpu):
                 buf.resize(pages_for_kb(kb))
 
     def size_kb(self, cpu: int) -> int:
@@ -215,32 +355,40 @@ class RingBuffer:
     def counts(self, cpu: int | None = None) -> tuple[int, int]:
         """Return (entries in buffer, entries written) for one CPU or all."""
         with self.lock:
-            bufs = self.cpus if cpu is None else [self.cpus[cpu]]
+            bufs = self._bufs(cpu)
             entries = sum(b.entries for b in bufs)
             return entries, entries + sum(b.overrun for b in bufs)
 
     def is_empty(self, cpu: int | None = None) -> bool:
         with self.lock:
-            bufs = self.cpus if cpu is None else [self.cpus[cpu]]
-            return all(b.entries == 0 for b in bufs)
+            return all(b.entries == 0 for b in self._bufs(cpu))
 
     # ----------------------------------------------------------------- reading
     def reset(self) -> None:
         """Clear every CPU buffer and its counters (``echo > trace``)."""
         with self.lock:
-            for buf in self.cpus:
+            for buf in self._bufs(None):
                 buf.reset()
+            self._sync(self.cpus)
             self.generation += 1
 
     def reset_cpu(self, cpu: int) -> None:
         """Clear one CPU's buffer (``echo > per_cpu/cpuN/trace``)."""
         with self.lock:
-            self.cpus[cpu].reset()
+            (buf,) = self._bufs(cpu)
+            buf.reset()
+            self._sync((buf,))
+
+    def materialize(self) -> None:
+        """Decode every chunk now (before what their decoder needs goes away)."""
+        with self.lock:
+            for buf in self._bufs(None):
+                buf.records()
 
     def snapshot(self, cpu: int | None = None) -> list[tuple[int, tuple]]:
         """Return (cpu, record) pairs in time order, without consuming them."""
         with self.lock:
-            bufs = self.cpus if cpu is None else [self.cpus[cpu]]
+            bufs = self._bufs(cpu)
             lists = [[(r[0], b.cpu, r) for r in b.records()] for b in bufs]
         return [(c, r) for _ts, c, r in heapq.merge(*lists, key=lambda item: item[:2])]
 
@@ -251,7 +399,7 @@ class RingBuffer:
         """
         out = []
         with self.lock:
-            bufs = self.cpus if cpu is None else [self.cpus[cpu]]
+            bufs = self._bufs(cpu)
             while len(out) < limit:
                 best = None
                 best_ts = None
@@ -268,13 +416,25 @@ class RingBuffer:
         """Block until a record is available (True) or ``timeout`` passes (False)."""
         with self.lock:
             bufs = self.cpus if cpu is None else [self.cpus[cpu]]
-            if any(b.entries for b in bufs):
+            stage = self.stage
+
+            def ready() -> bool:
+                # Staged records are only peeked at here: a waiter may run beside the
+                # CPUs, and the next read takes them.
+                return any(b.entries or (stage is not None and stage.pending(b.cpu))
+                           for b in bufs)
+
+            if ready():
                 return True
             self._waiters += 1
+            if stage is not None:
+                stage.set_waiters(True)
             try:
-                return self._cond.wait_for(lambda: any(b.entries for b in bufs), timeout)
+                return self._cond.wait_for(ready, timeout)
             finally:
                 self._waiters -= 1
+                if stage is not None and not self._waiters:
+                    stage.set_waiters(False)
 
     def wake_all(self) -> None:
         """Wake every blocked reader (they re-check and may return empty)."""

@@ -89,6 +89,17 @@ class Detour:
     saved: bytes = b""          # original bytes 1..4 under the jump, while patched
     patched: bool = False
     hook: int | None = None
+    native: tuple[int, int] | None = None   # (handler, argument) a native detour calls
+
+
+def _signed32(value: int) -> int:
+    """``value`` as the sign-extended imm32 that encodes it (top or bottom 2 GiB)."""
+    value &= 0xFFFFFFFFFFFFFFFF
+    if value >= 1 << 63:
+        value -= 1 << 64
+    if not -(1 << 31) <= value < 1 << 31:
+        raise ProbeError(errno.EINVAL, f"{value:#x} is not a sign-extended imm32")
+    return value
 
 
 class InsnSlots:
@@ -132,6 +143,11 @@ class X86Kprobes:
                                      - self._sym("optprobe_template_entry"))
         self._template_call = self._sym("optprobe_template_call") - self._sym(
             "optprobe_template_entry")
+        native = self._sym("optprobe_native_template_entry")
+        self._native_template = kernel.read(native,
+                                            self._sym("optprobe_native_template_end") - native)
+        self._native_patch = {name: self._sym(f"optprobe_native_template_{name}") - native
+                              for name in ("ip", "arg", "call")}
         self.kretprobe_trampoline = self._sym("kretprobe_trampoline")
         self.rethook_trampoline = self._sym("rethook_trampoline")
         self._ftrace_tramps: dict[int, tuple[int, int]] = {}
@@ -394,8 +410,14 @@ class X86Kprobes:
     # ==== jump optimization ===============================================================
     def prepare_optimized(self, p, func, armed_in_region) -> Detour | None:
         """Build a detour buffer for p if the code allows (kprobes.txt 1.4.2 safety
-        checks).  None, with the reason logged, if it cannot be optimized."""
-        if not self.kernel.fast_hooks_available():
+        checks).  None, with the reason logged, if it cannot be optimized.
+
+        When ``p.native_handler()`` is a (handler, argument) pair, the detour has
+        Linux's own shape: it saves a struct pt_regs on the stack and calls
+        handler(argument, regs) in the kernel, with no host code on the way.  Otherwise
+        its hooked call runs p's handlers in the host."""
+        native = p.native_handler()
+        if native is None and not self.kernel.fast_hooks_available():
             log.debug("not optimized: no code hook left for a detour")
             return None
         code = self.original_bytes(func.addr, func.size)
@@ -409,18 +431,33 @@ class X86Kprobes:
         except ProbeError:
             log.debug("not optimized: no detour buffer left")
             return None
-        copied = buf + len(self._template)
         try:
+            template = self._template if native is None else self._native_template_for(
+                buf, p.addr, native)
+            copied = buf + len(template)
             body = plan.detour_copy(copied)
         except ProbeError as e:
             self.slots.free(_DETOUR, buf)
             log.debug("not optimized: %s", e)
             return None
-        self.kernel.text_poke(buf, self._template + body)
+        self.kernel.text_poke(buf, template + body)
         op = Detour(addr=p.addr, plan=plan, buffer=buf, call_site=buf + self._template_call,
-                    copied=copied)
-        op.hook = self.kernel.hook_code_raw(op.call_site, op.call_site, self._detour_callback(p))
+                    copied=copied, native=native)
+        if native is None:
+            op.hook = self.kernel.hook_code_raw(op.call_site, op.call_site,
+                                                self._detour_callback(p))
         return op
+
+    def _native_template_for(self, buf: int, addr: int, native: tuple[int, int]) -> bytes:
+        """The native detour template at ``buf`` for the probe at ``addr``, calling
+        ``native[0](native[1], regs)``; regs.ip is addr + 1, as after an int3."""
+        handler, arg = native
+        code = bytearray(self._native_template)
+        ip_at, arg_at, call_at = (self._native_patch[k] for k in ("ip", "arg", "call"))
+        code[ip_at + 1:ip_at + 5] = struct.pack("<i", _signed32(addr + 1))
+        code[arg_at + 2:arg_at + 10] = _Q.pack(arg)
+        code[call_at:call_at + 5] = synthesize_relcall(buf + call_at, handler)
+        return bytes(code)
 
     def optimize(self, op: Detour) -> None:
         """Replace the int3 and the next 4 bytes with `jmp detour` (the int3 stays first

@@ -97,6 +97,70 @@ optprobe_template_end:
 	ud2
 	.size optprobe_template_entry, .-optprobe_template_entry
 
+/* The detour template of an optimized probe whose handler is kernel code (a natively
+ * recorded trace event), as Linux's own optprobe template: build a struct pt_regs on the
+ * stack, call handler(arg, regs), restore every register and the flags.  The host
+ * patches the ip (a sign-extended imm32: all text is in the top 2 GiB), the argument
+ * and the call's target.  Nothing here touches the flags before pushfq or after popfq
+ * (lea, not add, moves %rsp). */
+	.globl optprobe_native_template_entry
+	.type optprobe_native_template_entry, @function
+optprobe_native_template_entry:
+	pushq $0x18			/* ss */
+	pushq %rax			/* sp, filled in below */
+	pushfq				/* flags */
+	pushq $0x10			/* cs */
+	.globl optprobe_native_template_ip
+optprobe_native_template_ip:
+	.byte 0x68, 0, 0, 0, 0		/* pushq $imm32: ip */
+	pushq $-1			/* orig_ax */
+	pushq %rdi
+	pushq %rsi
+	pushq %rdx
+	pushq %rcx
+	pushq %rax
+	pushq %r8
+	pushq %r9
+	pushq %r10
+	pushq %r11
+	pushq %rbx
+	pushq %rbp
+	pushq %r12
+	pushq %r13
+	pushq %r14
+	pushq %r15
+	leaq 21*8(%rsp), %rax
+	movq %rax, 19*8(%rsp)		/* sp: where it was at the probe */
+	movq %rsp, %rsi
+	.globl optprobe_native_template_arg
+optprobe_native_template_arg:
+	.byte 0x48, 0xbf, 0, 0, 0, 0, 0, 0, 0, 0	/* movabsq $arg, %rdi */
+	.globl optprobe_native_template_call
+optprobe_native_template_call:
+	.byte 0xe8, 0, 0, 0, 0		/* call handler */
+	popq %r15
+	popq %r14
+	popq %r13
+	popq %r12
+	popq %rbp
+	popq %rbx
+	popq %r11
+	popq %r10
+	popq %r9
+	popq %r8
+	popq %rax
+	popq %rcx
+	popq %rdx
+	popq %rsi
+	popq %rdi
+	leaq 3*8(%rsp), %rsp		/* orig_ax, ip, cs */
+	popfq
+	leaq 2*8(%rsp), %rsp		/* sp, ss */
+	.globl optprobe_native_template_end
+optprobe_native_template_end:
+	ud2
+	.size optprobe_native_template_entry, .-optprobe_native_template_entry
+
 /* A return probe replaces a return address with this.  The function's ret lands here;
  * a slot is pushed where the host's handler (at kretprobe_trampoline_call) writes the
  * real return address, and the trampoline returns there. */

@@ -203,6 +203,9 @@ enum hypercall_nr {
 	HC_UPCALL_DONE = 22,	/* (ret): an upcall the host asked for has returned */
 	HC_BOOTED = 23,		/* start_kernel finished on the boot CPU */
 	HC_YIELD = 24,		/* let another CPU run (a spin-wait) */
+	HC_TRACE_COMM = 25,	/* (cpu): save the current task's comm for the trace */
+	HC_TRACE_PAGE_FULL = 26,	/* (cpu): take the staged page; 0 = drop the event */
+	HC_TRACE_WAKE = 27,	/* (cpu): a record was staged while a reader waits */
 };
 
 /* Wake-up words HC_IDLE returns (low byte = kind, rest = argument). */

@@ -2,6 +2,7 @@
  * of structure offsets the host reads to find its way around kernel memory. */
 #include "sched.h"
 #include "fs.h"
+#include "trace_native.h"
 
 /* Filled in by the host before the first instruction runs. */
 struct boot_params {
@@ -138,6 +139,9 @@ const struct kabi_entry kabi[] = {
 	KABI("pt_regs.size", sizeof(struct pt_regs)),
 	KOFF("pt_regs.orig_ax", struct pt_regs, orig_ax),
 	KABI("thread_size", THREAD_SIZE),
+	KABI("trace_native.cpu_size", sizeof(trace_native_cpu[0])),
+	KABI("trace_native.stage", offsetof(typeof(trace_native_cpu[0]), stage)),
+	KABI("trace_native.probe_insns", offsetof(struct trace_native_probe, insns)),
 	KABI("page_offset", PAGE_OFFSET),
 	KABI("task_size_max", TASK_SIZE_MAX),
 	KABI("nr_cpus_max", NR_CPUS),

@@ -1,0 +1,82 @@
+/* The kprobe event recorder's structures, shared by kernel/trace_native.c and the host
+ * (the tracer writes probes and reads staged records; init/main.c exports the layout). */
+#ifndef _KPF_TRACE_NATIVE_H
+#define _KPF_TRACE_NATIVE_H
+#include "kernel.h"
+#include "sched.h"
+
+/* ---- the trace clock: the TSC scaled to ns, as sched_clock does.  The host sets the
+ * scale at boot and reads the TSC the same way, so host and kernel records agree. */
+struct trace_clock_tsc {
+	u64 tsc_base;		/* TSC at ns_base */
+	u64 ns_base;
+	u32 mult, shift;	/* ns = ns_base + ((tsc - tsc_base) * mult >> shift) */
+};
+extern struct trace_clock_tsc trace_clock_tsc;
+
+/* ---- fetch programs ----------------------------------------------------------------- */
+enum tn_op {
+	TN_END = 0,	/* end of one argument */
+	TN_REG,		/* val = *(u64 *)((char *)regs + param) */
+	TN_IMM,		/* val = param */
+	TN_STACK,	/* val = param-th word of the stack, 0 outside THREAD_SIZE or on a fault */
+	TN_DEREF,	/* val = kernel u64 at val + param; a fault zeroes the argument */
+	TN_UDEREF,	/* the same in user memory */
+	TN_ST_RAW,	/* store the low `size` bytes of val */
+	TN_ST_MEM,	/* store `count` (0: one) kernel values of `size` bytes at val + param */
+	TN_ST_UMEM,	/* the same from user memory */
+	TN_BITFIELD,	/* stored value = ((v << lshift) & mask(size)) >> rshift */
+};
+
+struct tn_insn {
+	u8 op, size, lshift, rshift;
+	u32 count;
+	s64 param;
+};
+
+#define TNP_RECORD 1	/* the event is enabled and tracing is on: record hits */
+
+struct trace_native_probe {
+	u64 nhit;		/* every hit, for kprobe_profile */
+	u32 flags;		/* TNP_* */
+	u16 type;		/* the event id */
+	u8 trace_flags;		/* the irqs-off/need-resched column */
+	u8 pad;
+	u64 ip;			/* __probe_ip */
+	u32 data_size;		/* bytes of record data: __probe_ip and the fixed args */
+	u32 acct;		/* ring-buffer bytes of the event, time extend excluded */
+	struct tn_insn insns[];	/* one program per argument, each ended by TN_END */
+};
+
+/* A staged record: the common fields the host's records carry, then the data. */
+struct tn_entry {
+	u64 ts;
+	s32 pid;
+	u16 type;
+	u8 flags;
+	u8 pad;
+	u32 size;		/* bytes of this entry, header included, a multiple of 8 */
+	u32 pad2;
+	u8 data[];
+};
+
+#define TN_PAGE_DATA 4080	/* data bytes of a ring-buffer page */
+#define TN_STAGE_SIZE 16384	/* more than a page of the smallest records */
+#define TN_TS_DELTA_MAX (1UL << 27)
+
+struct tn_cpu {
+	u32 used;		/* accounted bytes in the host's open page */
+	u32 has_last;		/* last_ts is valid */
+	u64 last_ts;		/* time of the last event on this CPU */
+	u32 staged;		/* bytes in stage[] */
+	u32 count;		/* records in stage[] */
+	u32 waiters;		/* a reader waits: wake it on each record */
+	u32 pad;
+	struct task_struct *comm_task;	/* the task whose comm the host saved last */
+	u8 stage[TN_STAGE_SIZE] __aligned(8);
+};
+extern struct tn_cpu trace_native_cpu[NR_CPUS];
+extern u8 trace_native_arena[];
+void trace_native_probe(struct trace_native_probe *tp, struct pt_regs *regs);
+u64 trace_clock_local(void);
+#endif

@@ -1,0 +1,219 @@
+/* The kprobe event recorder in kernel context: what Linux's kprobe_trace_func does.
+ *
+ * An optimized probe's detour calls trace_native_probe(tp, regs) with the registers
+ * saved as a struct pt_regs.  The host (the tracer) compiles each event's fetch arguments
+ * into the small program tp->insns when the event is defined; here it is only
+ * interpreted.  The record goes into this CPU's staging area, in the layout of struct
+ * tn_entry; the host takes staged records into its ring buffer when it reads the buffer,
+ * writes its own record on this CPU, or when the staged records fill a ring-buffer page
+ * (HC_TRACE_PAGE_FULL).  Pages are accounted exactly as the host accounts them (Linux's
+ * rule: a 4-byte event header, the payload rounded up to 4 bytes, a length word past 112
+ * bytes, an 8-byte time extend when the delta does not fit 27 bits), so a page here holds
+ * what a ring-buffer page holds.
+ *
+ * Nothing here may be probed (it runs inside a probe), hence __kprobes. */
+#include "kernel.h"
+#include "sched.h"
+#include "uaccess.h"
+#include "trace_native.h"
+
+#define __kprobes notrace __section(".kprobes.text")
+
+struct trace_clock_tsc trace_clock_tsc;
+
+static __always_inline u64 rdtsc(void)
+{
+	u32 lo, hi;
+
+	__asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi));
+	return ((u64)hi << 32) | lo;
+}
+
+u64 __kprobes trace_clock_local(void)
+{
+	const struct trace_clock_tsc *c = &trace_clock_tsc;
+	u64 delta = rdtsc() - c->tsc_base;
+
+	return c->ns_base + (u64)(((unsigned __int128)delta * c->mult) >> c->shift);
+}
+
+struct tn_cpu trace_native_cpu[NR_CPUS];
+
+/* Host-managed memory for struct trace_native_probe (the host allocates in it). */
+u8 trace_native_arena[1024 * 1024] __aligned(64);
+
+#define TN_KERNEL_MIN 0x0000800000000000UL
+
+static __always_inline bool canonical(unsigned long a)
+{
+	unsigned long top = a >> 47;
+
+	return top == 0 || top == 0x1ffff;
+}
+
+/* One load that may fault: 0 on success, -EFAULT (the exception table's fixup). */
+#define DEFINE_LOAD_NOFAULT(bits, insn, reg)					\
+static noinline int __kprobes load##bits##_nofault(unsigned long addr, u64 *out) \
+{										\
+	int err = 0;								\
+	u64 v = 0;								\
+	__asm__ __volatile__(							\
+		"1:	" insn " (%2), %" reg "1\n"				\
+		"2:\n"								\
+		".pushsection .text.unlikely\n"					\
+		"3:	movl %3, %0\n"						\
+		"	jmp 2b\n"						\
+		".popsection\n"							\
+		_ASM_EXTABLE(1b, 3b)						\
+		: "+r"(err), "+r"(v)						\
+		: "r"(addr), "i"(-EFAULT));					\
+	*out = v;								\
+	return err;								\
+}
+DEFINE_LOAD_NOFAULT(8, "movzbq", "q")
+DEFINE_LOAD_NOFAULT(16, "movzwq", "q")
+DEFINE_LOAD_NOFAULT(32, "movl", "k")
+DEFINE_LOAD_NOFAULT(64, "movq", "q")
+
+/* Read `size` bytes at addr (kernel or user memory as the fetcharg says). */
+static int __kprobes fetch_load(unsigned long addr, int size, bool user, u64 *out)
+{
+	if (user) {
+		if (addr > TASK_SIZE_MAX || TASK_SIZE_MAX - addr < (unsigned long)size)
+			return -EFAULT;
+	} else if (addr < TN_KERNEL_MIN || !canonical(addr)) {
+		return -EFAULT;
+	}
+	switch (size) {
+	case 1: return load8_nofault(addr, out);
+	case 2: return load16_nofault(addr, out);
+	case 4: return load32_nofault(addr, out);
+	default: return load64_nofault(addr, out);
+	}
+}
+
+static __always_inline void store_value(u8 *dst, u64 v, int size)
+{
+	switch (size) {
+	case 1: *dst = (u8)v; break;
+	case 2: *(u16 *)dst = (u16)v; break;
+	case 4: *(u32 *)dst = (u32)v; break;
+	default: *(u64 *)dst = v; break;
+	}
+}
+
+static __always_inline u64 size_mask(int size)
+{
+	return size >= 8 ? ~0UL : (1UL << (8 * size)) - 1;
+}
+
+static __always_inline u64 apply_bitfield(const struct tn_insn *bf, u64 v)
+{
+	return ((v << bf->lshift) & size_mask(bf->size)) >> bf->rshift;
+}
+
+/* Run one argument's program from *pc, storing at dst; returns the bytes stored and
+ * leaves *pc past its TN_END.  A fault in a dereference stores zeroes, as the host's
+ * interpreter does. */
+static u32 __kprobes run_fetch(const struct tn_insn **pc, struct pt_regs *regs, u8 *dst)
+{
+	const struct tn_insn *insn = *pc, *store, *bf = NULL;
+	unsigned long sp, addr;
+	u64 val = 0, v;
+	u32 i, n, size;
+	bool fault = false;
+
+	switch (insn->op) {
+	case TN_REG:
+		val = *(u64 *)((char *)regs + insn->param);
+		break;
+	case TN_IMM:
+		val = insn->param;
+		break;
+	case TN_STACK:
+		sp = regs->sp;
+		addr = sp + 8 * insn->param;
+		if ((addr & ~(THREAD_SIZE - 1)) != (sp & ~(THREAD_SIZE - 1)) ||
+		    fetch_load(addr, 8, false, &val))
+			val = 0;
+		break;
+	}
+	for (insn++; insn->op == TN_DEREF || insn->op == TN_UDEREF; insn++) {
+		if (!fault && fetch_load(val + insn->param, 8, insn->op == TN_UDEREF, &val))
+			fault = true;
+	}
+	store = insn++;
+	if (insn->op == TN_BITFIELD)
+		bf = insn++;
+	*pc = insn + 1;		/* past TN_END */
+
+	size = store->size;
+	n = store->op == TN_ST_RAW || !store->count ? 1 : store->count;
+	for (i = 0; i < n; i++) {
+		if (fault) {
+			v = 0;
+		} else if (store->op == TN_ST_RAW) {
+			v = val & size_mask(size);
+		} else if (fetch_load(val + store->param + i * size, size,
+				      store->op == TN_ST_UMEM, &v)) {
+			v = 0;
+		}
+		if (bf && !fault)
+			v = apply_bitfield(bf, v);
+		store_value(dst + i * size, v, size);
+	}
+	return n * size;
+}
+
+/* The pre-handler of a natively recorded kprobe event. */
+void __kprobes trace_native_probe(struct trace_native_probe *tp, struct pt_regs *regs)
+{
+	int cpu = smp_processor_id();
+	struct tn_cpu *c = &trace_native_cpu[cpu];
+	const struct tn_insn *pc;
+	struct task_struct *task = current;
+	struct tn_entry *e;
+	u32 acct, size;
+	u8 *dst;
+	u64 ts;
+
+	tp->nhit++;
+	if (!(READ_ONCE(tp->flags) & TNP_RECORD))
+		return;
+	if (unlikely(c->comm_task != task)) {
+		/* The host keeps saved_cmdlines: tell it once per task change. */
+		hypercall(HC_TRACE_COMM, cpu, 0, 0, 0);
+		c->comm_task = task;
+	}
+	ts = trace_clock_local();
+	size = sizeof(*e) + ALIGN(tp->data_size, 8);
+	for (;;) {
+		acct = tp->acct;
+		if (c->has_last && ts - c->last_ts >= TN_TS_DELTA_MAX)
+			acct += 8;
+		if (c->used + acct <= TN_PAGE_DATA && c->staged + size <= TN_STAGE_SIZE)
+			break;
+		/* The open page is full: the host takes it and opens the next one, or
+		 * (overwrite off, buffer full) drops this event. */
+		if (!hypercall(HC_TRACE_PAGE_FULL, cpu, 0, 0, 0))
+			return;
+	}
+	e = (struct tn_entry *)(c->stage + c->staged);
+	e->ts = ts;
+	e->pid = task->pid;
+	e->type = tp->type;
+	e->flags = tp->trace_flags;
+	e->size = size;
+	dst = e->data;
+	*(u64 *)dst = tp->ip;
+	dst += 8;
+	for (pc = tp->insns; pc->op != TN_END;)
+		dst += run_fetch(&pc, regs, dst);
+	c->staged += size;
+	c->count++;
+	c->used += acct;
+	c->last_ts = ts;
+	c->has_last = 1;
+	if (unlikely(READ_ONCE(c->waiters)))
+		hypercall(HC_TRACE_WAKE, cpu, 0, 0, 0);
+}

@@ -1,0 +1,264 @@
+"""Recording kprobe events in the kernel itself: the host side of kernel/trace_native.c.
+
+Linux records a kprobe event in kernel context: the optimized probe's detour saves the
+registers, ``kprobe_trace_func`` interprets the event's fetch program and commits the
+record to the ring buffer, and nothing else runs.  kprobefs does the same on the emulated
+kernel.  An event's fetch programs are encoded here, once, into the kernel's
+``struct trace_native_probe`` (include/trace_native.h); the probe's ``native`` handler
+is ``trace_native_probe``, which the engine's native detour calls.  The kernel stages
+records per CPU, accounted as ring-buffer pages; :class:`NativeRecorder` is the ring
+buffer's :class:`~kprobefs.tracing.ring_buffer.Stage` for them, and serves the three
+hypercalls the recorder makes (save a comm, a page is full, wake a reader).
+
+Not every argument can be recorded this way: strings (``string``, ``ustring``,
+``symstr``, ``$comm``, ``\\"imm"``) and return probes stay with the host's interpreter
+(fetch.py), which also handles every hit that does not come through a detour (int3,
+ftrace sites, several probes at one address).  Both paths write the same record.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .fetch import (
+    KPROBE_HEADER_SIZE, Deref, FetchArg, FetchImm, FetchProgram, FetchReg, FetchStack,
+    FetchStackPointer, FetchSymbol, LoopArray, ModBitfield, StoreMem, StoreRaw,
+)
+from .ring_buffer import Chunk, event_size
+
+__all__ = ["NativeRecorder", "NativeProbe", "encode_programs", "PT_REGS_FIELDS"]
+
+#: struct pt_regs, in order (the native detour builds it on the stack).
+PT_REGS_FIELDS = ("r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax",
+                  "cx", "dx", "si", "di", "orig_ax", "ip", "cs", "flags", "sp", "ss")
+_REG_OFFSET = {name: 8 * i for i, name in enumerate(PT_REGS_FIELDS)}
+_ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
+
+# enum tn_op
+_END, _REG, _IMM, _STACK, _DEREF, _UDEREF, _ST_RAW, _ST_MEM, _ST_UMEM, _BITFIELD = range(10)
+_TNP_RECORD = 1
+
+_INSN = struct.Struct("<BBBBIq")            # struct tn_insn
+_PROBE = struct.Struct("<QIHBxQII")         # struct trace_native_probe, before insns
+_FLAGS_AT = 8                               # offsetof(struct trace_native_probe, flags)
+_ENTRY = struct.Struct("<QiHBxI4x")         # struct tn_entry
+_CPU = struct.Struct("<IIQII")              # struct tn_cpu: used .. count
+_SYNC = struct.Struct("<IIQ")               # struct tn_cpu: used, has_last, last_ts
+_WAITERS_AT, _COMM_TASK_AT = 24, 32
+_Q = struct.Struct("<Q")
+_ARENA_UNIT = 64
+
+
+def _signed(value: int) -> int:
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _encode_program(program: FetchProgram) -> list[tuple] | None:
+    """The tn_insn tuples of one argument (TN_END included), or None if the kernel's
+    recorder cannot run it."""
+    insns = program.insns
+    source = insns[0]
+    kind = type(source)
+    if kind is FetchReg and source.name in _REG_OFFSET:
+        out = [(_REG, 0, 0, 0, 0, _REG_OFFSET[source.name])]
+    elif kind is FetchArg:
+        if source.index < len(_ARG_REGS):
+            out = [(_REG, 0, 0, 0, 0, _REG_OFFSET[_ARG_REGS[source.index]])]
+        else:
+            out = [(_STACK, 0, 0, 0, 0, source.index - len(_ARG_REGS) + 1)]
+    elif kind is FetchStack:
+        out = [(_STACK, 0, 0, 0, 0, source.index)]
+    elif kind is FetchStackPointer:
+        out = [(_REG, 0, 0, 0, 0, _REG_OFFSET["sp"])]
+    elif kind is FetchImm:
+        out = [(_IMM, 0, 0, 0, 0, _signed(source.value))]
+    elif kind is FetchSymbol:
+        out = [(_IMM, 0, 0, 0, 0, _signed(source.address))]
+    else:
+        return None                 # $retval, ra, $comm, immediate strings
+    for insn in insns[1:]:
+        kind = type(insn)
+        if kind is Deref:
+            out.append((_UDEREF if insn.user else _DEREF, 0, 0, 0, 0, _signed(insn.offset)))
+        elif kind is StoreRaw:
+            out.append((_ST_RAW, insn.size, 0, 0, 0, 0))
+        elif kind is StoreMem:
+            out.append((_ST_UMEM if insn.user else _ST_MEM, insn.size, 0, 0, program.count,
+                        _signed(insn.offset)))
+        elif kind is ModBitfield:
+            out.append((_BITFIELD, insn.basesize, insn.lshift, insn.rshift, 0, 0))
+        elif kind is LoopArray:
+            continue                # the store carries the count
+        else:
+            return None             # strings
+    out.append((_END, 0, 0, 0, 0, 0))
+    return out
+
+
+def encode_programs(programs: Sequence[FetchProgram]) -> bytes | None:
+    """Return the ``insns`` of a struct trace_native_probe for ``programs``: each
+    argument's instructions ended by TN_END, and one more TN_END.  ``None`` when an
+    argument needs the host's interpreter."""
+    out = []
+    for program in programs:
+        code = _encode_program(program)
+        if code is None:
+            return None
+        out.extend(code)
+    out.append((_END, 0, 0, 0, 0, 0))
+    return b"".join(_INSN.pack(*insn) for insn in out)
+
+
+@dataclass(eq=False)
+class NativeProbe:
+    """One struct trace_native_probe in the kernel's arena."""
+
+    addr: int
+    size: int
+    ip: int
+
+
+class NativeRecorder:
+    """The kernel's recorder, seen from the host.
+
+    ``kernel`` is the machine (``read``/``write``, ``image``, ``kabi``, ``nr_cpus``,
+    ``add_hypercall``, ``current_pid``/``current_comm``, ``exit_listeners``);
+    ``save_comm(pid, comm)`` records a task name for the trace when asked to;
+    ``event_of(id)`` returns the event an id names (records decode to its tuples).
+    """
+
+    def __init__(self, kernel, save_comm: Callable[[], None], event_of: Callable):
+        from kprobefs.machine.abi import HC     # the hypercall numbers kernel.h has
+
+        sym = kernel.image.symbol_value
+        self.kernel = kernel
+        self.handler = sym("trace_native_probe")
+        self._arena = sym("trace_native_arena")
+        self._arena_end = self._arena + kernel.image.lookup_name("trace_native_arena")[0].size
+        self._cpus = sym("trace_native_cpu")
+        self._cpu_size = kernel.kabi["trace_native.cpu_size"]
+        self._stage_at = kernel.kabi["trace_native.stage"]
+        if kernel.kabi["trace_native.probe_insns"] != _PROBE.size:
+            raise ValueError("struct trace_native_probe does not match the host's layout")
+        self._next = self._arena
+        self._free: dict[int, list[int]] = {}
+        self._save_comm = save_comm
+        self._event_of = event_of
+        self._args_size: dict[int, int] = {}
+        self.nr_cpus = kernel.nr_cpus
+        self.buffer = None
+        kernel.add_hypercall(HC.TRACE_COMM, self._hc_comm)
+        kernel.add_hypercall(HC.TRACE_PAGE_FULL, self._hc_page_full)
+        kernel.add_hypercall(HC.TRACE_WAKE, self._hc_wake)
+        kernel.exit_listeners.append(self._task_exit)
+
+    @classmethod
+    def available(cls, kernel) -> bool:
+        """Whether ``kernel`` has the recorder (the real machine, not a test fake)."""
+        image = getattr(kernel, "image", None)
+        return (callable(getattr(kernel, "add_hypercall", None))
+                and image is not None and image.symbol_value("trace_native_probe") is not None)
+
+    # ---------------------------------------------------------------- probes
+    def new_probe(self, event_id: int, ip: int, programs: Sequence[FetchProgram],
+                  args_size: int) -> NativeProbe | None:
+        """Write a struct trace_native_probe for a kprobe at ``ip`` recording
+        ``programs`` (``args_size`` fixed bytes).  ``None`` if an argument needs the
+        host's interpreter or the arena is full."""
+        insns = encode_programs(programs)
+        if insns is None:
+            return None
+        size = -(-(_PROBE.size + len(insns)) // _ARENA_UNIT) * _ARENA_UNIT
+        addr = self._alloc(size)
+        if addr is None:
+            return None
+        data_size = 8 + args_size
+        acct = event_size(KPROBE_HEADER_SIZE + args_size)
+        self.kernel.write(addr, _PROBE.pack(0, 0, event_id & 0xFFFF, 0, ip, data_size, acct)
+                          + insns)
+        self._args_size[event_id & 0xFFFF] = args_size
+        return NativeProbe(addr, size, ip)
+
+    def free_probe(self, np: NativeProbe) -> None:
+        self.kernel.write(np.addr, bytes(_PROBE.size))
+        self._free.setdefault(np.size, []).append(np.addr)
+
+    def set_recording(self, np: NativeProbe, on: bool) -> None:
+        self.kernel.write(np.addr + _FLAGS_AT, struct.pack("<I", _TNP_RECORD if on else 0))
+
+    def hits(self, np: NativeProbe) -> int:
+        return _Q.unpack(self.kernel.read(np.addr, 8))[0]
+
+    def _alloc(self, size: int) -> int | None:
+        free = self._free.get(size)
+        if free:
+            return free.pop()
+        if self._next + size > self._arena_end:
+            return None
+        addr, self._next = self._next, self._next + size
+        return addr
+
+    # ----------------------------------------------------------- the stage
+    def _cpu(self, cpu: int) -> int:
+        return self._cpus + cpu * self._cpu_size
+
+    def take(self, cpu: int):
+        base = self._cpu(cpu)
+        used, has_last, last_ts, staged, count = _CPU.unpack(self.kernel.read(base, _CPU.size))
+        if not count:
+            return None
+        data = self.kernel.read(base + self._stage_at, staged)
+        self.kernel.write(base + 16, bytes(8))          # staged = count = 0
+        return (Chunk(data, count, self._decode), used, last_ts if has_last else None)
+
+    def sync(self, cpu: int, used: int, last_ts: int | None) -> None:
+        self.kernel.write(self._cpu(cpu), _SYNC.pack(used, last_ts is not None, last_ts or 0))
+
+    def pending(self, cpu: int) -> bool:
+        return self.kernel.read(self._cpu(cpu) + 20, 4) != bytes(4)
+
+    def set_waiters(self, waiting: bool) -> None:
+        word = struct.pack("<I", 1 if waiting else 0)
+        for cpu in range(self.nr_cpus):
+            self.kernel.write(self._cpu(cpu) + _WAITERS_AT, word)
+
+    def _decode(self, data: bytes) -> list[tuple]:
+        """Record tuples of staged entries: (ts, pid, flags, event, ip, 0, args)."""
+        out = []
+        offset, end = 0, len(data)
+        unpack, q = _ENTRY.unpack_from, _Q.unpack_from
+        event_of, args_size = self._event_of, self._args_size
+        while offset < end:
+            ts, pid, type_, flags, size = unpack(data, offset)
+            event = event_of(type_)
+            if event is not None:
+                start = offset + _ENTRY.size + 8
+                out.append((ts, pid, flags, event, q(data, offset + _ENTRY.size)[0], 0,
+                            data[start:start + args_size[type_]]))
+            offset += size
+        return out
+
+    # ------------------------------------------------------------ hypercalls
+    def attach(self, buffer) -> None:
+        """Become ``buffer``'s stage."""
+        self.buffer = buffer
+        buffer.attach_stage(self)
+
+    def _hc_comm(self, *_args) -> int:
+        self._save_comm()
+        return 0
+
+    def _hc_page_full(self, cpu: int, *_args) -> int:
+        return 1 if self.buffer.page_full(cpu) else 0
+
+    def _hc_wake(self, cpu: int, *_args) -> int:
+        self.buffer.staged_wakeup(cpu)
+        return 0
+
+    def _task_exit(self, _pid: int) -> None:
+        # A new task may reuse the task_struct: make every CPU ask for the comm again.
+        for cpu in range(self.nr_cpus):
+            self.kernel.write(self._cpu(cpu) + _COMM_TASK_AT, bytes(8))
