@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .fetch import (
-    KPROBE_HEADER_SIZE, Deref, FetchArg, FetchImm, FetchProgram, FetchReg, FetchStack,
+    KPROBE_HEADER_SIZE, Deref, FetchImm, FetchProgram, FetchReg, FetchStack,
     FetchStackPointer, FetchSymbol, LoopArray, ModBitfield, StoreMem, StoreRaw,
 )
 from .ring_buffer import Chunk, event_size
@@ -34,7 +34,6 @@ __all__ = ["NativeRecorder", "NativeProbe", "encode_programs", "PT_REGS_FIELDS"]
 PT_REGS_FIELDS = ("r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax",
                   "cx", "dx", "si", "di", "orig_ax", "ip", "cs", "flags", "sp", "ss")
 _REG_OFFSET = {name: 8 * i for i, name in enumerate(PT_REGS_FIELDS)}
-_ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
 
 # enum tn_op
 _END, _REG, _IMM, _STACK, _DEREF, _UDEREF, _ST_RAW, _ST_MEM, _ST_UMEM, _BITFIELD = range(10)
@@ -64,11 +63,6 @@ def _encode_program(program: FetchProgram) -> list[tuple] | None:
     kind = type(source)
     if kind is FetchReg and source.name in _REG_OFFSET:
         out = [(_REG, 0, 0, 0, 0, _REG_OFFSET[source.name])]
-    elif kind is FetchArg:
-        if source.index < len(_ARG_REGS):
-            out = [(_REG, 0, 0, 0, 0, _REG_OFFSET[_ARG_REGS[source.index]])]
-        else:
-            out = [(_STACK, 0, 0, 0, 0, source.index - len(_ARG_REGS) + 1)]
     elif kind is FetchStack:
         out = [(_STACK, 0, 0, 0, 0, source.index)]
     elif kind is FetchStackPointer:
@@ -78,7 +72,9 @@ def _encode_program(program: FetchProgram) -> list[tuple] | None:
     elif kind is FetchSymbol:
         out = [(_IMM, 0, 0, 0, 0, _signed(source.address))]
     else:
-        return None                 # $retval, ra, $comm, immediate strings
+        # $retval and ra (return probes), $comm and \"imm" (strings); and $argN, which
+        # Linux allows only at a function's entry: an ftrace site here, never a detour.
+        return None
     for insn in insns[1:]:
         kind = type(insn)
         if kind is Deref:

@@ -1,0 +1,238 @@
+"""Events recorded by the kernel itself (kernel/trace_native.c, tracing/native.py).
+
+The main check is differential: the machine is deterministic, so the same system calls
+on two fresh kernels hit the same probes with the same registers and memory.  One tracer
+records natively (its default clock is the kernel's TSC clock); the other is given
+another clock, which keeps every hit on the host's interpreter.  Their ``trace`` output,
+timestamps aside, must be identical -- every fetch kind the kernel's recorder runs,
+faults, page accounting, overwrite and drop modes included.
+"""
+
+import os
+import re
+import threading
+import time
+
+import pytest
+
+from kprobefs import Kernel, Kprobe
+from kprobefs.machine import UserBuffer
+from kprobefs.machine.abi import AT_FDCWD, O_CREAT, O_RDWR
+from kprobefs.tracing import Tracer
+
+from test_tracer_e2e import node, read, write
+
+# Every argument kind the kernel's recorder interprets, on jump-optimized sites (+5: just
+# past the ftrace NOP, where the arguments are still in their registers).
+EVENTS = (
+    "p:rd vfs_read+5 file=%di count=%dx:u32 cnt8=%dx:u8 cnts=%dx:s16 buf=%si "
+    "pos=%cx:x64 s0=$stack0:symbol s3=$stack3 sp=$stack old=s1 "
+    "fop=+16(%di):x64 nested=+8(+16(%di)):symbol first=+0(%di):u8 arr=+0(%di):x8[4] "
+    "arrw=+0(%di):u16[3] bits=+0(%di):b3@2/8 ubuf=+u0(%si):x8 ubits=+u0(%si):b4@4/16 "
+    "imm=\\123 neg=\\-5:s8 ncpu=@nr_cpu_ids:s32 ent=+0(@init_task):s64 bad=+0(%ax):x32 "
+    "ubad=+u0(%ax):u64 badarr=+16(%ax):u8[2] ip=%ip:symbol\n"
+    "p:op do_sys_openat2+5 dfd=%di:s32 upath=%si path0=+u0(%si):x8 how=+0(%dx):x64 "
+    "mode=+8(%dx):u16 kbad=+0(%si):x8\n"
+    "p:clone kernel_clone+5 args=%di flags=+0(%di):x64\n"
+)
+
+
+def make(native: bool, cpus: int = 2):
+    kernel = Kernel(cpus=cpus, seed=0)
+    tracer = Tracer(kernel.kprobes, kernel,
+                    **({} if native else {"clock": kernel.clock_ns}))
+    assert (tracer.native is not None) == native
+    return kernel, tracer, tracer.tracefs_root()
+
+
+def workload(kernel, name="native"):
+    """Opens, writes, reads and a fork: the same system calls on every kernel."""
+    t = kernel.spawn(name)
+    fd = kernel.syscall(t, "openat", AT_FDCWD, "/tmp/hello", O_CREAT | O_RDWR, 0o644)
+    kernel.syscall(t, "write", fd, b"Hi there, native recorder", 25)
+    for n in (3, 8, 25):
+        kernel.syscall(t, "lseek", fd, 0, 0)
+        kernel.syscall(t, "read", fd, UserBuffer(n), n)
+    kernel.syscall(t, "openat", AT_FDCWD, 0x10, 0, 0)            # a path that faults
+    kernel.syscall(t, "close", fd)
+    return t
+
+
+def body(text):
+    """Trace lines without their timestamps (and the header's counters kept)."""
+    return [re.sub(r"\s\d+\.\d{6}:", " TS:", line) for line in text.splitlines()]
+
+
+def traced(native: bool, events=EVENTS, setup=(), cpus=2):
+    kernel, tracer, root = make(native, cpus)
+    for path, data in setup:
+        write(root, path, data)
+    write(root, "kprobe_events", events)
+    write(root, "events/enable", "1")
+    kernel.wait_for_kprobe_optimizer()
+    workload(kernel)
+    return kernel, tracer, root
+
+
+def test_kernel_records_equal_host_records():
+    native, host = traced(True), traced(False)
+    for kernel, tracer, _root in (native, host):
+        assert kernel.kprobes.list_text().count("[OPTIMIZED]") == 3
+    # The native tracer's probes ran no host code: every hit was recorded in the kernel.
+    assert all(tp.nhit == 0 and native[1].hits(tp) > 0 for tp in native[1].probes)
+    assert all(tp.native is None and tp.nhit > 0 for tp in host[1].probes)
+    assert [native[1].hits(tp) for tp in native[1].probes] == [
+        tp.nhit for tp in host[1].probes]
+    got, want = body(read(native[2], "trace")), body(read(host[2], "trace"))
+    assert len(want) > 12 and got == want
+    # The values are real: the user buffer, the faulting pointers, the comm.
+    text = "\n".join(got)
+    assert "native-" in text and " bad=0x0 ubad=0 badarr={0,0} " in text
+    assert re.search(r"rd: \(vfs_read\+0x5/0x[0-9a-f]+\) file=0x[0-9a-f]+ count=25 "
+                     r"cnt8=25 cnts=25 ", text), text
+    assert re.search(r"s0=ksys_read\+0x[0-9a-f]+/0x[0-9a-f]+ ", text)
+    assert re.search(r"nested=\w+\+0x0/0x[0-9a-f]+ ", text)   # f_op -> a function
+    assert re.search(r" imm=0x7b neg=-5 ncpu=2 ent=0 ", text)
+    assert re.search(r"op: \(do_sys_openat2\+0x5/0x[0-9a-f]+\) dfd=-100 "
+                     r"upath=0x[0-9a-f]+ path0=0x2f ", text), text    # '/'
+    assert read(native[2], "kprobe_profile") == read(host[2], "kprobe_profile")
+
+
+@pytest.mark.parametrize("overwrite", ["1", "0"])
+def test_page_accounting_matches_the_host(overwrite):
+    """A small buffer overflows: the kernel's staged pages are accounted as the host's
+    pages are, so the same records survive (or are dropped) and the header counts agree."""
+    setup = [("buffer_size_kb", "4"), ("options/overwrite", overwrite)]
+    events = "p:many kprobe_target_traced+5 a=%di b=%si:u32 c=%dx\n"
+    runs = []
+    for native in (True, False):
+        kernel, tracer, root = make(native, cpus=1)
+        for path, data in setup:
+            write(root, path, data)
+        write(root, "kprobe_events", events)
+        write(root, "events/enable", "1")
+        kernel.wait_for_kprobe_optimizer()
+        kernel.upcall("kprobe_bench_loop", 700, 1)
+        text = read(root, "trace")
+        runs.append((body(text), tracer.buffer.counts(), tracer.buffer.cpus[0].dropped))
+    assert runs[0] == runs[1]
+    (lines, (entries, written), dropped) = runs[0]
+    assert written == 700 - dropped and entries < 700
+    assert (dropped > 0) == (overwrite == "0")
+    header = [line for line in lines if "entries-in-buffer" in line]
+    assert header == [f"# entries-in-buffer/entries-written: {entries}/{written}   #P:1"]
+
+
+def _native_handler_of(kernel, tp):
+    ap = kernel.kprobes.get_kprobe(tp.address)
+    kernel.wait_for_kprobe_optimizer()
+    return ap.detour.native if ap.detour is not None and ap.detour.patched else "int3"
+
+
+def test_host_only_features_switch_the_probe_to_the_host_path():
+    """A filter, stack traces or a host clock need the host: the probe's detour then
+    calls it; removing them gives the probe back to the kernel's recorder."""
+    kernel, tracer, root = make(True, cpus=1)
+    write(root, "kprobe_events", "p:k kprobe_target_traced+5 a=%di\n")
+    write(root, "events/kprobes/k/enable", "1")
+    (tp,) = tracer.probes
+    native = (tracer.native.handler, tp.native.addr)
+    assert _native_handler_of(kernel, tp) == native
+    cases = (("events/kprobes/k/filter", "a >= 2", "0", ["0x2", "0x3"], "a=0x3"),
+             ("options/stacktrace", "1", "0", ["0x0", "0x1", "0x2", "0x3"], "=> "),
+             ("trace_clock", "counter", "local", ["0x0", "0x1", "0x2", "0x3"], " 4: k: "))
+    for path, on, off, values, sign in cases:
+        write(root, path, on)
+        assert _native_handler_of(kernel, tp) is None
+        write(root, "trace", "", flags=os.O_WRONLY | os.O_TRUNC)
+        kernel.upcall("kprobe_bench_loop", 4, 1)
+        text = read(root, "trace")
+        assert [re.search(r"a=(0x\d+)", line).group(1)
+                for line in text.splitlines() if " k: " in line] == values
+        assert sign in text
+        write(root, path, off)
+        assert _native_handler_of(kernel, tp) == native
+    hits = tracer.hits(tp)
+    kernel.upcall("kprobe_bench_loop", 4, 1)
+    assert tp.nhit == 12 and tracer.hits(tp) == hits + 4
+
+
+def test_tracing_off_disable_and_a_second_probe():
+    kernel, tracer, root = make(True, cpus=1)
+    write(root, "kprobe_events", "p:k kprobe_target_traced+5 a=%di\n")
+    write(root, "events/kprobes/k/enable", "1")
+    kernel.wait_for_kprobe_optimizer()
+    (tp,) = tracer.probes
+
+    def records():
+        return sum(" k: " in line for line in read(root, "trace").splitlines())
+
+    write(root, "tracing_on", "0")
+    kernel.upcall("kprobe_bench_loop", 5, 1)
+    assert records() == 0 and tracer.hits(tp) == 5      # hit, counted, not recorded
+    write(root, "tracing_on", "1")
+    kernel.upcall("kprobe_bench_loop", 5, 1)
+    assert records() == 5
+    # Another probe at the same address: both run in the host; then native again.
+    other = Kprobe(addr=tp.address, pre_handler=lambda p, regs: 0)
+    kernel.register_kprobe(other)
+    assert _native_handler_of(kernel, tp) is None
+    kernel.upcall("kprobe_bench_loop", 5, 1)
+    assert records() == 10 and tp.nhit == 5
+    kernel.unregister_kprobe(other)
+    assert _native_handler_of(kernel, tp) == (tracer.native.handler, tp.native.addr)
+    kernel.upcall("kprobe_bench_loop", 5, 1)
+    assert records() == 15 and tracer.hits(tp) == 20
+    write(root, "events/kprobes/k/enable", "0")
+    kernel.upcall("kprobe_bench_loop", 5, 1)
+    assert records() == 15
+    write(root, "kprobe_events", "-:k\n")
+    assert tracer.probes == [] and read(root, "kprobe_profile") == ""
+
+
+def test_a_waiting_reader_wakes_on_a_kernel_record():
+    kernel, tracer, root = make(True, cpus=1)
+    write(root, "kprobe_events", "p:k kprobe_target_traced+5 a=%di\n")
+    write(root, "events/kprobes/k/enable", "1")
+    kernel.wait_for_kprobe_optimizer()
+    pipe = node(root, "trace_pipe").open(os.O_RDONLY, 1, "cat")
+    woke = []
+    waiter = threading.Thread(target=lambda: woke.append(pipe.wait(20.0)))
+    waiter.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    kernel.upcall("kprobe_bench_loop", 1, 1)
+    waiter.join(20.0)
+    assert woke == [True] and time.monotonic() - started < 10
+    assert b" k: " in pipe.read(4096, 0)
+    pipe.release()
+
+
+def test_comm_of_each_task_is_saved():
+    kernel, tracer, root = make(True)
+    write(root, "kprobe_events", "p:rd vfs_read+5 count=%dx:u32\n")
+    write(root, "events/enable", "1")
+    kernel.wait_for_kprobe_optimizer()
+    pids = []
+    for name in ("first", "second"):
+        t = kernel.spawn(name)
+        fd = kernel.syscall(t, "openat", AT_FDCWD, "/tmp/c", O_CREAT | O_RDWR, 0o644)
+        kernel.syscall(t, "read", fd, UserBuffer(4), 4)
+        pids.append(t.pid)
+    lines = [line.split()[0] for line in read(root, "trace").splitlines() if " rd: " in line]
+    assert lines == [f"first-{pids[0]}", f"second-{pids[1]}"]
+    assert all(tp.nhit == 0 for tp in tracer.probes)
+
+
+def test_strings_and_return_probes_stay_with_the_host():
+    kernel, tracer, root = make(True)
+    write(root, "kprobe_events", "p:s vfs_write+5 c=$comm\nr:r vfs_read rv=$retval\n"
+          "p:n vfs_read+5 n=%dx\n")
+    s, r, n = tracer.probes
+    assert s.native is None and r.native is None and n.native is not None
+    write(root, "events/enable", "1")
+    kernel.wait_for_kprobe_optimizer()
+    workload(kernel)
+    text = read(root, "trace")
+    assert 's: (vfs_write+0x5/' in text and 'c="native"' in text and " r: (" in text
+    assert s.nhit == 1 and r.nhit == 3 and n.nhit == 0 and tracer.hits(n) == 3
