@@ -34,6 +34,10 @@ EVENTS = (
     "p:op do_sys_openat2+5 dfd=%di:s32 upath=%si path0=+u0(%si):x8 how=+0(%dx):x64 "
     "mode=+8(%dx):u16 kbad=+0(%si):x8\n"
     "p:clone kernel_clone+5 args=%di flags=+0(%di):x64\n"
+    # Function entries: ftrace sites, whose trampolines call the recorder too.
+    "p:ent vfs_read file=%di a2=$arg2 a3=$arg3:u32 a4=+0($arg4):s64 a7=$arg7 "
+    "s0=$stack0:symbol sp=$stack ip=%ip:symbol\n"
+    "p:entopen do_sys_openat2 dfd=$arg1:s32 path0=+u0($arg2):x8 how=+0($arg3):x64\n"
 )
 
 
@@ -77,7 +81,8 @@ def traced(native: bool, events=EVENTS, setup=(), cpus=2):
 def test_kernel_records_equal_host_records():
     native, host = traced(True), traced(False)
     for kernel, tracer, _root in (native, host):
-        assert kernel.kprobes.list_text().count("[OPTIMIZED]") == 3
+        listing = kernel.kprobes.list_text()
+        assert listing.count("[OPTIMIZED]") == 3 and listing.count("[FTRACE]") == 2
     # The native tracer's probes ran no host code: every hit was recorded in the kernel.
     assert all(tp.nhit == 0 and native[1].hits(tp) > 0 for tp in native[1].probes)
     assert all(tp.native is None and tp.nhit > 0 for tp in host[1].probes)
@@ -95,6 +100,11 @@ def test_kernel_records_equal_host_records():
     assert re.search(r" imm=0x7b neg=-5 ncpu=2 ent=0 ", text)
     assert re.search(r"op: \(do_sys_openat2\+0x5/0x[0-9a-f]+\) dfd=-100 "
                      r"upath=0x[0-9a-f]+ path0=0x2f ", text), text    # '/'
+    assert re.search(r"entopen: \(do_sys_openat2\+0x0/0x[0-9a-f]+\) dfd=-100 "
+                     r"path0=0x2f ", text), text
+    assert re.search(r"ent: \(vfs_read\+0x0/0x[0-9a-f]+\) file=0x[0-9a-f]+ a2=0x[0-9a-f]+ "
+                     r"a3=25 a4=0 a7=0x[0-9a-f]+ s0=ksys_read\+0x[0-9a-f]+/0x[0-9a-f]+ "
+                     r"sp=0x[0-9a-f]+ ip=vfs_read\+0x1/0x[0-9a-f]+$", text, re.M), text
     assert read(native[2], "kprobe_profile") == read(host[2], "kprobe_profile")
 
 

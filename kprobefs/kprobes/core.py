@@ -173,7 +173,8 @@ class KprobeEngine:
         self._optimizing: list[tuple[float, AggrKprobe]] = []
         self._task_instances: dict[int, list[KretprobeInstance]] = {}
         self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler,
-                                            site_func=self._kprobe_ftrace_site_handler)
+                                            site_func=self._kprobe_ftrace_site_handler,
+                                            site_native=self._kprobe_ftrace_native)
         self._blacklist = sorted((s.addr, s.end, s.name) for s in self.image.blacklist)
         self._blacklist_starts = [b[0] for b in self._blacklist]
         self.fprobes = None  # set by FprobeManager
@@ -415,11 +416,18 @@ class KprobeEngine:
         ap.flags &= ~KPROBE_FLAG_OPTIMIZED
 
     def _sync_native(self, ap: AggrKprobe) -> None:
-        """Rebuild ap's detour when the handler it calls is no longer the right one (a
-        native detour calls one probe's kernel handler directly)."""
-        if ap.detour is not None and ap.detour.native != ap.native_handler():
+        """Make what ap's detour or ftrace trampoline calls right again: a native one
+        calls one probe's kernel handler directly."""
+        if ap.is_ftrace():
+            if ap.armed:
+                self.ftrace.refresh_site(ap.addr)
+        elif ap.detour is not None and ap.detour.native != ap.native_handler():
             self._unoptimize(ap)
             self._try_to_optimize(ap)
+
+    def _kprobe_ftrace_native(self, site: int) -> tuple[int, int] | None:
+        ap = self._table.get(site)
+        return ap.native_handler() if ap is not None else None
 
     def refresh_kprobe(self, p: Kprobe) -> None:
         """p's ``native`` handler changed: make its detour (if any) call the new one."""

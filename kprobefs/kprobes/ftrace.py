@@ -29,6 +29,10 @@ class FtraceOps:
     #: Optional site_func(site) -> f(regs): a callback specialized for one site, used
     #: when this ops is the site's only user (the hot path of ftrace-based kprobes).
     site_func: Callable | None = None
+    #: Optional site_native(site) -> (handler, argument) | None: kernel code the site's
+    #: trampoline may call instead (``handler(argument, struct pt_regs *)``), when this
+    #: ops is the site's only user.
+    site_native: Callable | None = None
 
 
 class Ftrace:
@@ -66,13 +70,26 @@ class Ftrace:
             return functools.partial(users[0].func, site, 0, users[0])
         return functools.partial(self.dispatch, site)
 
+    def _site_native(self, site: int):
+        """The kernel handler the site's trampoline calls, or None (the host's func)."""
+        users = self._site_ops[site]
+        if len(users) == 1 and users[0].site_native is not None:
+            return users[0].site_native(site)
+        return None
+
     def _attach(self, ops: FtraceOps, site: int) -> None:
         users = self._site_ops.setdefault(site, [])
         users.append(ops)
         if len(users) == 1:
-            self.arch.ftrace_make_call(site, self._site_func(site))
+            self.arch.ftrace_make_call(site, self._site_func(site), self._site_native(site))
         else:
-            self.arch.ftrace_update_call(site, self._site_func(site))
+            self.refresh_site(site)
+
+    def refresh_site(self, site: int) -> None:
+        """The users of ``site``, or what they want it to call, changed."""
+        if site in self._site_ops:
+            self.arch.ftrace_update_call(site, self._site_func(site),
+                                         self._site_native(site))
 
     def _detach(self, ops: FtraceOps, site: int) -> None:
         users = self._site_ops.get(site)
@@ -83,7 +100,7 @@ class Ftrace:
             del self._site_ops[site]
             self.arch.ftrace_make_nop(site)
         else:
-            self.arch.ftrace_update_call(site, self._site_func(site))
+            self.refresh_site(site)
 
     def register_ftrace_function(self, ops: FtraceOps) -> None:
         if ops.registered:

@@ -5,15 +5,16 @@ registers, ``kprobe_trace_func`` interprets the event's fetch program and commit
 record to the ring buffer, and nothing else runs.  kprobefs does the same on the emulated
 kernel.  An event's fetch programs are encoded here, once, into the kernel's
 ``struct trace_native_probe`` (include/trace_native.h); the probe's ``native`` handler
-is ``trace_native_probe``, which the engine's native detour calls.  The kernel stages
+is ``trace_native_probe``, which the engine's native detours and ftrace trampolines
+call.  The kernel stages
 records per CPU, accounted as ring-buffer pages; :class:`NativeRecorder` is the ring
 buffer's :class:`~kprobefs.tracing.ring_buffer.Stage` for them, and serves the three
 hypercalls the recorder makes (save a comm, a page is full, wake a reader).
 
 Not every argument can be recorded this way: strings (``string``, ``ustring``,
 ``symstr``, ``$comm``, ``\\"imm"``) and return probes stay with the host's interpreter
-(fetch.py), which also handles every hit that does not come through a detour (int3,
-ftrace sites, several probes at one address).  Both paths write the same record.
+(fetch.py), which also handles every hit that comes another way (an int3, several probes
+at one address, a site other ftrace users share).  Both paths write the same record.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .fetch import (
-    KPROBE_HEADER_SIZE, Deref, FetchImm, FetchProgram, FetchReg, FetchStack,
+    KPROBE_HEADER_SIZE, Deref, FetchArg, FetchImm, FetchProgram, FetchReg, FetchStack,
     FetchStackPointer, FetchSymbol, LoopArray, ModBitfield, StoreMem, StoreRaw,
 )
 from .ring_buffer import Chunk, event_size
@@ -34,6 +35,7 @@ __all__ = ["NativeRecorder", "NativeProbe", "encode_programs", "PT_REGS_FIELDS"]
 PT_REGS_FIELDS = ("r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax",
                   "cx", "dx", "si", "di", "orig_ax", "ip", "cs", "flags", "sp", "ss")
 _REG_OFFSET = {name: 8 * i for i, name in enumerate(PT_REGS_FIELDS)}
+_ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
 
 # enum tn_op
 _END, _REG, _IMM, _STACK, _DEREF, _UDEREF, _ST_RAW, _ST_MEM, _ST_UMEM, _BITFIELD = range(10)
@@ -63,6 +65,11 @@ def _encode_program(program: FetchProgram) -> list[tuple] | None:
     kind = type(source)
     if kind is FetchReg and source.name in _REG_OFFSET:
         out = [(_REG, 0, 0, 0, 0, _REG_OFFSET[source.name])]
+    elif kind is FetchArg:
+        if source.index < len(_ARG_REGS):
+            out = [(_REG, 0, 0, 0, 0, _REG_OFFSET[_ARG_REGS[source.index]])]
+        else:       # past the return address: $arg7 is the first stack word above it
+            out = [(_STACK, 0, 0, 0, 0, source.index - len(_ARG_REGS) + 1)]
     elif kind is FetchStack:
         out = [(_STACK, 0, 0, 0, 0, source.index)]
     elif kind is FetchStackPointer:
@@ -72,9 +79,7 @@ def _encode_program(program: FetchProgram) -> list[tuple] | None:
     elif kind is FetchSymbol:
         out = [(_IMM, 0, 0, 0, 0, _signed(source.address))]
     else:
-        # $retval and ra (return probes), $comm and \"imm" (strings); and $argN, which
-        # Linux allows only at a function's entry: an ftrace site here, never a detour.
-        return None
+        return None     # $retval and ra (return probes), $comm and \"imm" (strings)
     for insn in insns[1:]:
         kind = type(insn)
         if kind is Deref:

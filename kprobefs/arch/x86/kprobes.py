@@ -92,6 +92,19 @@ class Detour:
     native: tuple[int, int] | None = None   # (handler, argument) a native detour calls
 
 
+@dataclass(eq=False)
+class _FtraceTramp:
+    """An ftrace site's trampoline: where, its slot size, its code hook (or trap), the
+    host function it runs (``state[0]``), or the kernel handler it calls."""
+
+    addr: int
+    size: int
+    hook: int | None
+    state: list
+    native: tuple[int, int] | None = None
+    trapped: bool = False
+
+
 def _signed32(value: int) -> int:
     """``value`` as the sign-extended imm32 that encodes it (top or bottom 2 GiB)."""
     value &= 0xFFFFFFFFFFFFFFFF
@@ -147,10 +160,10 @@ class X86Kprobes:
         self._native_template = kernel.read(native,
                                             self._sym("optprobe_native_template_end") - native)
         self._native_patch = {name: self._sym(f"optprobe_native_template_{name}") - native
-                              for name in ("ip", "arg", "call")}
+                              for name in ("ip", "sp", "arg", "call")}
         self.kretprobe_trampoline = self._sym("kretprobe_trampoline")
         self.rethook_trampoline = self._sym("rethook_trampoline")
-        self._ftrace_tramps: dict[int, tuple[int, int]] = {}
+        self._ftrace_tramps: dict[int, _FtraceTramp] = {}
         self._boundary_cache: dict[tuple[int, int], frozenset] = {}
         self._fast = kernel.fast
         self._mem = kernel.mem
@@ -448,13 +461,18 @@ class X86Kprobes:
                                                 self._detour_callback(p))
         return op
 
-    def _native_template_for(self, buf: int, addr: int, native: tuple[int, int]) -> bytes:
+    def _native_template_for(self, buf: int, addr: int, native: tuple[int, int],
+                             sp_above: int = 0) -> bytes:
         """The native detour template at ``buf`` for the probe at ``addr``, calling
-        ``native[0](native[1], regs)``; regs.ip is addr + 1, as after an int3."""
+        ``native[0](native[1], regs)``; regs.ip is addr + 1, as after an int3, and
+        regs.sp is ``sp_above`` bytes above %rsp at the template's entry."""
         handler, arg = native
         code = bytearray(self._native_template)
-        ip_at, arg_at, call_at = (self._native_patch[k] for k in ("ip", "arg", "call"))
+        ip_at, sp_at, arg_at, call_at = (self._native_patch[k]
+                                         for k in ("ip", "sp", "arg", "call"))
         code[ip_at + 1:ip_at + 5] = struct.pack("<i", _signed32(addr + 1))
+        saved = struct.unpack_from("<i", code, sp_at + 4)[0]
+        struct.pack_into("<i", code, sp_at + 4, saved + sp_above)
         code[arg_at + 2:arg_at + 10] = _Q.pack(arg)
         code[call_at:call_at + 5] = synthesize_relcall(buf + call_at, handler)
         return bytes(code)
@@ -518,42 +536,66 @@ class X86Kprobes:
         return optimized_callback
 
     # ==== ftrace sites ====================================================================
-    def ftrace_make_call(self, site: int, func) -> None:
+    def ftrace_make_call(self, site: int, func, native: tuple[int, int] | None = None
+                         ) -> None:
         """Point the site at a trampoline of its own (as Linux does for ops with a
-        dynamically allocated trampoline): [watched 5-byte NOP][ret].  func(regs) runs
-        the ftrace ops of the site."""
+        dynamically allocated trampoline).  func(regs) runs the ftrace ops of the site
+        in the host, from [watched 5-byte NOP][ret]; with ``native`` = (handler,
+        argument) the trampoline instead saves a struct pt_regs and calls
+        handler(argument, regs) in the kernel, then returns."""
+        tramp = self._ftrace_trampoline(site, func, native)
+        self._ftrace_tramps[site] = tramp
+        self.kernel.text_poke(site, synthesize_relcall(site, tramp.addr))
+
+    def ftrace_update_call(self, site: int, func, native: tuple[int, int] | None = None
+                           ) -> None:
+        old = self._ftrace_tramps[site]
+        if native is None and old.native is None:
+            old.state[0] = func
+            return
+        if native == old.native:
+            return
+        tramp = self._ftrace_trampoline(site, func, native)
+        self._ftrace_tramps[site] = tramp
+        self.kernel.text_poke(site, synthesize_relcall(site, tramp.addr))
+        self._free_trampoline(old)
+
+    def ftrace_make_nop(self, site: int) -> None:
+        self.kernel.text_poke(site, FENTRY_NOP)
+        self._free_trampoline(self._ftrace_tramps.pop(site))
+
+    def _ftrace_trampoline(self, site: int, func, native) -> "_FtraceTramp":
+        if native is not None:
+            addr = self.slots.get(_DETOUR)
+            # regs->sp is the traced function's %rsp: one slot above the return address.
+            code = self._native_template_for(addr, site, native, sp_above=8) + b"\xc3"
+            self.kernel.text_poke(addr, code)
+            return _FtraceTramp(addr, _DETOUR, None, [func], native)
         tramp = self.slots.get(_SLOT)
         state = [func]
         callback = self._ftrace_callback(site, state)
         if self.kernel.fast_hooks_available():
             self.kernel.text_poke(tramp, FENTRY_NOP + b"\xc3")
-            hook = self.kernel.hook_code_raw(tramp, tramp, callback)
-        else:
-            # Out of code hooks: the trampoline traps instead, and resumes at its ret.
-            self.kernel.text_poke(tramp, b"\xcc\xc3")
+            return _FtraceTramp(tramp, _SLOT, self.kernel.hook_code_raw(tramp, tramp, callback),
+                                state)
+        # Out of code hooks: the trampoline traps instead, and resumes at its ret.
+        self.kernel.text_poke(tramp, b"\xcc\xc3")
 
-            def trapped(kernel, cpu, ip):
-                callback(None, tramp, 1, None)
-                self._fast.set(UC_X86_REG_RIP, tramp + 1)
-                return True
+        def trapped(kernel, cpu, ip):
+            callback(None, tramp, 1, None)
+            self._fast.set(UC_X86_REG_RIP, tramp + 1)
+            return True
 
-            self.kernel.insert_breakpoint(tramp, trapped)
-            hook = None
-        self._ftrace_tramps[site] = (tramp, hook, state)
-        self.kernel.text_poke(site, synthesize_relcall(site, tramp))
+        self.kernel.insert_breakpoint(tramp, trapped)
+        return _FtraceTramp(tramp, _SLOT, None, state, trapped=True)
 
-    def ftrace_update_call(self, site: int, func) -> None:
-        self._ftrace_tramps[site][2][0] = func
-
-    def ftrace_make_nop(self, site: int) -> None:
-        self.kernel.text_poke(site, FENTRY_NOP)
-        tramp, hook, _ = self._ftrace_tramps.pop(site)
-        if hook is not None:
-            self.kernel.hook_del(hook)
-        else:
-            self.kernel.remove_breakpoint(tramp)
-        self.kernel.text_poke(tramp, bytes([INT3]) * _SLOT)
-        self.slots.free(_SLOT, tramp)
+    def _free_trampoline(self, tramp: "_FtraceTramp") -> None:
+        if tramp.hook is not None:
+            self.kernel.hook_del(tramp.hook)
+        elif tramp.trapped:
+            self.kernel.remove_breakpoint(tramp.addr)
+        self.kernel.text_poke(tramp.addr, bytes([INT3]) * tramp.size)
+        self.slots.free(tramp.size, tramp.addr)
 
     def _ftrace_callback(self, site: int, state: list):
         """The ftrace_regs_call of one site: regs.ip is the return address (site + 5) and

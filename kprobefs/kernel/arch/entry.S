@@ -100,9 +100,11 @@ optprobe_template_end:
 /* The detour template of an optimized probe whose handler is kernel code (a natively
  * recorded trace event), as Linux's own optprobe template: build a struct pt_regs on the
  * stack, call handler(arg, regs), restore every register and the flags.  The host
- * patches the ip (a sign-extended imm32: all text is in the top 2 GiB), the argument
- * and the call's target.  Nothing here touches the flags before pushfq or after popfq
- * (lea, not add, moves %rsp). */
+ * patches the ip (a sign-extended imm32: all text is in the top 2 GiB), how far above
+ * the saved registers regs->sp points (the probe's %rsp in a detour; one slot more in
+ * an ftrace trampoline, past the return address to the site), the argument and the
+ * call's target.  Nothing here touches the flags before pushfq or after popfq (lea, not
+ * add, moves %rsp).  An ftrace trampoline is this template and a ret. */
 	.globl optprobe_native_template_entry
 	.type optprobe_native_template_entry, @function
 optprobe_native_template_entry:
@@ -129,7 +131,9 @@ optprobe_native_template_ip:
 	pushq %r13
 	pushq %r14
 	pushq %r15
-	leaq 21*8(%rsp), %rax
+	.globl optprobe_native_template_sp
+optprobe_native_template_sp:
+	.byte 0x48, 0x8d, 0x84, 0x24, 21*8, 0, 0, 0	/* leaq 21*8(%rsp), %rax */
 	movq %rax, 19*8(%rsp)		/* sp: where it was at the probe */
 	movq %rsp, %rsi
 	.globl optprobe_native_template_arg
