@@ -928,6 +928,11 @@ class Kernel:
     def write(self, addr: int, data: bytes) -> None:
         self.mem.write(addr, data)
 
+    def view(self, addr: int, size: int) -> memoryview:
+        """A live, writable view of kernel memory that is physically contiguous (the
+        image's own variables), for host code that touches it on every event."""
+        return self.mem.view(addr, size)
+
     def dmesg(self) -> str:
         """The kernel log buffer (log_buf), oldest line first."""
         buf, size = self._sym("log_buf"), 64 * 1024

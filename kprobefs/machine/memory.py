@@ -176,6 +176,17 @@ class AddressSpace:
             va += n
             mv = mv[n:]
 
+    def view(self, va: int, size: int) -> memoryview:
+        """A writable view of ``size`` bytes at ``va``, which must be physically
+        contiguous (the kernel image's own data is); raises FaultError otherwise."""
+        pa = self.translate(va)
+        last = va + size - 1
+        if self.translate(last) != pa + size - 1 or any(
+                self.translate(page) != pa + (page - va)
+                for page in range((va | 0xFFF) + 1, last, PAGE)):
+            raise FaultError(va)
+        return memoryview(self.ram)[pa:pa + size]
+
     def write_u64(self, va: int, value: int) -> None:
         va &= 0xFFFFFFFFFFFFFFFF
         if va & 0xFFF <= PAGE - 8:

@@ -38,7 +38,8 @@ _REG_OFFSET = {name: 8 * i for i, name in enumerate(PT_REGS_FIELDS)}
 _ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
 
 # enum tn_op
-_END, _REG, _IMM, _STACK, _DEREF, _UDEREF, _ST_RAW, _ST_MEM, _ST_UMEM, _BITFIELD = range(10)
+(_END, _REG, _IMM, _STACK, _DEREF, _UDEREF, _ST_RAW, _ST_MEM, _ST_UMEM, _BITFIELD,
+ _REG_RAW) = range(11)
 _TNP_RECORD = 1
 
 _INSN = struct.Struct("<BBBBIq")            # struct tn_insn
@@ -47,8 +48,10 @@ _FLAGS_AT = 8                               # offsetof(struct trace_native_probe
 _ENTRY = struct.Struct("<QiHBxI4x")         # struct tn_entry
 _CPU = struct.Struct("<IIQII")              # struct tn_cpu: used .. count
 _SYNC = struct.Struct("<IIQ")               # struct tn_cpu: used, has_last, last_ts
-_WAITERS_AT, _COMM_TASK_AT = 24, 32
+_STAGED = struct.Struct("<II")              # struct tn_cpu: staged, count
+_STAGED_AT, _WAITERS_AT, _COMM_TASK_AT = 16, 24, 32
 _Q = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
 _ARENA_UNIT = 64
 
 
@@ -58,8 +61,8 @@ def _signed(value: int) -> int:
 
 
 def _encode_program(program: FetchProgram) -> list[tuple] | None:
-    """The tn_insn tuples of one argument (TN_END included), or None if the kernel's
-    recorder cannot run it."""
+    """The tn_insn tuples of one argument (ended by TN_END, unless it is the single
+    TN_REG_RAW), or None if the kernel's recorder cannot run it."""
     insns = program.insns
     source = insns[0]
     kind = type(source)
@@ -95,13 +98,16 @@ def _encode_program(program: FetchProgram) -> list[tuple] | None:
             continue                # the store carries the count
         else:
             return None             # strings
+    if len(out) == 2 and out[0][0] == _REG and out[1][0] == _ST_RAW:
+        # The common %reg[:type]: one instruction the recorder runs without a loop.
+        return [(_REG_RAW, out[1][1], 0, 0, 0, out[0][5])]
     out.append((_END, 0, 0, 0, 0, 0))
     return out
 
 
 def encode_programs(programs: Sequence[FetchProgram]) -> bytes | None:
     """Return the ``insns`` of a struct trace_native_probe for ``programs``: each
-    argument's instructions ended by TN_END, and one more TN_END.  ``None`` when an
+    argument's instructions, then TN_END.  ``None`` when an
     argument needs the host's interpreter."""
     out = []
     for program in programs:
@@ -139,9 +145,11 @@ class NativeRecorder:
         self.handler = sym("trace_native_probe")
         self._arena = sym("trace_native_arena")
         self._arena_end = self._arena + kernel.image.lookup_name("trace_native_arena")[0].size
-        self._cpus = sym("trace_native_cpu")
-        self._cpu_size = kernel.kabi["trace_native.cpu_size"]
+        cpus, cpu_size = sym("trace_native_cpu"), kernel.kabi["trace_native.cpu_size"]
         self._stage_at = kernel.kabi["trace_native.stage"]
+        #: Each CPU's struct tn_cpu, as a live view (read on every page and every read).
+        self._cpu = [kernel.view(cpus + cpu * cpu_size, cpu_size)
+                     for cpu in range(kernel.nr_cpus)]
         if kernel.kabi["trace_native.probe_insns"] != _PROBE.size:
             raise ValueError("struct trace_native_probe does not match the host's layout")
         self._next = self._arena
@@ -188,7 +196,7 @@ class NativeRecorder:
         self._free.setdefault(np.size, []).append(np.addr)
 
     def set_recording(self, np: NativeProbe, on: bool) -> None:
-        self.kernel.write(np.addr + _FLAGS_AT, struct.pack("<I", _TNP_RECORD if on else 0))
+        self.kernel.write(np.addr + _FLAGS_AT, _U32.pack(_TNP_RECORD if on else 0))
 
     def hits(self, np: NativeProbe) -> int:
         return _Q.unpack(self.kernel.read(np.addr, 8))[0]
@@ -203,28 +211,25 @@ class NativeRecorder:
         return addr
 
     # ----------------------------------------------------------- the stage
-    def _cpu(self, cpu: int) -> int:
-        return self._cpus + cpu * self._cpu_size
-
     def take(self, cpu: int):
-        base = self._cpu(cpu)
-        used, has_last, last_ts, staged, count = _CPU.unpack(self.kernel.read(base, _CPU.size))
+        view = self._cpu[cpu]
+        used, has_last, last_ts, staged, count = _CPU.unpack_from(view)
         if not count:
             return None
-        data = self.kernel.read(base + self._stage_at, staged)
-        self.kernel.write(base + 16, bytes(8))          # staged = count = 0
+        start = self._stage_at
+        data = bytes(view[start:start + staged])
+        _STAGED.pack_into(view, _STAGED_AT, 0, 0)
         return (Chunk(data, count, self._decode), used, last_ts if has_last else None)
 
     def sync(self, cpu: int, used: int, last_ts: int | None) -> None:
-        self.kernel.write(self._cpu(cpu), _SYNC.pack(used, last_ts is not None, last_ts or 0))
+        _SYNC.pack_into(self._cpu[cpu], 0, used, last_ts is not None, last_ts or 0)
 
     def pending(self, cpu: int) -> bool:
-        return self.kernel.read(self._cpu(cpu) + 20, 4) != bytes(4)
+        return _STAGED.unpack_from(self._cpu[cpu], _STAGED_AT)[1] != 0
 
     def set_waiters(self, waiting: bool) -> None:
-        word = struct.pack("<I", 1 if waiting else 0)
-        for cpu in range(self.nr_cpus):
-            self.kernel.write(self._cpu(cpu) + _WAITERS_AT, word)
+        for view in self._cpu:
+            _U32.pack_into(view, _WAITERS_AT, 1 if waiting else 0)
 
     def _decode(self, data: bytes) -> list[tuple]:
         """Record tuples of staged entries: (ts, pid, flags, event, ip, 0, args)."""
@@ -261,5 +266,5 @@ class NativeRecorder:
 
     def _task_exit(self, _pid: int) -> None:
         # A new task may reuse the task_struct: make every CPU ask for the comm again.
-        for cpu in range(self.nr_cpus):
-            self.kernel.write(self._cpu(cpu) + _COMM_TASK_AT, bytes(8))
+        for view in self._cpu:
+            _Q.pack_into(view, _COMM_TASK_AT, 0)

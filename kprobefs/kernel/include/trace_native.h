@@ -26,6 +26,7 @@ enum tn_op {
 	TN_ST_MEM,	/* store `count` (0: one) kernel values of `size` bytes at val + param */
 	TN_ST_UMEM,	/* the same from user memory */
 	TN_BITFIELD,	/* stored value = ((v << lshift) & mask(size)) >> rshift */
+	TN_REG_RAW,	/* a whole argument, no TN_END: store `size` bytes of a register */
 };
 
 struct tn_insn {
@@ -73,7 +74,7 @@ struct tn_cpu {
 	u32 waiters;		/* a reader waits: wake it on each record */
 	u32 pad;
 	struct task_struct *comm_task;	/* the task whose comm the host saved last */
-	u8 stage[TN_STAGE_SIZE] __aligned(8);
+	u8 stage[TN_STAGE_SIZE + 8] __aligned(8);	/* + the slack of a last 8-byte store */
 };
 extern struct tn_cpu trace_native_cpu[NR_CPUS];
 extern u8 trace_native_arena[];

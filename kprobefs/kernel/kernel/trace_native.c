@@ -92,14 +92,12 @@ static int __kprobes fetch_load(unsigned long addr, int size, bool user, u64 *ou
 	}
 }
 
-static __always_inline void store_value(u8 *dst, u64 v, int size)
+/* Values are stored 8 bytes at a time, little-endian: the next value (or the record's
+ * padding, or the stage's slack) covers the bytes past `size`.  Fewer branches are
+ * what makes emulated code fast. */
+static __always_inline void store_value(u8 *dst, u64 v)
 {
-	switch (size) {
-	case 1: *dst = (u8)v; break;
-	case 2: *(u16 *)dst = (u16)v; break;
-	case 4: *(u32 *)dst = (u32)v; break;
-	default: *(u64 *)dst = v; break;
-	}
+	*(u64 *)dst = v;
 }
 
 static __always_inline u64 size_mask(int size)
@@ -115,7 +113,8 @@ static __always_inline u64 apply_bitfield(const struct tn_insn *bf, u64 v)
 /* Run one argument's program from *pc, storing at dst; returns the bytes stored and
  * leaves *pc past its TN_END.  A fault in a dereference stores zeroes, as the host's
  * interpreter does. */
-static u32 __kprobes run_fetch(const struct tn_insn **pc, struct pt_regs *regs, u8 *dst)
+static __always_inline u32 run_fetch(const struct tn_insn **pc, struct pt_regs *regs,
+				     u8 *dst)
 {
 	const struct tn_insn *insn = *pc, *store, *bf = NULL;
 	unsigned long sp, addr;
@@ -160,7 +159,7 @@ static u32 __kprobes run_fetch(const struct tn_insn **pc, struct pt_regs *regs, 
 		}
 		if (bf && !fault)
 			v = apply_bitfield(bf, v);
-		store_value(dst + i * size, v, size);
+		store_value(dst + i * size, v);
 	}
 	return n * size;
 }
@@ -207,8 +206,15 @@ void __kprobes trace_native_probe(struct trace_native_probe *tp, struct pt_regs 
 	dst = e->data;
 	*(u64 *)dst = tp->ip;
 	dst += 8;
-	for (pc = tp->insns; pc->op != TN_END;)
-		dst += run_fetch(&pc, regs, dst);
+	for (pc = tp->insns; pc->op != TN_END;) {
+		if (likely(pc->op == TN_REG_RAW)) {
+			store_value(dst, *(u64 *)((char *)regs + pc->param));
+			dst += pc->size;
+			pc++;
+		} else {
+			dst += run_fetch(&pc, regs, dst);
+		}
+	}
 	c->staged += size;
 	c->count++;
 	c->used += acct;
