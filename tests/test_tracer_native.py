@@ -38,6 +38,9 @@ EVENTS = (
     "p:ent vfs_read file=%di a2=$arg2 a3=$arg3:u32 a4=+0($arg4):s64 a7=$arg7 "
     "s0=$stack0:symbol sp=$stack ip=%ip:symbol\n"
     "p:entopen do_sys_openat2 dfd=$arg1:s32 path0=+u0($arg2):x8 how=+0($arg3):x64\n"
+    # Strings: user and kernel memory, faults, the comm, immediates.
+    "p:strs getname+5 up=+0(%di):ustring kp=+0(%di):string c=$comm hi=\\\"hello_there\" "
+    "ban=@linux_proc_banner:string n=%di:x32 u2=+u0(%di):ustring bad=+0(%ax):string\n"
 )
 
 
@@ -82,7 +85,7 @@ def test_kernel_records_equal_host_records():
     native, host = traced(True), traced(False)
     for kernel, tracer, _root in (native, host):
         listing = kernel.kprobes.list_text()
-        assert listing.count("[OPTIMIZED]") == 3 and listing.count("[FTRACE]") == 2
+        assert listing.count("[OPTIMIZED]") == 4 and listing.count("[FTRACE]") == 2
     # The native tracer's probes ran no host code: every hit was recorded in the kernel.
     assert all(tp.nhit == 0 and native[1].hits(tp) > 0 for tp in native[1].probes)
     assert all(tp.native is None and tp.nhit > 0 for tp in host[1].probes)
@@ -102,6 +105,11 @@ def test_kernel_records_equal_host_records():
                      r"upath=0x[0-9a-f]+ path0=0x2f ", text), text    # '/'
     assert re.search(r"entopen: \(do_sys_openat2\+0x0/0x[0-9a-f]+\) dfd=-100 "
                      r"path0=0x2f ", text), text
+    assert re.search(r'strs: \(getname\+0x5/0x[0-9a-f]+\) up="/tmp/hello" kp=\(fault\) '
+                     r'c="native" hi="hello_there" ban="%s version %s \(kprobefs@emulator\) '
+                     r'\(gcc .*?\n" n=0x[0-9a-f]+ u2="/tmp/hello" bad=\(fault\)$', text,
+                     re.M | re.S), text
+    assert 'up=(fault) kp=(fault) c="native"' in text            # openat(0x10)
     assert re.search(r"ent: \(vfs_read\+0x0/0x[0-9a-f]+\) file=0x[0-9a-f]+ a2=0x[0-9a-f]+ "
                      r"a3=25 a4=0 a7=0x[0-9a-f]+ s0=ksys_read\+0x[0-9a-f]+/0x[0-9a-f]+ "
                      r"sp=0x[0-9a-f]+ ip=vfs_read\+0x1/0x[0-9a-f]+$", text, re.M), text
@@ -234,9 +242,30 @@ def test_comm_of_each_task_is_saved():
     assert all(tp.nhit == 0 for tp in tracer.probes)
 
 
-def test_strings_and_return_probes_stay_with_the_host():
+def test_an_event_larger_than_a_page_is_dropped():
+    """As Linux drops an event no ring-buffer page can hold (the kernel's recorder
+    and the host's alike)."""
+    path = "/tmp/" + "p" * 2500
+    for native in (True, False):
+        kernel, tracer, root = make(native)
+        write(root, "kprobe_events", "p:one getname+5 a=+0(%di):ustring\n"
+              "p:two do_sys_openat2+5 a=+0(%si):ustring b=+0(%si):ustring\n")
+        write(root, "events/enable", "1")
+        kernel.wait_for_kprobe_optimizer()
+        t = kernel.spawn("long")
+        kernel.syscall(t, "openat", AT_FDCWD, path, O_CREAT | O_RDWR, 0o644)
+        text = read(root, "trace")
+        assert f'one: (getname+0x5/' in text and f'a="{path}"' in text
+        assert " two: " not in text
+        one, two = tracer.probes
+        assert tracer.hits(one) == tracer.hits(two) == 1
+        assert (one.native is not None) == (two.native is not None) == native
+        assert one.nhit == two.nhit == (0 if native else 1)     # native: no host code
+
+
+def test_symbol_strings_and_return_probes_stay_with_the_host():
     kernel, tracer, root = make(True)
-    write(root, "kprobe_events", "p:s vfs_write+5 c=$comm\nr:r vfs_read rv=$retval\n"
+    write(root, "kprobe_events", "p:s vfs_write+5 c=$stack0:symstr\nr:r vfs_read rv=$retval\n"
           "p:n vfs_read+5 n=%dx\n")
     s, r, n = tracer.probes
     assert s.native is None and r.native is None and n.native is not None
@@ -244,5 +273,5 @@ def test_strings_and_return_probes_stay_with_the_host():
     kernel.wait_for_kprobe_optimizer()
     workload(kernel)
     text = read(root, "trace")
-    assert 's: (vfs_write+0x5/' in text and 'c="native"' in text and " r: (" in text
+    assert 's: (vfs_write+0x5/' in text and 'c="ksys_write+' in text and " r: (" in text
     assert s.nhit == 1 and r.nhit == 3 and n.nhit == 0 and tracer.hits(n) == 3

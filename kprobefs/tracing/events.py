@@ -46,7 +46,7 @@ from kprobefs.tracing.parser import (
     split_commands, split_words,
 )
 from kprobefs.tracing.native import NativeRecorder
-from kprobefs.tracing.ring_buffer import RingBuffer
+from kprobefs.tracing.ring_buffer import PAGE_DATA_SIZE, RingBuffer
 from kprobefs.tracing.synth import SYNTH_SYSTEM, SynthEvent, is_good_name, parse_synth_fields
 
 __all__ = [
@@ -320,6 +320,9 @@ class _HitContext:
 
 
 _FAST_FLAGS = _KPROBE_FLAG_FTRACE | _KPROBE_FLAG_OPTIMIZED
+#: The largest event payload (common fields included) a ring-buffer page holds, with
+#: its 4-byte header and length word (BUF_MAX_DATA_SIZE); a larger event is dropped.
+MAX_EVENT_PAYLOAD = PAGE_DATA_SIZE - 8
 #: Trace clocks the host keeps itself (the kernel's recorder stamps with the TSC clock).
 _HOST_CLOCKS = ("counter", "uptime")
 _FAST_REGS = {FetchReg: lambda insn: insn.name,
@@ -394,6 +397,7 @@ class TraceProbe:
     nhit: int = 0                 # hits the host's handler saw
     address: int = 0
     native: Any = None            # its struct trace_native_probe (NativeProbe), if any
+    native_missed: int = 0        # misses of native probes it had before
 
     def definition(self) -> str:
         """The kprobe_events read-back line.  As in 6.1, a registered return probe shows
@@ -407,14 +411,15 @@ class TraceProbe:
 
     @property
     def nmissed(self) -> int:
-        """Return kprobe misses plus kretprobe instance shortages."""
+        """Return kprobe misses plus kretprobe instance shortages (and misses of the
+        kernel recorder's probes this one had)."""
         obj = self.engine_probe
         if obj is None:
-            return 0
+            return self.native_missed
         if self.spec.is_return:
             kp = getattr(obj, "kp", None)
             return int(getattr(kp, "nmissed", 0) or 0) + int(getattr(obj, "nmissed", 0) or 0)
-        return int(getattr(obj, "nmissed", 0) or 0)
+        return int(getattr(obj, "nmissed", 0) or 0) + self.native_missed
 
     @property
     def entry_kprobe(self):
@@ -1011,14 +1016,20 @@ class Tracer:
     def profile_text(self) -> str:
         """Return kprobe_profile: event name, hits and misses per probe."""
         with self.lock:
-            return "".join(f"  {tp.event.name:<44s} {self.hits(tp):15d} {tp.nmissed:15d}\n"
-                           for tp in self.probes)
+            return "".join(f"  {tp.event.name:<44s} {self.hits(tp):15d} "
+                           f"{self.misses(tp):15d}\n" for tp in self.probes)
 
     def hits(self, tp: TraceProbe) -> int:
         """Return tp's hits: the host's handler's and the kernel recorder's."""
         if tp.native is None:
             return tp.nhit
         return tp.nhit + self.native.hits(tp.native)
+
+    def misses(self, tp: TraceProbe) -> int:
+        """Return tp's misses: the engine's, and nested hits the recorder skipped."""
+        if tp.native is None:
+            return tp.nmissed
+        return tp.nmissed + self.native.misses(tp.native)
 
     def events_newest_first(self) -> list[TraceEvent]:
         """Return the events in the kernel's list order (newest first)."""
@@ -1269,6 +1280,7 @@ class Tracer:
     def _native_free(self, tp: TraceProbe) -> None:
         if tp.native is not None:
             tp.nhit += self.native.hits(tp.native)
+            tp.native_missed += self.native.misses(tp.native)
             self.native.free_probe(tp.native)
             tp.native = None
             kp = tp.engine_probe
@@ -1351,6 +1363,8 @@ class Tracer:
             elif programs:
                 args = encode_args(programs, _HitContext(kernel, regs, ri, symbols),
                                    is_return=is_return)
+                if head_size + len(args) > MAX_EVENT_PAYLOAD:
+                    return          # no ring-buffer page holds it: Linux drops it too
             else:
                 args = b""
             pid = kernel.current_pid()

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .fetch import (
-    KPROBE_HEADER_SIZE, Deref, FetchArg, FetchImm, FetchProgram, FetchReg, FetchStack,
-    FetchStackPointer, FetchSymbol, LoopArray, ModBitfield, StoreMem, StoreRaw,
+    Deref, FetchArg, FetchComm, FetchData, FetchImm, FetchProgram, FetchReg, FetchStack,
+    FetchStackPointer, FetchSymbol, LoopArray, ModBitfield, StoreMem, StoreRaw, StoreString,
 )
-from .ring_buffer import Chunk, event_size
+from .ring_buffer import Chunk
 
 __all__ = ["NativeRecorder", "NativeProbe", "encode_programs", "PT_REGS_FIELDS"]
 
@@ -39,13 +39,13 @@ _ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
 
 # enum tn_op
 (_END, _REG, _IMM, _STACK, _DEREF, _UDEREF, _ST_RAW, _ST_MEM, _ST_UMEM, _BITFIELD,
- _REG_RAW) = range(11)
+ _REG_RAW, _ST_STRING, _ST_USTRING, _COMM, _DATA) = range(15)
 _TNP_RECORD = 1
 
 _INSN = struct.Struct("<BBBBIq")            # struct tn_insn
-_PROBE = struct.Struct("<QIHBxQII")         # struct trace_native_probe, before insns
-_FLAGS_AT = 8                               # offsetof(struct trace_native_probe, flags)
-_ENTRY = struct.Struct("<QiHBxI4x")         # struct tn_entry
+_PROBE = struct.Struct("<QQIHBxQI4x")       # struct trace_native_probe, before insns
+_MISSED_AT, _FLAGS_AT = 8, 16
+_ENTRY = struct.Struct("<QiHBxII")          # struct tn_entry
 _CPU = struct.Struct("<IIQII")              # struct tn_cpu: used .. count
 _SYNC = struct.Struct("<IIQ")               # struct tn_cpu: used, has_last, last_ts
 _STAGED = struct.Struct("<II")              # struct tn_cpu: staged, count
@@ -61,11 +61,18 @@ def _signed(value: int) -> int:
 
 
 def _encode_program(program: FetchProgram) -> list[tuple] | None:
-    """The tn_insn tuples of one argument (ended by TN_END, unless it is the single
-    TN_REG_RAW), or None if the kernel's recorder cannot run it."""
+    """The tn_insn tuples of one argument (ended by TN_END, unless it is a single
+    TN_REG_RAW, TN_COMM or TN_DATA), or None if the kernel's recorder cannot run it.
+    TN_DATA's bytes come as a seventh item; the caller places them."""
     insns = program.insns
     source = insns[0]
     kind = type(source)
+    if program.count and program.is_dynamic:
+        return None                 # string arrays
+    if kind is FetchComm:
+        return [(_COMM, 0, 0, 0, 0, 0)]
+    if kind is FetchData:
+        return [(_DATA, 0, 0, 0, len(source.data), 0, source.data)]
     if kind is FetchReg and source.name in _REG_OFFSET:
         out = [(_REG, 0, 0, 0, 0, _REG_OFFSET[source.name])]
     elif kind is FetchArg:
@@ -82,7 +89,7 @@ def _encode_program(program: FetchProgram) -> list[tuple] | None:
     elif kind is FetchSymbol:
         out = [(_IMM, 0, 0, 0, 0, _signed(source.address))]
     else:
-        return None     # $retval and ra (return probes), $comm and \"imm" (strings)
+        return None                 # $retval and ra: return probes
     for insn in insns[1:]:
         kind = type(insn)
         if kind is Deref:
@@ -92,12 +99,15 @@ def _encode_program(program: FetchProgram) -> list[tuple] | None:
         elif kind is StoreMem:
             out.append((_ST_UMEM if insn.user else _ST_MEM, insn.size, 0, 0, program.count,
                         _signed(insn.offset)))
+        elif kind is StoreString and insn.kind != "symstr":
+            out.append((_ST_USTRING if insn.kind == "ustring" else _ST_STRING, 4, 0, 0, 0,
+                        _signed(insn.offset)))
         elif kind is ModBitfield:
             out.append((_BITFIELD, insn.basesize, insn.lshift, insn.rshift, 0, 0))
         elif kind is LoopArray:
             continue                # the store carries the count
         else:
-            return None             # strings
+            return None             # symstr: symbol names are the host's
     if len(out) == 2 and out[0][0] == _REG and out[1][0] == _ST_RAW:
         # The common %reg[:type]: one instruction the recorder runs without a loop.
         return [(_REG_RAW, out[1][1], 0, 0, 0, out[0][5])]
@@ -105,10 +115,10 @@ def _encode_program(program: FetchProgram) -> list[tuple] | None:
     return out
 
 
-def encode_programs(programs: Sequence[FetchProgram]) -> bytes | None:
-    """Return the ``insns`` of a struct trace_native_probe for ``programs``: each
-    argument's instructions, then TN_END.  ``None`` when an
-    argument needs the host's interpreter."""
+def encode_programs(programs: Sequence[FetchProgram], at: int) -> bytes | None:
+    """Return what follows the header of a struct trace_native_probe placed at ``at``
+    for ``programs``: each argument's instructions, TN_END, then the bytes of immediate
+    strings.  ``None`` when an argument needs the host's interpreter."""
     out = []
     for program in programs:
         code = _encode_program(program)
@@ -116,7 +126,15 @@ def encode_programs(programs: Sequence[FetchProgram]) -> bytes | None:
             return None
         out.extend(code)
     out.append((_END, 0, 0, 0, 0, 0))
-    return b"".join(_INSN.pack(*insn) for insn in out)
+    data = at + _PROBE.size + _INSN.size * len(out)
+    insns, blobs = [], []
+    for insn in out:
+        if len(insn) == 7:          # TN_DATA: point at its bytes, after the program
+            insn = insn[:5] + (_signed(data),)
+            blobs.append(out[len(insns)][6])
+            data += len(blobs[-1])
+        insns.append(_INSN.pack(*insn))
+    return b"".join(insns) + b"".join(blobs)
 
 
 @dataclass(eq=False)
@@ -156,8 +174,6 @@ class NativeRecorder:
         self._free: dict[int, list[int]] = {}
         self._save_comm = save_comm
         self._event_of = event_of
-        self._args_size: dict[int, int] = {}
-        self.nr_cpus = kernel.nr_cpus
         self.buffer = None
         kernel.add_hypercall(HC.TRACE_COMM, self._hc_comm)
         kernel.add_hypercall(HC.TRACE_PAGE_FULL, self._hc_page_full)
@@ -175,20 +191,17 @@ class NativeRecorder:
     def new_probe(self, event_id: int, ip: int, programs: Sequence[FetchProgram],
                   args_size: int) -> NativeProbe | None:
         """Write a struct trace_native_probe for a kprobe at ``ip`` recording
-        ``programs`` (``args_size`` fixed bytes).  ``None`` if an argument needs the
-        host's interpreter or the arena is full."""
-        insns = encode_programs(programs)
-        if insns is None:
+        ``programs`` (``args_size`` bytes of fixed part).  ``None`` if an argument needs
+        the host's interpreter or the arena is full."""
+        body = encode_programs(programs, 0)
+        if body is None:
             return None
-        size = -(-(_PROBE.size + len(insns)) // _ARENA_UNIT) * _ARENA_UNIT
+        size = -(-(_PROBE.size + len(body)) // _ARENA_UNIT) * _ARENA_UNIT
         addr = self._alloc(size)
         if addr is None:
             return None
-        data_size = 8 + args_size
-        acct = event_size(KPROBE_HEADER_SIZE + args_size)
-        self.kernel.write(addr, _PROBE.pack(0, 0, event_id & 0xFFFF, 0, ip, data_size, acct)
-                          + insns)
-        self._args_size[event_id & 0xFFFF] = args_size
+        header = _PROBE.pack(0, 0, 0, event_id & 0xFFFF, 0, ip, 8 + args_size)
+        self.kernel.write(addr, header + encode_programs(programs, addr))
         return NativeProbe(addr, size, ip)
 
     def free_probe(self, np: NativeProbe) -> None:
@@ -200,6 +213,9 @@ class NativeRecorder:
 
     def hits(self, np: NativeProbe) -> int:
         return _Q.unpack(self.kernel.read(np.addr, 8))[0]
+
+    def misses(self, np: NativeProbe) -> int:
+        return _Q.unpack(self.kernel.read(np.addr + _MISSED_AT, 8))[0]
 
     def _alloc(self, size: int) -> int | None:
         free = self._free.get(size)
@@ -236,14 +252,14 @@ class NativeRecorder:
         out = []
         offset, end = 0, len(data)
         unpack, q = _ENTRY.unpack_from, _Q.unpack_from
-        event_of, args_size = self._event_of, self._args_size
+        event_of = self._event_of
         while offset < end:
-            ts, pid, type_, flags, size = unpack(data, offset)
+            ts, pid, type_, flags, size, length = unpack(data, offset)
             event = event_of(type_)
             if event is not None:
-                start = offset + _ENTRY.size + 8
-                out.append((ts, pid, flags, event, q(data, offset + _ENTRY.size)[0], 0,
-                            data[start:start + args_size[type_]]))
+                start = offset + _ENTRY.size
+                out.append((ts, pid, flags, event, q(data, start)[0], 0,
+                            data[start + 8:start + length]))
             offset += size
         return out
 

@@ -27,6 +27,10 @@ enum tn_op {
 	TN_ST_UMEM,	/* the same from user memory */
 	TN_BITFIELD,	/* stored value = ((v << lshift) & mask(size)) >> rshift */
 	TN_REG_RAW,	/* a whole argument, no TN_END: store `size` bytes of a register */
+	TN_ST_STRING,	/* store the kernel string at val + param (a __data_loc) */
+	TN_ST_USTRING,	/* the same from user memory */
+	TN_COMM,	/* a whole argument, no TN_END: the task's comm, as a string */
+	TN_DATA,	/* a whole argument, no TN_END: `count` bytes at param, as a string */
 };
 
 struct tn_insn {
@@ -39,13 +43,13 @@ struct tn_insn {
 
 struct trace_native_probe {
 	u64 nhit;		/* every hit, for kprobe_profile */
+	u64 nmissed;		/* hits while this CPU was already recording (a nested hit) */
 	u32 flags;		/* TNP_* */
 	u16 type;		/* the event id */
 	u8 trace_flags;		/* the irqs-off/need-resched column */
 	u8 pad;
 	u64 ip;			/* __probe_ip */
-	u32 data_size;		/* bytes of record data: __probe_ip and the fixed args */
-	u32 acct;		/* ring-buffer bytes of the event, time extend excluded */
+	u32 data_size;		/* bytes of __probe_ip and the fixed part of the args */
 	struct tn_insn insns[];	/* one program per argument, each ended by TN_END */
 };
 
@@ -57,12 +61,17 @@ struct tn_entry {
 	u8 flags;
 	u8 pad;
 	u32 size;		/* bytes of this entry, header included, a multiple of 8 */
-	u32 pad2;
-	u8 data[];
+	u32 len;		/* bytes of data */
+	u8 data[];		/* __probe_ip, the fixed part of the args, their strings */
 };
 
 #define TN_PAGE_DATA 4080	/* data bytes of a ring-buffer page */
-#define TN_STAGE_SIZE 16384	/* more than a page of the smallest records */
+/* The largest record data: an event's payload (8 bytes of common fields, then the
+ * data) fits a page with its header and length word, or Linux drops the event. */
+#define TN_DATA_MAX (TN_PAGE_DATA - 8 - 8)
+/* A page of the smallest records takes at most 1.6 pages here (32 bytes staged for 20
+ * accounted); then the largest record must fit too. */
+#define TN_STAGE_SIZE 16384
 #define TN_TS_DELTA_MAX (1UL << 27)
 
 struct tn_cpu {
@@ -72,7 +81,7 @@ struct tn_cpu {
 	u32 staged;		/* bytes in stage[] */
 	u32 count;		/* records in stage[] */
 	u32 waiters;		/* a reader waits: wake it on each record */
-	u32 pad;
+	u32 busy;		/* recording now: a nested hit is missed, as kprobe_running() */
 	struct task_struct *comm_task;	/* the task whose comm the host saved last */
 	u8 stage[TN_STAGE_SIZE + 8] __aligned(8);	/* + the slack of a last 8-byte store */
 };

@@ -110,11 +110,90 @@ static __always_inline u64 apply_bitfield(const struct tn_insn *bf, u64 v)
 	return ((v << bf->lshift) & size_mask(bf->size)) >> bf->rshift;
 }
 
-/* Run one argument's program from *pc, storing at dst; returns the bytes stored and
- * leaves *pc past its TN_END.  A fault in a dereference stores zeroes, as the host's
- * interpreter does. */
-static __always_inline u32 run_fetch(const struct tn_insn **pc, struct pt_regs *regs,
-				     u8 *dst)
+/* Where a record is being written: the fixed part's cursor, the dynamic data's (strings),
+ * where a __data_loc says the dynamic data is (counted from the record's start, the 8
+ * bytes of common fields included), and how far the record may grow. */
+struct tn_rec {
+	u8 *fixed;
+	u8 *dyn;
+	u32 dyn_loc;
+	u8 *limit;
+};
+
+#define TN_STRING_MAX 4096	/* a string's bytes, its NUL included (PATH_MAX) */
+#define TN_TOO_BIG 1
+
+/* Append a string's bytes and its NUL to the dynamic data and store its __data_loc;
+ * a fault stores an empty one ("(fault)").  TN_TOO_BIG if the record would outgrow a
+ * ring-buffer page (Linux drops such an event). */
+static int __kprobes store_string(struct tn_rec *r, unsigned long addr, bool user,
+				  bool fault)
+{
+	u8 *start = r->dyn, *out = start;
+	u32 len;
+	u64 c = 0;
+
+	if (!fault && (user ? addr >= TASK_SIZE_MAX : addr < TN_KERNEL_MIN || !canonical(addr)))
+		fault = true;
+	while (!fault) {
+		if (out - start == TN_STRING_MAX - 1)
+			break;
+		if (out == r->limit)
+			return TN_TOO_BIG;
+		if (fetch_load(addr++, 1, user, &c))
+			fault = true;
+		else if (!c)
+			break;
+		else
+			*out++ = (u8)c;
+	}
+	if (fault) {
+		*(u32 *)r->fixed = r->dyn_loc;
+		r->fixed += 4;
+		return 0;
+	}
+	if (out == r->limit)
+		return TN_TOO_BIG;
+	*out++ = 0;
+	len = out - start;
+	*(u32 *)r->fixed = len << 16 | r->dyn_loc;
+	r->fixed += 4;
+	r->dyn = out;
+	r->dyn_loc += len;
+	return 0;
+}
+
+static __always_inline u32 comm_len(const struct task_struct *task)
+{
+	u32 n = 0;
+
+	while (n < TASK_COMM_LEN - 1 && task->comm[n])
+		n++;
+	return n;
+}
+
+/* Append `len` known bytes ($comm, an immediate string) as a string argument. */
+static int __kprobes store_bytes(struct tn_rec *r, const u8 *src, u32 len)
+{
+	u32 i;
+
+	if (r->dyn + len + 1 > r->limit)
+		return TN_TOO_BIG;
+	for (i = 0; i < len; i++)
+		r->dyn[i] = src[i];
+	r->dyn[len] = 0;
+	*(u32 *)r->fixed = (len + 1) << 16 | r->dyn_loc;
+	r->fixed += 4;
+	r->dyn += len + 1;
+	r->dyn_loc += len + 1;
+	return 0;
+}
+
+/* Run one argument's program from *pc into r and leave *pc past its TN_END.  A fault
+ * in a dereference stores zeroes (a string: an empty one), as the host's interpreter
+ * does. */
+static __always_inline int run_fetch(const struct tn_insn **pc, struct pt_regs *regs,
+				     struct tn_rec *r)
 {
 	const struct tn_insn *insn = *pc, *store, *bf = NULL;
 	unsigned long sp, addr;
@@ -146,6 +225,8 @@ static __always_inline u32 run_fetch(const struct tn_insn **pc, struct pt_regs *
 		bf = insn++;
 	*pc = insn + 1;		/* past TN_END */
 
+	if (store->op == TN_ST_STRING || store->op == TN_ST_USTRING)
+		return store_string(r, val + store->param, store->op == TN_ST_USTRING, fault);
 	size = store->size;
 	n = store->op == TN_ST_RAW || !store->count ? 1 : store->count;
 	for (i = 0; i < n; i++) {
@@ -159,62 +240,86 @@ static __always_inline u32 run_fetch(const struct tn_insn **pc, struct pt_regs *
 		}
 		if (bf && !fault)
 			v = apply_bitfield(bf, v);
-		store_value(dst + i * size, v);
+		store_value(r->fixed + i * size, v);
 	}
-	return n * size;
+	r->fixed += n * size;
+	return 0;
 }
 
-/* The pre-handler of a natively recorded kprobe event. */
-void __kprobes trace_native_probe(struct trace_native_probe *tp, struct pt_regs *regs)
+/* Write the data of tp's record at data: __probe_ip, the arguments, their strings.
+ * Returns its length, or -1 when it would outgrow a ring-buffer page. */
+static __always_inline int write_data(struct trace_native_probe *tp, struct pt_regs *regs,
+				      struct task_struct *task, u8 *data)
 {
-	int cpu = smp_processor_id();
-	struct tn_cpu *c = &trace_native_cpu[cpu];
 	const struct tn_insn *pc;
+	struct tn_rec r = {
+		.fixed = data + 8,
+		.dyn = data + tp->data_size,
+		.dyn_loc = 8 + tp->data_size,
+		.limit = data + TN_DATA_MAX,
+	};
+	int err = 0;
+
+	*(u64 *)data = tp->ip;
+	for (pc = tp->insns; pc->op != TN_END && !err;) {
+		if (likely(pc->op == TN_REG_RAW)) {
+			store_value(r.fixed, *(u64 *)((char *)regs + pc->param));
+			r.fixed += pc->size;
+		} else if (pc->op == TN_COMM) {
+			err = store_bytes(&r, (const u8 *)task->comm, comm_len(task));
+		} else if (pc->op == TN_DATA) {
+			err = store_bytes(&r, (const u8 *)pc->param, pc->count);
+		} else {
+			err = run_fetch(&pc, regs, &r);
+			continue;
+		}
+		pc++;
+	}
+	return err ? -1 : r.dyn - data;
+}
+
+/* Stage one record of tp's event on this CPU. */
+static __always_inline void record(struct trace_native_probe *tp, struct pt_regs *regs,
+			     struct tn_cpu *c, int cpu)
+{
 	struct task_struct *task = current;
 	struct tn_entry *e;
-	u32 acct, size;
-	u8 *dst;
+	u32 acct, payload, size;
+	int len;
 	u64 ts;
 
-	tp->nhit++;
-	if (!(READ_ONCE(tp->flags) & TNP_RECORD))
-		return;
 	if (unlikely(c->comm_task != task)) {
 		/* The host keeps saved_cmdlines: tell it once per task change. */
 		hypercall(HC_TRACE_COMM, cpu, 0, 0, 0);
 		c->comm_task = task;
 	}
 	ts = trace_clock_local();
-	size = sizeof(*e) + ALIGN(tp->data_size, 8);
 	for (;;) {
-		acct = tp->acct;
+		/* A page of records never fills the stage, so there is always room for the
+		 * largest record after the staged ones (the check is only a safeguard). */
+		e = (struct tn_entry *)(c->stage + c->staged);
+		len = c->staged + sizeof(*e) + TN_DATA_MAX <= TN_STAGE_SIZE ?
+			write_data(tp, regs, task, e->data) : 0;
+		if (len < 0)
+			return;
+		payload = ALIGN(8 + len, 4);	/* the common fields, then the data */
+		acct = 4 + payload + (payload > 112 ? 4 : 0);
 		if (c->has_last && ts - c->last_ts >= TN_TS_DELTA_MAX)
 			acct += 8;
-		if (c->used + acct <= TN_PAGE_DATA && c->staged + size <= TN_STAGE_SIZE)
+		if (len && c->used + acct <= TN_PAGE_DATA)
 			break;
 		/* The open page is full: the host takes it and opens the next one, or
 		 * (overwrite off, buffer full) drops this event. */
 		if (!hypercall(HC_TRACE_PAGE_FULL, cpu, 0, 0, 0))
 			return;
 	}
-	e = (struct tn_entry *)(c->stage + c->staged);
+	size = sizeof(*e) + ALIGN(len, 8);
 	e->ts = ts;
 	e->pid = task->pid;
 	e->type = tp->type;
 	e->flags = tp->trace_flags;
 	e->size = size;
-	dst = e->data;
-	*(u64 *)dst = tp->ip;
-	dst += 8;
-	for (pc = tp->insns; pc->op != TN_END;) {
-		if (likely(pc->op == TN_REG_RAW)) {
-			store_value(dst, *(u64 *)((char *)regs + pc->param));
-			dst += pc->size;
-			pc++;
-		} else {
-			dst += run_fetch(&pc, regs, dst);
-		}
-	}
+	e->len = len;
 	c->staged += size;
 	c->count++;
 	c->used += acct;
@@ -222,4 +327,23 @@ void __kprobes trace_native_probe(struct trace_native_probe *tp, struct pt_regs 
 	c->has_last = 1;
 	if (unlikely(READ_ONCE(c->waiters)))
 		hypercall(HC_TRACE_WAKE, cpu, 0, 0, 0);
+}
+
+/* The pre-handler of a natively recorded kprobe event. */
+void __kprobes trace_native_probe(struct trace_native_probe *tp, struct pt_regs *regs)
+{
+	int cpu = smp_processor_id();
+	struct tn_cpu *c = &trace_native_cpu[cpu];
+
+	tp->nhit++;
+	if (!(READ_ONCE(tp->flags) & TNP_RECORD))
+		return;
+	if (unlikely(c->busy)) {
+		/* A probe hit inside the recorder (in a fault it took, say). */
+		tp->nmissed++;
+		return;
+	}
+	c->busy = 1;
+	record(tp, regs, c, cpu);
+	c->busy = 0;
 }
