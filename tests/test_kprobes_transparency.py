@@ -129,3 +129,45 @@ def test_probes_change_nothing(baseline, boundaries, mode):
         assert sum(hits[a] == indep[a] for a in hit) > 0.9 * len(hit)
     else:
         assert {a: hits[a] for a in registered} == {a: indep[a] for a in registered}
+
+
+def test_events_recorded_in_the_kernel_change_nothing(baseline, boundaries):
+    """kprobe events on the sample, recorded by the kernel's own recorder (native
+    detours and ftrace trampolines that save and restore every register and the flags,
+    fetches that fault and are fixed up): the workload sees no difference, and each
+    event's hit count equals the independent count."""
+    from kprobefs.tracing import Tracer
+
+    rng = random.Random(f"{SEED}-native")
+    sample = rng.sample([a for a, _ in boundaries], SAMPLE)
+    args = "a=%di b=%si:u32 c=+8(%sp):x16 d=$stack2 e=+0(%di):u8 f=+u0(%si):x8 " \
+           "g=+0(%di):string h=$comm"
+
+    def define(kernel):
+        kernel.FAST_HOOK_BUDGET = 10 * SAMPLE
+        tracer = Tracer(kernel.kprobes, kernel)
+        root = tracer.tracefs_root()
+        indep = collections.Counter()
+        defined = []
+        for i, addr in enumerate(sample):
+            try:
+                tracer.run_commands(f"p:t{i} {addr:#x} {args}\n".encode())
+            except OSError:
+                continue                # refused like Linux (notrace, indirect jumps)
+            defined.append(addr)
+            kernel.hook_code(addr, addr, lambda k, a: indep.__setitem__(a, indep[a] + 1))
+        tracer.set_events_enabled(True, allow_none=True)
+        kernel.wait_for_kprobe_optimizer()
+        return tracer, root, indep, defined
+
+    kernel, results, st, (tracer, root, indep, defined) = run_workload(define)
+    assert kernel.panicked is None
+    assert len(defined) > SAMPLE // 4
+    assert results == baseline[0]
+    assert st == baseline[1]
+    hits = {tp.address: tracer.hits(tp) for tp in tracer.probes}
+    assert hits == {a: indep[a] for a in defined}
+    native = [tp for tp in tracer.probes if tp.nhit == 0 and tracer.hits(tp)]
+    assert len(native) > 10, "most hit events should have been recorded in the kernel"
+    in_buffer, written = tracer.buffer.counts()
+    assert written == sum(hits.values())
