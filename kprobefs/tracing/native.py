@@ -49,7 +49,7 @@ _ENTRY = struct.Struct("<QiHBxII")          # struct tn_entry
 _CPU = struct.Struct("<IIQII")              # struct tn_cpu: used .. count
 _SYNC = struct.Struct("<IIQ")               # struct tn_cpu: used, has_last, last_ts
 _STAGED = struct.Struct("<II")              # struct tn_cpu: staged, count
-_STAGED_AT, _WAITERS_AT, _COMM_TASK_AT = 16, 24, 32
+_STAGED_AT, _COUNT_AT, _WAITERS_AT, _COMM_TASK_AT = 16, 20, 24, 32
 _Q = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 _ARENA_UNIT = 64
@@ -229,9 +229,9 @@ class NativeRecorder:
     # ----------------------------------------------------------- the stage
     def take(self, cpu: int):
         view = self._cpu[cpu]
-        used, has_last, last_ts, staged, count = _CPU.unpack_from(view)
-        if not count:
+        if not _U32.unpack_from(view, _COUNT_AT)[0]:
             return None
+        used, has_last, last_ts, staged, count = _CPU.unpack_from(view)
         start = self._stage_at
         data = bytes(view[start:start + staged])
         _STAGED.pack_into(view, _STAGED_AT, 0, 0)
@@ -241,7 +241,7 @@ class NativeRecorder:
         _SYNC.pack_into(self._cpu[cpu], 0, used, last_ts is not None, last_ts or 0)
 
     def pending(self, cpu: int) -> bool:
-        return _STAGED.unpack_from(self._cpu[cpu], _STAGED_AT)[1] != 0
+        return _U32.unpack_from(self._cpu[cpu], _COUNT_AT)[0] != 0
 
     def set_waiters(self, waiting: bool) -> None:
         for view in self._cpu:

@@ -303,13 +303,16 @@ class RingBuffer:
         """Store ``record`` (payload ``size`` bytes) on ``cpu``; False if dropped."""
         size = (size + 3) & ~3
         size += 8 if size > _MAX_SMALL_DATA else 4
+        stage = self.stage
         with self.lock:
             buf = self.cpus[cpu]
-            if self.stage is not None:
-                self._absorb((buf,))
+            if stage is not None:
+                taken = stage.take(cpu)
+                if taken is not None:
+                    buf.add_chunk(*taken)
             stored = buf.write(record, size, self.overwrite)
-            if self.stage is not None:
-                self._sync((buf,))
+            if stage is not None:
+                stage.sync(cpu, buf.used, buf.last_ts)
             if stored and self._waiters:
                 self._cond.notify_all()
         return stored
