@@ -275,3 +275,24 @@ def test_symbol_strings_and_return_probes_stay_with_the_host():
     text = read(root, "trace")
     assert 's: (vfs_write+0x5/' in text and 'c="ksys_write+' in text and " r: (" in text
     assert s.nhit == 1 and r.nhit == 3 and n.nhit == 0 and tracer.hits(n) == 3
+
+
+def test_kernel_and_host_records_share_one_clock():
+    """Records stamped by the kernel (rdtsc) and by the host (the same TSC) interleave
+    in the order they happened: ksys_read's entry (host: it has a filter) before
+    vfs_read+5 (kernel), read after read."""
+    kernel, tracer, root = make(True, cpus=1)
+    write(root, "kprobe_events", "p:outer ksys_read fd=%di:s32\np:inner vfs_read+5\n")
+    write(root, "events/kprobes/outer/filter", "fd >= 0")
+    write(root, "events/enable", "1")
+    kernel.wait_for_kprobe_optimizer()
+    outer, inner = tracer.probes
+    t = kernel.spawn("order")
+    fd = kernel.syscall(t, "openat", AT_FDCWD, "/tmp/o", O_CREAT | O_RDWR, 0o644)
+    for _ in range(20):
+        kernel.syscall(t, "read", fd, UserBuffer(1), 1)
+    lines = [line for line in read(root, "trace").splitlines() if " order-" in line]
+    assert [line.split()[4] for line in lines] == ["outer:", "inner:"] * 20
+    stamps = [float(line.split()[3].rstrip(":")) for line in lines]
+    assert stamps == sorted(stamps)
+    assert outer.nhit == 20 and inner.nhit == 0 and tracer.hits(inner) == 20
