@@ -148,15 +148,16 @@ def _native_handler_of(kernel, tp):
 
 
 def test_host_only_features_switch_the_probe_to_the_host_path():
-    """A filter, stack traces or a host clock need the host: the probe's detour then
-    calls it; removing them gives the probe back to the kernel's recorder."""
+    """A glob filter, stack traces or a host clock need the host: the probe's detour
+    then calls it; removing them gives the probe back to the kernel's recorder."""
     kernel, tracer, root = make(True, cpus=1)
     write(root, "kprobe_events", "p:k kprobe_target_traced+5 a=%di\n")
     write(root, "events/kprobes/k/enable", "1")
     (tp,) = tracer.probes
     native = (tracer.native.handler, tp.native.addr)
     assert _native_handler_of(kernel, tp) == native
-    cases = (("events/kprobes/k/filter", "a >= 2", "0", ["0x2", "0x3"], "a=0x3"),
+    cases = (("events/kprobes/k/filter", 'comm ~ "*" && a >= 2', "0", ["0x2", "0x3"],
+              "a=0x3"),
              ("options/stacktrace", "1", "0", ["0x0", "0x1", "0x2", "0x3"], "=> "),
              ("trace_clock", "counter", "local", ["0x0", "0x1", "0x2", "0x3"], " 4: k: "))
     for path, on, off, values, sign in cases:
@@ -173,6 +174,41 @@ def test_host_only_features_switch_the_probe_to_the_host_path():
     hits = tracer.hits(tp)
     kernel.upcall("kprobe_bench_loop", 4, 1)
     assert tp.nhit == 12 and tracer.hits(tp) == hits + 4
+
+
+FILTERS = (      # (event, filter, records that pass)
+    ("rd", "count > 3 && count != 25", 1),
+    ("rd", "cnts <= 8 || first == 16", 3),
+    ("rd", "!(bits & 4) && common_pid > 1", 0),
+    ("rd", "!(bits & 2) && common_pid > 1", 3),
+    ("rd", "neg == -5 && cpu == 0 && count < 25", 2),
+    ("rd", 'comm == "native" && ncpu >= 2', 3),
+    ("rd", 'comm != "native" || count == 3', 1),
+    ("strs", 'up == "/tmp/hello"', 1),
+    ("strs", 'up != "/tmp/hello" && hi == "hello_there"', 1),
+    ("strs", 'kp == "" && c == "native"', 2),
+    ("op", "dfd < 0 && how & 0x2", 1),
+    ("ent", "a3 >= 8 && a4 == 0", 2),
+)
+
+
+@pytest.mark.parametrize("event,text,passing", FILTERS)
+def test_filters_run_in_the_kernel_as_in_the_host(event, text, passing):
+    """Numeric, string, comm and cpu predicates with && || ! are evaluated by the
+    kernel's recorder, with the host's results."""
+    runs = []
+    for native in (True, False):
+        kernel, tracer, root = make(native)
+        write(root, "kprobe_events", EVENTS)
+        write(root, f"events/kprobes/{event}/filter", text)
+        write(root, "events/enable", "1")
+        kernel.wait_for_kprobe_optimizer()
+        workload(kernel)
+        tp = next(tp for tp in tracer.probes if tp.event.name == event)
+        assert (tp.nhit == 0) == native
+        runs.append([line for line in body(read(root, "trace")) if f" {event}: " in line])
+    assert runs[0] == runs[1]
+    assert len(runs[0]) == passing
 
 
 def test_tracing_off_disable_and_a_second_probe():
@@ -279,11 +315,11 @@ def test_symbol_strings_and_return_probes_stay_with_the_host():
 
 def test_kernel_and_host_records_share_one_clock():
     """Records stamped by the kernel (rdtsc) and by the host (the same TSC) interleave
-    in the order they happened: ksys_read's entry (host: it has a filter) before
+    in the order they happened: ksys_read's entry (host: its filter is a glob) before
     vfs_read+5 (kernel), read after read."""
     kernel, tracer, root = make(True, cpus=1)
     write(root, "kprobe_events", "p:outer ksys_read fd=%di:s32\np:inner vfs_read+5\n")
-    write(root, "events/kprobes/outer/filter", "fd >= 0")
+    write(root, "events/kprobes/outer/filter", 'comm ~ "ord*"')     # a glob: the host
     write(root, "events/enable", "1")
     kernel.wait_for_kprobe_optimizer()
     outer, inner = tracer.probes

@@ -1291,8 +1291,9 @@ class Tracer:
 
     def _native_sync(self, probes: Iterable[TraceProbe]) -> None:
         """Point each probe's kprobe at the kernel's recorder when it can record the
-        event as things stand (no filter, no stack traces, the kernel's clock), else
-        at the host's handler; and tell the recorder whether the event records."""
+        event as things stand (a filter it can evaluate, no stack traces, the kernel's
+        clock), else at the host's handler; and tell the recorder whether the event
+        records, and its filter."""
         native = self.native
         if native is None:
             return
@@ -1303,7 +1304,9 @@ class Tracer:
                 continue
             event = tp.event
             native.set_recording(np, event.enabled and self.recording)
-            want = (native.handler, np.addr) if usable and event.filter is None else None
+            flt = event.filter
+            here = usable and native.set_filter(np, flt.program if flt is not None else None)
+            want = (native.handler, np.addr) if here else None
             if kp.native != want:
                 kp.native = want
                 if tp.registered:

@@ -36,6 +36,7 @@ __all__ = [
     "filter_fields",
     "FILTER_ERRORS",
     "MAX_FILTER_STR_VAL",
+    "as_field_type",
 ]
 
 MAX_FILTER_STR_VAL = 256          # longest string operand, NUL included
@@ -218,7 +219,7 @@ def _make_pred(r: _Resolved) -> _Pred:
     bits = field.size * 8
     if field.kind == "cpu":
         # the kernel compares the CPU number as an int
-        target = _as_type(value, 32, True)
+        target = as_field_type(value, 32, True)
 
         def read(rec, cpu):
             return cpu
@@ -234,7 +235,7 @@ def _make_pred(r: _Resolved) -> _Pred:
 
         def read(rec, cpu):
             return unpack(rec, offset)[0]
-        target = _as_type(value, bits, signed)
+        target = as_field_type(value, bits, signed)
     if op in ("==", "!="):
         # equality compares the unsigned bit patterns
         mask = (1 << (32 if field.kind == "cpu" else bits)) - 1
@@ -253,7 +254,8 @@ def _make_pred(r: _Resolved) -> _Pred:
     return lambda rec, cpu, comm: bool(read(rec, cpu) & target)
 
 
-def _as_type(value: int, bits: int, signed: bool) -> int:
+def as_field_type(value: int, bits: int, signed: bool) -> int:
+    """Return ``value`` as a field of ``bits`` bits holds it (negative if signed)."""
     value &= (1 << bits) - 1
     if signed and value >> (bits - 1):
         value -= 1 << bits
@@ -490,13 +492,31 @@ def _build(tree, preds: Iterable[_Pred]) -> _Pred:
 
 # ------------------------------------------------------------------------ the result
 
+def _postfix(tree, leaves) -> list:
+    """Return ``tree`` in postfix order: its resolved predicates (taken from ``leaves``
+    in order) and the operators ``"and"``, ``"or"`` (binary) and ``"not"``."""
+    if tree.data == "predicate":
+        return [next(leaves)]
+    parts = [_postfix(child, leaves) for child in tree.children if isinstance(child, Tree)]
+    if tree.data == "not_expr":
+        return parts[0] + ["not"]
+    op = "and" if tree.data == "and_expr" else "or"
+    out = parts[0]
+    for part in parts[1:]:
+        out += part + [op]
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class EventFilter:
-    """A compiled filter.  ``text`` is the filter as the file shows it."""
+    """A compiled filter.  ``text`` is the filter as the file shows it; ``program`` is
+    the expression in postfix order (:func:`_postfix`), for recorders that evaluate
+    filters themselves (tracing/native.py)."""
 
     text: str
     _pred: _Pred
     uses_comm: bool = False
+    program: tuple = ()
 
     def match(self, record: bytes, cpu: int, comm: Callable[[], str]) -> bool:
         """Return True when ``record`` (common header included) passes.
@@ -523,6 +543,8 @@ def compile_filter(text: str, fields: dict[str, FilterField]) -> EventFilter:
     leaves = [_make_pred(r) for r in resolved]
     if isinstance(tree, Tree) and tree.data == "predicate":
         pred = leaves[0]
+        program = tuple(resolved)
     else:
         pred = _build(tree, iter(leaves))
-    return EventFilter(text, pred, any(r.field.kind == "comm" for r in resolved))
+        program = tuple(_postfix(tree, iter(resolved)))
+    return EventFilter(text, pred, any(r.field.kind == "comm" for r in resolved), program)

@@ -6,15 +6,18 @@ record to the ring buffer, and nothing else runs.  kprobefs does the same on the
 kernel.  An event's fetch programs are encoded here, once, into the kernel's
 ``struct trace_native_probe`` (include/trace_native.h); the probe's ``native`` handler
 is ``trace_native_probe``, which the engine's native detours and ftrace trampolines
-call.  The kernel stages
-records per CPU, accounted as ring-buffer pages; :class:`NativeRecorder` is the ring
-buffer's :class:`~kprobefs.tracing.ring_buffer.Stage` for them, and serves the three
-hypercalls the recorder makes (save a comm, a page is full, wake a reader).
+call.  The kernel stages records per CPU, accounted as ring-buffer pages;
+:class:`NativeRecorder` is the ring buffer's
+:class:`~kprobefs.tracing.ring_buffer.Stage` for them, and serves the three hypercalls
+the recorder makes (save a comm, a page is full, wake a reader).
 
-Not every argument can be recorded this way: strings (``string``, ``ustring``,
-``symstr``, ``$comm``, ``\\"imm"``) and return probes stay with the host's interpreter
-(fetch.py), which also handles every hit that comes another way (an int3, several probes
-at one address, a site other ftrace users share).  Both paths write the same record.
+An event's filter is encoded too (:func:`encode_filter`), and the kernel evaluates it on
+the record before staging it.
+
+Not everything can be recorded this way: ``symstr``, string arrays, glob filters and
+return probes stay with the host's interpreter (fetch.py, filter.py), which also handles
+every hit that comes another way (an int3, several probes at one address, a site other
+ftrace users share).  Both paths write the same record.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .fetch import (
     Deref, FetchArg, FetchComm, FetchData, FetchImm, FetchProgram, FetchReg, FetchStack,
     FetchStackPointer, FetchSymbol, LoopArray, ModBitfield, StoreMem, StoreRaw, StoreString,
 )
+from .filter import as_field_type
 from .ring_buffer import Chunk
 
 __all__ = ["NativeRecorder", "NativeProbe", "encode_programs", "PT_REGS_FIELDS"]
@@ -43,9 +47,9 @@ _ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
 _TNP_RECORD = 1
 
 _INSN = struct.Struct("<BBBBIq")            # struct tn_insn
-_PROBE = struct.Struct("<QQIHBxQI4x")       # struct trace_native_probe, before insns
-_MISSED_AT, _FLAGS_AT = 8, 16
-_ENTRY = struct.Struct("<QiHBxII")          # struct tn_entry
+_PROBE = struct.Struct("<QQQIHBxQI4x")      # struct trace_native_probe, before insns
+_MISSED_AT, _FILTER_AT, _FLAGS_AT = 8, 16, 24
+_ENTRY = struct.Struct("<QIIHBxi")          # struct tn_entry
 _CPU = struct.Struct("<IIQII")              # struct tn_cpu: used .. count
 _SYNC = struct.Struct("<IIQ")               # struct tn_cpu: used, has_last, last_ts
 _STAGED = struct.Struct("<II")              # struct tn_cpu: staged, count
@@ -137,6 +141,60 @@ def encode_programs(programs: Sequence[FetchProgram], at: int) -> bytes | None:
     return b"".join(insns) + b"".join(blobs)
 
 
+# enum tf_op, enum tf_cmp
+_TF_END, _TF_NUM, _TF_CPU, _TF_STR, _TF_COMM, _TF_FALSE, _TF_AND, _TF_OR, _TF_NOT = range(9)
+_TF_CMP = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5, "&": 6}
+_PRED = struct.Struct("<BBBBHHq")           # struct tn_pred
+_TF_STACK_MAX = 64
+_TF_LOGIC = {"and": _TF_AND, "or": _TF_OR, "not": _TF_NOT}
+
+
+def _encode_pred(r) -> tuple | None:
+    """The tn_pred of one resolved filter predicate (a string operand as an eighth
+    item), or None for what the kernel does not evaluate (globs)."""
+    if r.op == "~":
+        return None
+    field, cmp = r.field, _TF_CMP[r.op]
+    if field.kind in ("str", "comm"):
+        op = _TF_STR if field.kind == "str" else _TF_COMM
+        return (op, cmp, 0, 0, field.offset, len(r.value), 0, bytes(r.value))
+    if field.kind == "cpu":
+        return (_TF_CPU, cmp, 4, 1, 0, 0, as_field_type(r.value, 32, True))
+    if field.size not in (1, 2, 4, 8):
+        return (_TF_FALSE, 0, 0, 0, 0, 0, 0)
+    value = as_field_type(r.value, 8 * field.size, field.is_signed)
+    return (_TF_NUM, cmp, field.size, int(field.is_signed), field.offset, 0, value)
+
+
+def encode_filter(program: Sequence, at: int) -> bytes | None:
+    """Return the struct tn_pred array (TF_END-terminated, string operands after it)
+    of a filter's postfix ``program`` placed at ``at``; None if the kernel cannot
+    evaluate it."""
+    preds, depth = [], 0
+    for item in program:
+        if isinstance(item, str):
+            preds.append((_TF_LOGIC[item], 0, 0, 0, 0, 0, 0))
+            depth -= 0 if item == "not" else 1
+            continue
+        pred = _encode_pred(item)
+        if pred is None:
+            return None
+        preds.append(pred)
+        depth += 1
+        if depth > _TF_STACK_MAX:
+            return None
+    preds.append((_TF_END, 0, 0, 0, 0, 0, 0))
+    data = at + _PRED.size * len(preds)
+    out, blobs = [], []
+    for pred in preds:
+        if len(pred) == 8:          # a string operand: its bytes follow the array
+            blobs.append(pred[7])
+            pred = pred[:6] + (_signed(data),)
+            data += len(blobs[-1])
+        out.append(_PRED.pack(*pred))
+    return b"".join(out) + b"".join(blobs)
+
+
 @dataclass(eq=False)
 class NativeProbe:
     """One struct trace_native_probe in the kernel's arena."""
@@ -144,6 +202,7 @@ class NativeProbe:
     addr: int
     size: int
     ip: int
+    filter: tuple | None = None     # (program, address, size) of its filter in the arena
 
 
 class NativeRecorder:
@@ -200,13 +259,38 @@ class NativeRecorder:
         addr = self._alloc(size)
         if addr is None:
             return None
-        header = _PROBE.pack(0, 0, 0, event_id & 0xFFFF, 0, ip, 8 + args_size)
+        header = _PROBE.pack(0, 0, 0, 0, event_id & 0xFFFF, 0, ip, 8 + args_size)
         self.kernel.write(addr, header + encode_programs(programs, addr))
         return NativeProbe(addr, size, ip)
 
     def free_probe(self, np: NativeProbe) -> None:
+        self.set_filter(np, None)
         self.kernel.write(np.addr, bytes(_PROBE.size))
         self._free.setdefault(np.size, []).append(np.addr)
+
+    def set_filter(self, np: NativeProbe, program: Sequence | None) -> bool:
+        """Make the probe's event filter ``program`` (postfix, see filter.py), or none.
+        False, and no filter set, when the kernel cannot evaluate it."""
+        if np.filter is not None:
+            if np.filter[0] == program:
+                return True
+            _, addr, size = np.filter
+            self.kernel.write(np.addr + _FILTER_AT, bytes(8))
+            self._free.setdefault(size, []).append(addr)
+            np.filter = None
+        if program is None:
+            return True
+        body = encode_filter(program, 0)
+        if body is None:
+            return False
+        size = -(-len(body) // _ARENA_UNIT) * _ARENA_UNIT
+        addr = self._alloc(size)
+        if addr is None:
+            return False
+        self.kernel.write(addr, encode_filter(program, addr))
+        self.kernel.write(np.addr + _FILTER_AT, _Q.pack(addr))
+        np.filter = (tuple(program), addr, size)
+        return True
 
     def set_recording(self, np: NativeProbe, on: bool) -> None:
         self.kernel.write(np.addr + _FLAGS_AT, _U32.pack(_TNP_RECORD if on else 0))
@@ -254,7 +338,7 @@ class NativeRecorder:
         unpack, q = _ENTRY.unpack_from, _Q.unpack_from
         event_of = self._event_of
         while offset < end:
-            ts, pid, type_, flags, size, length = unpack(data, offset)
+            ts, size, length, type_, flags, pid = unpack(data, offset)
             event = event_of(type_)
             if event is not None:
                 start = offset + _ENTRY.size

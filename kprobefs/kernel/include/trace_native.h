@@ -41,9 +41,36 @@ struct tn_insn {
 
 #define TNP_RECORD 1	/* the event is enabled and tracing is on: record hits */
 
+/* An event filter in postfix order: predicates push a truth value, TF_AND/TF_OR/TF_NOT
+ * combine the top ones. */
+enum tf_op {
+	TF_END = 0,
+	TF_NUM,		/* a numeric field: `size` bytes at record `offset` */
+	TF_CPU,		/* the CPU number, as an int */
+	TF_STR,		/* a __data_loc string field at record `offset` */
+	TF_COMM,	/* the task's comm */
+	TF_FALSE,	/* a predicate on a field no comparison applies to */
+	TF_AND,
+	TF_OR,
+	TF_NOT,
+};
+enum tf_cmp { TF_EQ, TF_NE, TF_LT, TF_LE, TF_GT, TF_GE, TF_BAND };
+
+struct tn_pred {
+	u8 op;		/* enum tf_op */
+	u8 cmp;		/* enum tf_cmp (strings: TF_EQ or TF_NE) */
+	u8 size;	/* a numeric field's bytes: 1, 2, 4 or 8 */
+	u8 is_signed;
+	u16 offset;	/* the field's offset in the record */
+	u16 len;	/* a string operand's length */
+	s64 value;	/* the operand, as the field's type holds it; a string's address */
+};
+#define TF_STACK_MAX 64	/* the host keeps deeper filters */
+
 struct trace_native_probe {
 	u64 nhit;		/* every hit, for kprobe_profile */
 	u64 nmissed;		/* hits while this CPU was already recording (a nested hit) */
+	const struct tn_pred *filter;	/* the event's filter, or NULL */
 	u32 flags;		/* TNP_* */
 	u16 type;		/* the event id */
 	u8 trace_flags;		/* the irqs-off/need-resched column */
@@ -56,12 +83,14 @@ struct trace_native_probe {
 /* A staged record: the common fields the host's records carry, then the data. */
 struct tn_entry {
 	u64 ts;
-	s32 pid;
-	u16 type;
-	u8 flags;
-	u8 pad;
 	u32 size;		/* bytes of this entry, header included, a multiple of 8 */
 	u32 len;		/* bytes of data */
+	/* From here on, the record as Linux lays it out (what format files and filters
+	 * count offsets in): the common fields, then the data. */
+	u16 type;
+	u8 flags;
+	u8 preempt_count;
+	s32 pid;
 	u8 data[];		/* __probe_ip, the fixed part of the args, their strings */
 };
 

@@ -278,6 +278,101 @@ static __always_inline int write_data(struct trace_native_probe *tp, struct pt_r
 	return err ? -1 : r.dyn - data;
 }
 
+/* ---- event filters ------------------------------------------------------------------ */
+static __always_inline s64 read_field(const u8 *rec, const struct tn_pred *p)
+{
+	const u8 *f = rec + p->offset;
+
+	switch (p->size) {
+	case 1: return p->is_signed ? (s64)*(const s8 *)f : (s64)*f;
+	case 2: return p->is_signed ? (s64)*(const s16 *)f : (s64)*(const u16 *)f;
+	case 4: return p->is_signed ? (s64)*(const s32 *)f : (s64)*(const u32 *)f;
+	default: return *(const s64 *)f;
+	}
+}
+
+static __always_inline bool compare(const struct tn_pred *p, s64 v, int bits)
+{
+	u64 mask = bits >= 64 ? ~0UL : (1UL << bits) - 1;
+
+	switch (p->cmp) {
+	case TF_EQ: return ((u64)v & mask) == ((u64)p->value & mask);
+	case TF_NE: return ((u64)v & mask) != ((u64)p->value & mask);
+	case TF_BAND: return (v & p->value) != 0;
+	}
+	if (p->is_signed) {
+		switch (p->cmp) {
+		case TF_LT: return v < p->value;
+		case TF_LE: return v <= p->value;
+		case TF_GT: return v > p->value;
+		default: return v >= p->value;
+		}
+	}
+	switch (p->cmp) {
+	case TF_LT: return (u64)v < (u64)p->value;
+	case TF_LE: return (u64)v <= (u64)p->value;
+	case TF_GT: return (u64)v > (u64)p->value;
+	default: return (u64)v >= (u64)p->value;
+	}
+}
+
+/* Whether the n bytes at s, up to a NUL, equal the operand. */
+static __always_inline bool string_is(const struct tn_pred *p, const char *s, u32 n)
+{
+	const char *want = (const char *)p->value;
+	u32 i;
+
+	for (i = 0; i < n && s[i]; i++)
+		if (i >= p->len || s[i] != want[i])
+			return false;
+	return i == p->len;
+}
+
+static bool __kprobes filter_match(const struct tn_pred *p, const u8 *rec,
+				   const struct task_struct *task, int cpu)
+{
+	bool stack[TF_STACK_MAX];
+	int depth = 0;
+	u32 loc;
+	bool v;
+
+	for (; p->op != TF_END; p++) {
+		switch (p->op) {
+		case TF_AND:
+			depth--;
+			stack[depth - 1] = stack[depth - 1] && stack[depth];
+			continue;
+		case TF_OR:
+			depth--;
+			stack[depth - 1] = stack[depth - 1] || stack[depth];
+			continue;
+		case TF_NOT:
+			stack[depth - 1] = !stack[depth - 1];
+			continue;
+		case TF_NUM:
+			v = compare(p, read_field(rec, p), 8 * p->size);
+			break;
+		case TF_CPU:
+			v = compare(p, cpu, 32);
+			break;
+		case TF_STR:
+			loc = *(const u32 *)(rec + p->offset);
+			v = string_is(p, (const char *)rec + (loc & 0xffff), loc >> 16);
+			v = p->cmp == TF_NE ? !v : v;
+			break;
+		case TF_COMM:
+			v = string_is(p, task->comm, TASK_COMM_LEN);
+			v = p->cmp == TF_NE ? !v : v;
+			break;
+		default:
+			v = false;
+			break;
+		}
+		stack[depth++] = v;
+	}
+	return stack[0];
+}
+
 /* Stage one record of tp's event on this CPU. */
 static __always_inline void record(struct trace_native_probe *tp, struct pt_regs *regs,
 			     struct tn_cpu *c, int cpu)
@@ -302,6 +397,15 @@ static __always_inline void record(struct trace_native_probe *tp, struct pt_regs
 			write_data(tp, regs, task, e->data) : 0;
 		if (len < 0)
 			return;
+		if (len && tp->filter) {
+			/* The record as the filter sees it: the common fields, the data. */
+			e->type = tp->type;
+			e->flags = tp->trace_flags;
+			e->preempt_count = 0;
+			e->pid = task->pid;
+			if (!filter_match(tp->filter, (const u8 *)&e->type, task, cpu))
+				return;
+		}
 		payload = ALIGN(8 + len, 4);	/* the common fields, then the data */
 		acct = 4 + payload + (payload > 112 ? 4 : 0);
 		if (c->has_last && ts - c->last_ts >= TN_TS_DELTA_MAX)
@@ -316,6 +420,7 @@ static __always_inline void record(struct trace_native_probe *tp, struct pt_regs
 	size = sizeof(*e) + ALIGN(len, 8);
 	e->ts = ts;
 	e->pid = task->pid;
+	e->preempt_count = 0;
 	e->type = tp->type;
 	e->flags = tp->trace_flags;
 	e->size = size;
