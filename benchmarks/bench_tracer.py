@@ -1,8 +1,9 @@
 """Tracer benchmark: the cost of recording a 4-argument kprobe event, per hit, and events
 recorded per second.
 
-The event is recorded on a jump-optimized site (kprobe_target_traced+5) and on an ftrace
-site (the function's entry).  Each is measured three ways, in one run:
+The event is recorded on a jump-optimized site (kprobe_target_traced+5), on an ftrace
+site (the function's entry), and as a return probe.  Each is measured three ways, in
+one run:
 
 - recorded by the kernel itself (kernel/trace_native.c: the detour or trampoline calls
   the recorder, no host code runs; the default);
@@ -33,7 +34,10 @@ from kprobefs import Kernel, Kprobe  # noqa: E402
 from kprobefs.tracing import Tracer  # noqa: E402
 
 ARGS = "a=%di b=%si:u32 c=%dx:x64 d=%cx:s64"
-SITES = {"optimized": "kprobe_target_traced+5", "ftrace": "kprobe_target_traced"}
+#: kind of site -> the probe definition, without its name
+SITES = {"optimized": f"p kprobe_target_traced+5 {ARGS}",
+         "ftrace": f"p kprobe_target_traced {ARGS}",
+         "return": "r kprobe_target_traced a=$retval b=%si:u32 c=%dx:x64 d=%cx:s64"}
 
 
 def timed_loop(kernel: Kernel, calls: int, repeat: int = 3) -> float:
@@ -69,7 +73,7 @@ def bare_hit(calls: int) -> tuple[float, float]:
     return base, timed_loop(kernel, calls) - base
 
 
-def event_costs(site: str, native: bool, calls: int) -> dict[str, float]:
+def event_costs(probe: str, native: bool, calls: int) -> dict[str, float]:
     """µs per hit above the unprobed call: recorded, and (native) with tracing off;
     events recorded per second."""
     kernel = Kernel(cpus=1, seed=0)
@@ -78,7 +82,8 @@ def event_costs(site: str, native: bool, calls: int) -> dict[str, float]:
     tracer = Tracer(kernel.kprobes, kernel, **({} if native else {"clock": kernel.clock_ns}))
     root = tracer.tracefs_root()
     write(root, "buffer_size_kb", "16384")
-    write(root, "kprobe_events", f"p:bench {site} {ARGS}\n")
+    kind, definition = probe.split(" ", 1)
+    write(root, "kprobe_events", f"{kind}:bench {definition}\n")
     write(root, "events/kprobes/bench/enable", "1")
     kernel.wait_for_kprobe_optimizer()
     (tp,) = tracer.probes
@@ -101,7 +106,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=40000)
     args = ap.parse_args()
     base, bare = bare_hit(args.calls)
-    print(f"event: p:bench SITE {ARGS}")
+    print(f"event: p:bench SITE {ARGS} (a return probe: a=$retval, then the same)")
     print(f"unprobed call {base:.3f} us; bare optimized kprobe hit (empty Python handler) "
           f"{bare:.3f} us")
     print(f"{'site':10} {'recorder':8} {'us/hit':>8} {'above bare':>10} "

@@ -761,9 +761,9 @@ class Tracer:
             obj = self._new_kprobe(where, tp, _KPROBE_FLAG_DISABLED if disabled else 0)
             late_disable = False
             register = self.engine.register_kprobe
-            tp.engine_probe = obj
-            if address:
-                self._native_prepare(tp, address)
+        tp.engine_probe = obj
+        if address:
+            self._native_prepare(tp, address)
         try:
             register(obj)
         except OSError as exc:
@@ -1272,9 +1272,12 @@ class Tracer:
         if tp.native is not None and tp.native.ip != address:
             self._native_free(tp)           # a module came back elsewhere
         if self.native is not None and tp.native is None:
-            programs = tp.spec.programs
-            tp.native = self.native.new_probe(tp.event.id, address, programs,
-                                              sum(p.record_size for p in programs))
+            spec = tp.spec
+            maxactive = spec.maxactive or self.engine.default_maxactive() \
+                if spec.is_return else 0
+            tp.native = self.native.new_probe(tp.event.id, address, spec.programs,
+                                              sum(p.record_size for p in spec.programs),
+                                              maxactive)
         self._native_sync((tp,))
 
     def _native_free(self, tp: TraceProbe) -> None:
@@ -1283,7 +1286,7 @@ class Tracer:
             tp.native_missed += self.native.misses(tp.native)
             self.native.free_probe(tp.native)
             tp.native = None
-            kp = tp.engine_probe
+            kp = tp.entry_kprobe
             if kp is not None and kp.native is not None:
                 kp.native = None
                 if tp.registered:
@@ -1299,14 +1302,15 @@ class Tracer:
             return
         usable = not self.stacktrace and self.trace_clock not in _HOST_CLOCKS
         for tp in probes:
-            np, kp = tp.native, tp.engine_probe
+            np, kp = tp.native, tp.entry_kprobe
             if np is None or kp is None:
                 continue
             event = tp.event
             native.set_recording(np, event.enabled and self.recording)
             flt = event.filter
             here = usable and native.set_filter(np, flt.program if flt is not None else None)
-            want = (native.handler, np.addr) if here else None
+            handler = native.ret_entry if np.is_return else native.handler
+            want = (handler, np.addr) if here else None
             if kp.native != want:
                 kp.native = want
                 if tp.registered:

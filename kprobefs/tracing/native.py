@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .fetch import (
-    Deref, FetchArg, FetchComm, FetchData, FetchImm, FetchProgram, FetchReg, FetchStack,
-    FetchStackPointer, FetchSymbol, LoopArray, ModBitfield, StoreMem, StoreRaw, StoreString,
+    Deref, FetchArg, FetchComm, FetchData, FetchImm, FetchProgram, FetchReg, FetchRetIP,
+    FetchRetval, FetchStack, FetchStackPointer, FetchSymbol, LoopArray, ModBitfield, StoreMem,
+    StoreRaw, StoreString,
 )
 from .filter import as_field_type
 from .ring_buffer import Chunk
@@ -43,12 +44,14 @@ _ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
 
 # enum tn_op
 (_END, _REG, _IMM, _STACK, _DEREF, _UDEREF, _ST_RAW, _ST_MEM, _ST_UMEM, _BITFIELD,
- _REG_RAW, _ST_STRING, _ST_USTRING, _COMM, _DATA) = range(15)
+ _REG_RAW, _ST_STRING, _ST_USTRING, _COMM, _DATA, _RETIP) = range(16)
 _TNP_RECORD = 1
 
 _INSN = struct.Struct("<BBBBIq")            # struct tn_insn
-_PROBE = struct.Struct("<QQQIHBxQI4x")      # struct trace_native_probe, before insns
-_MISSED_AT, _FILTER_AT, _FLAGS_AT = 8, 16, 24
+_PROBE = struct.Struct("<QQQIHBxQIIQQ")     # struct trace_native_probe, before insns
+_MISSED_AT, _FILTER_AT, _FLAGS_AT, _PENDING_AT, _RET_FREE_AT = 8, 16, 24, 44, 48
+_TNP_RETURN = 2
+_RET_INSTANCE = struct.Struct("<QQQQQ")     # struct tn_ret_instance
 _ENTRY = struct.Struct("<QIIHBxi")          # struct tn_entry
 _CPU = struct.Struct("<IIQII")              # struct tn_cpu: used .. count
 _SYNC = struct.Struct("<IIQ")               # struct tn_cpu: used, has_last, last_ts
@@ -92,8 +95,12 @@ def _encode_program(program: FetchProgram) -> list[tuple] | None:
         out = [(_IMM, 0, 0, 0, 0, _signed(source.value))]
     elif kind is FetchSymbol:
         out = [(_IMM, 0, 0, 0, 0, _signed(source.address))]
+    elif kind is FetchRetval:       # a return probe's regs hold the return value
+        out = [(_REG, 0, 0, 0, 0, _REG_OFFSET["ax"])]
+    elif kind is FetchRetIP:
+        out = [(_RETIP, 0, 0, 0, 0, 0)]
     else:
-        return None                 # $retval and ra: return probes
+        return None
     for insn in insns[1:]:
         kind = type(insn)
         if kind is Deref:
@@ -202,6 +209,7 @@ class NativeProbe:
     addr: int
     size: int
     ip: int
+    is_return: bool = False
     filter: tuple | None = None     # (program, address, size) of its filter in the arena
 
 
@@ -220,6 +228,7 @@ class NativeRecorder:
         sym = kernel.image.symbol_value
         self.kernel = kernel
         self.handler = sym("trace_native_probe")
+        self.ret_entry = sym("trace_native_ret_entry")
         self._arena = sym("trace_native_arena")
         self._arena_end = self._arena + kernel.image.lookup_name("trace_native_arena")[0].size
         cpus, cpu_size = sym("trace_native_cpu"), kernel.kabi["trace_native.cpu_size"]
@@ -231,6 +240,7 @@ class NativeRecorder:
             raise ValueError("struct trace_native_probe does not match the host's layout")
         self._next = self._arena
         self._free: dict[int, list[int]] = {}
+        self._zombies: list[NativeProbe] = []     # freed with returns still pending
         self._save_comm = save_comm
         self._event_of = event_of
         self.buffer = None
@@ -248,25 +258,54 @@ class NativeRecorder:
 
     # ---------------------------------------------------------------- probes
     def new_probe(self, event_id: int, ip: int, programs: Sequence[FetchProgram],
-                  args_size: int) -> NativeProbe | None:
+                  args_size: int, maxactive: int = 0) -> NativeProbe | None:
         """Write a struct trace_native_probe for a kprobe at ``ip`` recording
-        ``programs`` (``args_size`` bytes of fixed part).  ``None`` if an argument needs
-        the host's interpreter or the arena is full."""
+        ``programs`` (``args_size`` bytes of fixed part); with ``maxactive``, for a
+        return probe of the function at ``ip``, with that many instances.  ``None`` if an
+        argument needs the host's interpreter or the arena is full."""
         body = encode_programs(programs, 0)
         if body is None:
             return None
-        size = -(-(_PROBE.size + len(body)) // _ARENA_UNIT) * _ARENA_UNIT
+        instances = -(-(_PROBE.size + len(body)) // 8) * 8
+        size = instances + maxactive * _RET_INSTANCE.size
+        size = -(-size // _ARENA_UNIT) * _ARENA_UNIT
+        self._reap()
         addr = self._alloc(size)
         if addr is None:
             return None
-        header = _PROBE.pack(0, 0, 0, 0, event_id & 0xFFFF, 0, ip, 8 + args_size)
-        self.kernel.write(addr, header + encode_programs(programs, addr))
-        return NativeProbe(addr, size, ip)
+        head = 16 if maxactive else 8           # __probe_ip, or __probe_func and ret_ip
+        flags = _TNP_RETURN if maxactive else 0
+        # The free instances: a circular list through the probe's ret_free.
+        links = [addr + _RET_FREE_AT] + [addr + instances + i * _RET_INSTANCE.size
+                                         for i in range(maxactive)]
+        header = _PROBE.pack(0, 0, 0, flags, event_id & 0xFFFF, 0, ip, head + args_size, 0,
+                             links[1 % len(links)], links[-1])
+        pool = b"".join(_RET_INSTANCE.pack(links[(i + 1) % len(links)], links[i - 1], addr,
+                                           0, 0) for i in range(1, len(links)))
+        code = encode_programs(programs, addr)
+        self.kernel.write(addr, header + code + bytes(instances - _PROBE.size - len(code))
+                          + pool)
+        return NativeProbe(addr, size, ip, bool(maxactive))
 
     def free_probe(self, np: NativeProbe) -> None:
+        """Release the probe's memory, once no task's stack holds a return through it."""
         self.set_filter(np, None)
+        self.set_recording(np, False)
+        if np.is_return and self._pending(np):
+            self._zombies.append(np)
+            return
         self.kernel.write(np.addr, bytes(_PROBE.size))
         self._free.setdefault(np.size, []).append(np.addr)
+
+    def _pending(self, np: NativeProbe) -> int:
+        return _U32.unpack(self.kernel.read(np.addr + _PENDING_AT, 4))[0]
+
+    def _reap(self) -> None:
+        """Free the probes whose last pending return has come back."""
+        done = [np for np in self._zombies if not self._pending(np)]
+        for np in done:
+            self._zombies.remove(np)
+            self.free_probe(np)
 
     def set_filter(self, np: NativeProbe, program: Sequence | None) -> bool:
         """Make the probe's event filter ``program`` (postfix, see filter.py), or none.
@@ -293,7 +332,8 @@ class NativeRecorder:
         return True
 
     def set_recording(self, np: NativeProbe, on: bool) -> None:
-        self.kernel.write(np.addr + _FLAGS_AT, _U32.pack(_TNP_RECORD if on else 0))
+        flags = (_TNP_RECORD if on else 0) | (_TNP_RETURN if np.is_return else 0)
+        self.kernel.write(np.addr + _FLAGS_AT, _U32.pack(flags))
 
     def hits(self, np: NativeProbe) -> int:
         return _Q.unpack(self.kernel.read(np.addr, 8))[0]
@@ -342,8 +382,12 @@ class NativeRecorder:
             event = event_of(type_)
             if event is not None:
                 start = offset + _ENTRY.size
-                out.append((ts, pid, flags, event, q(data, start)[0], 0,
-                            data[start + 8:start + length]))
+                if event.is_return:         # __probe_func, __probe_ret_ip
+                    out.append((ts, pid, flags, event, q(data, start)[0],
+                                q(data, start + 8)[0], data[start + 16:start + length]))
+                else:
+                    out.append((ts, pid, flags, event, q(data, start)[0], 0,
+                                data[start + 8:start + length]))
             offset += size
         return out
 

@@ -178,6 +178,62 @@ kretprobe_trampoline_call:
 	ret
 	.size kretprobe_trampoline, .-kretprobe_trampoline
 
+/* A natively recorded return probe replaces a return address with this.  The function's
+ * ret lands here: a slot is pushed where the return address was, a struct pt_regs is
+ * built below it (regs->sp is the caller's, above the slot), and
+ * trace_native_ret_handler(regs) records the event and returns the real return
+ * address, which goes into the slot for the final ret. */
+	.globl trace_native_ret_trampoline
+	.type trace_native_ret_trampoline, @function
+trace_native_ret_trampoline:
+	pushq $0			/* the real return address goes here */
+	pushq $0x18			/* ss */
+	pushq %rax			/* sp, filled in below */
+	pushfq
+	pushq $0x10			/* cs */
+	pushq $0			/* ip: the handler sets it */
+	pushq $-1			/* orig_ax */
+	pushq %rdi
+	pushq %rsi
+	pushq %rdx
+	pushq %rcx
+	pushq %rax
+	pushq %r8
+	pushq %r9
+	pushq %r10
+	pushq %r11
+	pushq %rbx
+	pushq %rbp
+	pushq %r12
+	pushq %r13
+	pushq %r14
+	pushq %r15
+	leaq 22*8(%rsp), %rax		/* past the registers and the slot */
+	movq %rax, 19*8(%rsp)
+	movq %rsp, %rdi
+	call trace_native_ret_handler
+	movq %rax, 21*8(%rsp)		/* into the slot */
+	popq %r15
+	popq %r14
+	popq %r13
+	popq %r12
+	popq %rbp
+	popq %rbx
+	popq %r11
+	popq %r10
+	popq %r9
+	popq %r8
+	popq %rax
+	popq %rcx
+	popq %rdx
+	popq %rsi
+	popq %rdi
+	leaq 3*8(%rsp), %rsp		/* orig_ax, ip, cs */
+	popfq
+	leaq 2*8(%rsp), %rsp		/* sp, ss */
+	ret
+	.size trace_native_ret_trampoline, .-trace_native_ret_trampoline
+
 /* The same contract for fprobe exit hooks (rethook). */
 	.globl rethook_trampoline
 	.type rethook_trampoline, @function

@@ -31,6 +31,7 @@ enum tn_op {
 	TN_ST_USTRING,	/* the same from user memory */
 	TN_COMM,	/* a whole argument, no TN_END: the task's comm, as a string */
 	TN_DATA,	/* a whole argument, no TN_END: `count` bytes at param, as a string */
+	TN_RETIP,	/* val = the return address (a return probe's old `ra`) */
 };
 
 struct tn_insn {
@@ -40,6 +41,7 @@ struct tn_insn {
 };
 
 #define TNP_RECORD 1	/* the event is enabled and tracing is on: record hits */
+#define TNP_RETURN 2	/* a return probe: the data begins with __probe_func, __probe_ret_ip */
 
 /* An event filter in postfix order: predicates push a truth value, TF_AND/TF_OR/TF_NOT
  * combine the top ones. */
@@ -75,9 +77,21 @@ struct trace_native_probe {
 	u16 type;		/* the event id */
 	u8 trace_flags;		/* the irqs-off/need-resched column */
 	u8 pad;
-	u64 ip;			/* __probe_ip */
-	u32 data_size;		/* bytes of __probe_ip and the fixed part of the args */
+	u64 ip;			/* __probe_ip (a return probe: __probe_func) */
+	u32 data_size;		/* bytes of that header and the fixed part of the args */
+	u32 ret_pending;	/* a return probe's instances on tasks' stacks */
+	struct list_head ret_free;	/* a return probe's free instances */
 	struct tn_insn insns[];	/* one program per argument, each ended by TN_END */
+};
+
+/* A pending return of a natively recorded return probe (what kretprobe_instance is):
+ * on the task's kretprobe_instances list while the function runs, else on its probe's
+ * free list.  The host allocates maxactive of them with the probe. */
+struct tn_ret_instance {
+	struct list_head list;
+	struct trace_native_probe *tp;
+	unsigned long ret_addr;		/* the real return address */
+	unsigned long slot;		/* the stack slot that held it */
 };
 
 /* A staged record: the common fields the host's records carry, then the data. */
@@ -117,5 +131,9 @@ struct tn_cpu {
 extern struct tn_cpu trace_native_cpu[NR_CPUS];
 extern u8 trace_native_arena[];
 void trace_native_probe(struct trace_native_probe *tp, struct pt_regs *regs);
+void trace_native_ret_entry(struct trace_native_probe *tp, struct pt_regs *regs);
+unsigned long trace_native_ret_handler(struct pt_regs *regs);
+void trace_native_task_exit(struct task_struct *task);
+extern const char trace_native_ret_trampoline[];
 u64 trace_clock_local(void);
 #endif

@@ -1,5 +1,6 @@
 /* Task exit and reaping: do_exit(), exit_notify(), release_task(), wait4(). */
 #include "sched.h"
+#include "trace_native.h"
 #include "fs.h"
 #include "syscalls.h"
 #include "uaccess.h"
@@ -44,6 +45,7 @@ void __noreturn do_exit(long code)
 
 	tsk->flags |= PF_EXITING;
 	tsk->exit_code = (int)code;
+	trace_native_task_exit(tsk);
 	hypercall(HC_TASK_EXIT, tsk->pid, code, 0, 0);
 	exit_mm(tsk);
 	exit_files(tsk);

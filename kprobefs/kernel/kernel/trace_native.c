@@ -118,6 +118,7 @@ struct tn_rec {
 	u8 *dyn;
 	u32 dyn_loc;
 	u8 *limit;
+	unsigned long ret_ip;	/* a return probe's return address */
 };
 
 #define TN_STRING_MAX 4096	/* a string's bytes, its NUL included (PATH_MAX) */
@@ -208,6 +209,9 @@ static __always_inline int run_fetch(const struct tn_insn **pc, struct pt_regs *
 	case TN_IMM:
 		val = insn->param;
 		break;
+	case TN_RETIP:
+		val = r->ret_ip;
+		break;
 	case TN_STACK:
 		sp = regs->sp;
 		addr = sp + 8 * insn->param;
@@ -246,21 +250,27 @@ static __always_inline int run_fetch(const struct tn_insn **pc, struct pt_regs *
 	return 0;
 }
 
-/* Write the data of tp's record at data: __probe_ip, the arguments, their strings.
- * Returns its length, or -1 when it would outgrow a ring-buffer page. */
+/* Write the data of tp's record at data: __probe_ip (or __probe_func and
+ * __probe_ret_ip), the arguments, their strings.  Returns its length, or -1 when it
+ * would outgrow a ring-buffer page. */
 static __always_inline int write_data(struct trace_native_probe *tp, struct pt_regs *regs,
-				      struct task_struct *task, u8 *data)
+				      struct task_struct *task, u8 *data,
+				      unsigned long ret_ip)
 {
 	const struct tn_insn *pc;
+	bool ret = tp->flags & TNP_RETURN;
 	struct tn_rec r = {
-		.fixed = data + 8,
+		.fixed = data + (ret ? 16 : 8),
 		.dyn = data + tp->data_size,
 		.dyn_loc = 8 + tp->data_size,
 		.limit = data + TN_DATA_MAX,
+		.ret_ip = ret_ip,
 	};
 	int err = 0;
 
 	*(u64 *)data = tp->ip;
+	if (ret)
+		*(u64 *)(data + 8) = ret_ip;
 	for (pc = tp->insns; pc->op != TN_END && !err;) {
 		if (likely(pc->op == TN_REG_RAW)) {
 			store_value(r.fixed, *(u64 *)((char *)regs + pc->param));
@@ -375,7 +385,7 @@ static bool __kprobes filter_match(const struct tn_pred *p, const u8 *rec,
 
 /* Stage one record of tp's event on this CPU. */
 static __always_inline void record(struct trace_native_probe *tp, struct pt_regs *regs,
-			     struct tn_cpu *c, int cpu)
+				   struct tn_cpu *c, int cpu, unsigned long ret_ip)
 {
 	struct task_struct *task = current;
 	struct tn_entry *e;
@@ -394,7 +404,7 @@ static __always_inline void record(struct trace_native_probe *tp, struct pt_regs
 		 * largest record after the staged ones (the check is only a safeguard). */
 		e = (struct tn_entry *)(c->stage + c->staged);
 		len = c->staged + sizeof(*e) + TN_DATA_MAX <= TN_STAGE_SIZE ?
-			write_data(tp, regs, task, e->data) : 0;
+			write_data(tp, regs, task, e->data, ret_ip) : 0;
 		if (len < 0)
 			return;
 		if (len && tp->filter) {
@@ -449,6 +459,74 @@ void __kprobes trace_native_probe(struct trace_native_probe *tp, struct pt_regs 
 		return;
 	}
 	c->busy = 1;
-	record(tp, regs, c, cpu);
+	record(tp, regs, c, cpu, 0);
 	c->busy = 0;
+}
+
+/* ---- return probes ---------------------------------------------------------------- */
+/* The entry handler of a natively recorded return probe: take a free instance, keep the
+ * return address and point it at trace_native_ret_trampoline (what a kretprobe's
+ * pre-handler and arch_rethook_prepare do).  No instance left: a miss. */
+void __kprobes trace_native_ret_entry(struct trace_native_probe *tp, struct pt_regs *regs)
+{
+	unsigned long *slot = (unsigned long *)regs->sp;
+	struct tn_ret_instance *ri;
+
+	if (list_empty(&tp->ret_free)) {
+		tp->nmissed++;
+		return;
+	}
+	ri = list_first_entry(&tp->ret_free, struct tn_ret_instance, list);
+	list_del_init(&ri->list);
+	ri->ret_addr = *slot;
+	ri->slot = (unsigned long)slot;
+	*slot = (unsigned long)trace_native_ret_trampoline;
+	list_add(&ri->list, &current->kretprobe_instances);
+	tp->ret_pending++;
+}
+
+/* Called by trace_native_ret_trampoline when a function with a hijacked return address
+ * returns: record the event and give back the real return address.  regs->sp is the
+ * caller's stack pointer, one slot above where the return address was. */
+unsigned long __kprobes trace_native_ret_handler(struct pt_regs *regs)
+{
+	unsigned long slot = regs->sp - 8;
+	int cpu = smp_processor_id();
+	struct tn_cpu *c = &trace_native_cpu[cpu];
+	struct trace_native_probe *tp;
+	struct tn_ret_instance *ri;
+
+	list_for_each_entry(ri, &current->kretprobe_instances, list)
+		if (ri->slot == slot)
+			goto found;
+	panic("trace_native_ret_handler: no instance for %lx", slot);
+found:
+	list_del_init(&ri->list);
+	tp = ri->tp;
+	regs->ip = ri->ret_addr;
+	tp->nhit++;
+	tp->ret_pending--;
+	if (READ_ONCE(tp->flags) & TNP_RECORD) {
+		if (unlikely(c->busy)) {
+			tp->nmissed++;
+		} else {
+			c->busy = 1;
+			record(tp, regs, c, cpu, ri->ret_addr);
+			c->busy = 0;
+		}
+	}
+	list_add(&ri->list, &tp->ret_free);
+	return ri->ret_addr;
+}
+
+/* The task exits: its pending returns never come; give the instances back. */
+void __kprobes trace_native_task_exit(struct task_struct *task)
+{
+	struct tn_ret_instance *ri, *n;
+
+	list_for_each_entry_safe(ri, n, &task->kretprobe_instances, list) {
+		list_del_init(&ri->list);
+		ri->tp->ret_pending--;
+		list_add(&ri->list, &ri->tp->ret_free);
+	}
 }
