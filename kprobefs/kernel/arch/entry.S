@@ -97,6 +97,43 @@ optprobe_template_end:
 	ud2
 	.size optprobe_template_entry, .-optprobe_template_entry
 
+/* The general registers of a struct pt_regs, pushed from di down to r15 (below the
+ * orig_ax..ss words the caller pushed first), and popped back. */
+.macro PUSH_PT_REGS_GPRS
+	pushq %rdi
+	pushq %rsi
+	pushq %rdx
+	pushq %rcx
+	pushq %rax
+	pushq %r8
+	pushq %r9
+	pushq %r10
+	pushq %r11
+	pushq %rbx
+	pushq %rbp
+	pushq %r12
+	pushq %r13
+	pushq %r14
+	pushq %r15
+.endm
+.macro POP_PT_REGS_GPRS
+	popq %r15
+	popq %r14
+	popq %r13
+	popq %r12
+	popq %rbp
+	popq %rbx
+	popq %r11
+	popq %r10
+	popq %r9
+	popq %r8
+	popq %rax
+	popq %rcx
+	popq %rdx
+	popq %rsi
+	popq %rdi
+.endm
+
 /* The detour template of an optimized probe whose handler is kernel code (a natively
  * recorded trace event), as Linux's own optprobe template: build a struct pt_regs on the
  * stack, call handler(arg, regs), restore every register and the flags.  The host
@@ -116,21 +153,7 @@ optprobe_native_template_entry:
 optprobe_native_template_ip:
 	.byte 0x68, 0, 0, 0, 0		/* pushq $imm32: ip */
 	pushq $-1			/* orig_ax */
-	pushq %rdi
-	pushq %rsi
-	pushq %rdx
-	pushq %rcx
-	pushq %rax
-	pushq %r8
-	pushq %r9
-	pushq %r10
-	pushq %r11
-	pushq %rbx
-	pushq %rbp
-	pushq %r12
-	pushq %r13
-	pushq %r14
-	pushq %r15
+	PUSH_PT_REGS_GPRS
 	.globl optprobe_native_template_sp
 optprobe_native_template_sp:
 	.byte 0x48, 0x8d, 0x84, 0x24, 21*8, 0, 0, 0	/* leaq 21*8(%rsp), %rax */
@@ -142,21 +165,7 @@ optprobe_native_template_arg:
 	.globl optprobe_native_template_call
 optprobe_native_template_call:
 	.byte 0xe8, 0, 0, 0, 0		/* call handler */
-	popq %r15
-	popq %r14
-	popq %r13
-	popq %r12
-	popq %rbp
-	popq %rbx
-	popq %r11
-	popq %r10
-	popq %r9
-	popq %r8
-	popq %rax
-	popq %rcx
-	popq %rdx
-	popq %rsi
-	popq %rdi
+	POP_PT_REGS_GPRS
 	leaq 3*8(%rsp), %rsp		/* orig_ax, ip, cs */
 	popfq
 	leaq 2*8(%rsp), %rsp		/* sp, ss */
@@ -193,41 +202,13 @@ trace_native_ret_trampoline:
 	pushq $0x10			/* cs */
 	pushq $0			/* ip: the handler sets it */
 	pushq $-1			/* orig_ax */
-	pushq %rdi
-	pushq %rsi
-	pushq %rdx
-	pushq %rcx
-	pushq %rax
-	pushq %r8
-	pushq %r9
-	pushq %r10
-	pushq %r11
-	pushq %rbx
-	pushq %rbp
-	pushq %r12
-	pushq %r13
-	pushq %r14
-	pushq %r15
+	PUSH_PT_REGS_GPRS
 	leaq 22*8(%rsp), %rax		/* past the registers and the slot */
 	movq %rax, 19*8(%rsp)
 	movq %rsp, %rdi
 	call trace_native_ret_handler
 	movq %rax, 21*8(%rsp)		/* into the slot */
-	popq %r15
-	popq %r14
-	popq %r13
-	popq %r12
-	popq %rbp
-	popq %rbx
-	popq %r11
-	popq %r10
-	popq %r9
-	popq %r8
-	popq %rax
-	popq %rcx
-	popq %rdx
-	popq %rsi
-	popq %rdi
+	POP_PT_REGS_GPRS
 	leaq 3*8(%rsp), %rsp		/* orig_ax, ip, cs */
 	popfq
 	leaq 2*8(%rsp), %rsp		/* sp, ss */
