@@ -13,7 +13,7 @@ import ctypes
 from unicorn import Uc
 from unicorn.unicorn_py3 import unicorn as _binding
 
-__all__ = ["FastRegs", "RegSet", "add_code_hook"]
+__all__ = ["FastRegs", "RegSet", "add_code_hook", "add_intr_hook"]
 
 
 def _raw(name: str):
@@ -62,6 +62,23 @@ def add_code_hook(uc: Uc, begin: int, end: int, callback) -> int:
     if status != UC_ERR_OK:
         raise UcError(status)
     # Kept where the binding keeps its own, so Uc.hook_del() removes it the usual way.
+    uc._callbacks[handle.value] = fptr
+    return handle.value
+
+
+def add_intr_hook(uc: Uc, callback) -> int:
+    """UC_HOOK_INTR with callback(handle, intno, user_data) called straight from C, as
+    :func:`add_code_hook` does for code hooks (every hypercall and trap goes through
+    it).  The callback must not raise."""
+    from unicorn.unicorn_const import UC_ERR_OK, UC_HOOK_INTR
+    from unicorn.unicorn_py3.unicorn import HOOK_INTR_CFUNC, UcError, uc_hook_h
+
+    fptr = HOOK_INTR_CFUNC(callback)
+    handle = uc_hook_h()
+    status = _binding.uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_INTR, fptr,
+                                        None, ctypes.c_uint64(1), ctypes.c_uint64(0))
+    if status != UC_ERR_OK:
+        raise UcError(status)
     uc._callbacks[handle.value] = fptr
     return handle.value
 

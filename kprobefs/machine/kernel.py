@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from unicorn import (
-    UC_ARCH_X86, UC_HOOK_INSN_INVALID, UC_HOOK_INTR, UC_MODE_64, Uc, UcError,
+    UC_ARCH_X86, UC_HOOK_INSN_INVALID, UC_MODE_64, Uc, UcError,
 )
 from unicorn.x86_const import (
     UC_X86_REG_CR0, UC_X86_REG_CR3, UC_X86_REG_CR4, UC_X86_REG_GS_BASE, UC_X86_REG_RFLAGS,
@@ -37,7 +37,7 @@ from .clock import TscClock
 from .cpu import (
     KERNEL_CS, KERNEL_DS, PT_REGS_SIZE, UC_REG, Registers, pack_pt_regs, unpack_pt_regs,
 )
-from ._fastuc import FastRegs, RegSet, add_code_hook
+from ._fastuc import FastRegs, RegSet, add_code_hook, add_intr_hook
 from ._quirks import clear_exception_state
 from .image import FENTRY_NOP, KernelImage
 from .module import ModuleLoader
@@ -232,7 +232,7 @@ class Kernel:
         uc.reg_write(UC_X86_REG_CR0, uc.reg_read(UC_X86_REG_CR0) | (1 << 31) | (1 << 16) | 1)
         uc.msr_write(MSR_EFER, uc.msr_read(MSR_EFER) | EFER_NXE)
         uc.reg_write(UC_X86_REG_RFLAGS, 0x2)
-        uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
+        add_intr_hook(uc, self._on_interrupt)
         uc.hook_add(UC_HOOK_INSN_INVALID, self._on_invalid_insn)
         self._pcpu_area = self._sym("pcpu_area")
         self._host_call_return = self._sym("host_call_return")
@@ -242,6 +242,8 @@ class Kernel:
         # Writing ip makes Unicorn leave the current block: ip is not part of the set.
         self._gprs = RegSet(self.uc, [reg for name, reg in UC_REG.items()
                                       if name not in ("cs", "ss", "ip")])
+        self._hc_args = RegSet(self.uc, [UC_X86_REG_RDI, UC_X86_REG_RSI, UC_X86_REG_RDX,
+                                         UC_X86_REG_R10, UC_X86_REG_R8])
 
     def _read_kabi(self) -> dict[str, int]:
         out, p = {}, self._sym("kabi")
@@ -438,7 +440,8 @@ class Kernel:
             raise KernelWedged("the kernel did not go idle")
 
     # ==== interrupts and hypercalls =========================================================
-    def _on_interrupt(self, uc, intno, _user_data) -> None:
+    def _on_interrupt(self, _handle, intno, _user_data) -> None:
+        uc = self.uc
         try:
             if intno == abi.HYPERCALL_VECTOR:
                 nr = self.fast.get(UC_X86_REG_RAX)
@@ -510,9 +513,8 @@ class Kernel:
         self._trap_handlers[vector].remove(handler)
 
     def _args(self):
-        get = self.fast.get
-        return (get(UC_X86_REG_RDI), get(UC_X86_REG_RSI), get(UC_X86_REG_RDX),
-                get(UC_X86_REG_R10), get(UC_X86_REG_R8))
+        """The hypercall's five arguments (rdi, rsi, rdx, r10, r8), in one C call."""
+        return self._hc_args.read()
 
     def add_hypercall(self, nr: int, handler: Callable[..., int]) -> None:
         """Serve hypercall ``nr`` with ``handler(a1, a2, a3, a4, a5) -> int`` (the value
