@@ -233,6 +233,10 @@ class NativeRecorder:
         self._arena_end = self._arena + kernel.image.lookup_name("trace_native_arena")[0].size
         cpus, cpu_size = sym("trace_native_cpu"), kernel.kabi["trace_native.cpu_size"]
         self._stage_at = kernel.kabi["trace_native.stage"]
+        self._batch_at = kernel.kabi["trace_native.batch"]
+        self._batch_max = kernel.kabi["trace_native.batch_max"]
+        # batch, closed, page_end[], page_count[]
+        self._pages = struct.Struct(f"<II{self._batch_max}I{self._batch_max}I")
         #: Each CPU's struct tn_cpu, as a live view (read on every page and every read).
         self._cpu = [kernel.view(cpus + cpu * cpu_size, cpu_size)
                      for cpu in range(kernel.nr_cpus)]
@@ -356,13 +360,24 @@ class NativeRecorder:
         if not _U32.unpack_from(view, _COUNT_AT)[0]:
             return None
         used, has_last, last_ts, staged, count = _CPU.unpack_from(view)
+        batch, closed, *marks = self._pages.unpack_from(view, self._batch_at)
+        ends, counts = marks[:closed], marks[self._batch_max:self._batch_max + closed]
         start = self._stage_at
         data = bytes(view[start:start + staged])
         _STAGED.pack_into(view, _STAGED_AT, 0, 0)
-        return (Chunk(data, count, self._decode), used, last_ts if has_last else None)
+        _U32.pack_into(view, self._batch_at + 4, 0)        # closed = 0
+        pages, at, seen = [], 0, 0
+        for end, upto in zip(ends + [staged], counts + [count]):
+            pages.append(Chunk(data[at:end], upto - seen, self._decode) if upto > seen
+                         else None)
+            at, seen = end, upto
+        return pages, used, last_ts if has_last else None
 
-    def sync(self, cpu: int, used: int, last_ts: int | None) -> None:
-        _SYNC.pack_into(self._cpu[cpu], 0, used, last_ts is not None, last_ts or 0)
+    def sync(self, cpu: int, used: int, last_ts: int | None, overwrite: bool) -> None:
+        view = self._cpu[cpu]
+        _SYNC.pack_into(view, 0, used, last_ts is not None, last_ts or 0)
+        # Overwriting, opening a page always succeeds: the kernel may close pages itself.
+        _U32.pack_into(view, self._batch_at, self._batch_max if overwrite else 1)
 
     def pending(self, cpu: int) -> bool:
         return _U32.unpack_from(self._cpu[cpu], _COUNT_AT)[0] != 0

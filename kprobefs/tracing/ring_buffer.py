@@ -82,13 +82,15 @@ class Chunk:
 class Stage(Protocol):
     """Where a :class:`RingBuffer` takes staged records from (see the module docstring)."""
 
-    def take(self, cpu: int) -> tuple[Chunk, int, int | None] | None:
-        """Remove the CPU's staged records: (chunk, bytes the open page now uses, time
-        of the last record or ``None``), or ``None`` if nothing is staged."""
+    def take(self, cpu: int) -> tuple[list[Chunk | None], int, int | None] | None:
+        """Remove the CPU's staged records: (the records of each page, the last one the
+        open page's and the others' full pages the stage closed (``None``: no record),
+        the bytes the open page now uses, the time of the last record or ``None``), or
+        ``None`` if nothing is staged."""
 
-    def sync(self, cpu: int, used: int, last_ts: int | None) -> None:
+    def sync(self, cpu: int, used: int, last_ts: int | None, overwrite: bool) -> None:
         """The CPU's open page now uses ``used`` bytes; its last record is at
-        ``last_ts``."""
+        ``last_ts``.  Only when ``overwrite`` may the stage close pages itself."""
 
     def pending(self, cpu: int) -> bool:
         """Whether records are staged (a racy peek, for waiters)."""
@@ -173,12 +175,18 @@ class CpuBuffer:
         self.last_ts = ts
         return True
 
-    def add_chunk(self, chunk: Chunk, used: int, last_ts: int | None) -> None:
-        """Append staged records already accounted in the open page (``used`` bytes)."""
-        page = self.pages[-1]
-        page.append(chunk)
-        page.entries += chunk.count
-        self.entries += chunk.count
+    def add_staged(self, pages: list, used: int, last_ts: int | None) -> None:
+        """Append staged records, already accounted: full pages the stage closed (each
+        then opens the next page, as only an overwriting buffer lets the stage close
+        them), then the records of the open page, which now uses ``used`` bytes."""
+        for i, chunk in enumerate(pages):
+            if i:
+                self.next_page(True)
+            if chunk is not None:
+                page = self.pages[-1]
+                page.append(chunk)
+                page.entries += chunk.count
+                self.entries += chunk.count
         self.used = used
         self.last_ts = last_ts
 
@@ -240,7 +248,7 @@ class RingBuffer:
         self.lock = threading.Lock()
         self._cond = threading.Condition(self.lock)
         self._waiters = 0
-        self.overwrite = True
+        self._overwrite = True
         self.expanded = False
         self.cpus = [CpuBuffer(cpu, MIN_PAGES) for cpu in range(nr_cpus)]
         self.generation = 0            # bumped by every reset
@@ -266,13 +274,26 @@ class RingBuffer:
         for buf in bufs:
             taken = stage.take(buf.cpu)
             if taken is not None:
-                buf.add_chunk(*taken)
+                buf.add_staged(*taken)
 
     def _sync(self, bufs) -> None:
         stage = self.stage
         if stage is not None:
             for buf in bufs:
-                stage.sync(buf.cpu, buf.used, buf.last_ts)
+                stage.sync(buf.cpu, buf.used, buf.last_ts, self._overwrite)
+
+    @property
+    def overwrite(self) -> bool:
+        """Overwrite mode (``options/overwrite``): a full buffer drops its oldest page;
+        otherwise new events are dropped."""
+        return self._overwrite
+
+    @overwrite.setter
+    def overwrite(self, on: bool) -> None:
+        with self.lock:
+            self._absorb(self.cpus)         # pages the stage closed under the old mode
+            self._overwrite = on
+            self._sync(self.cpus)
 
     def page_full(self, cpu: int) -> bool:
         """The stage of ``cpu`` filled the open page: take it and open the next one.
@@ -309,10 +330,10 @@ class RingBuffer:
             if stage is not None:
                 taken = stage.take(cpu)
                 if taken is not None:
-                    buf.add_chunk(*taken)
-            stored = buf.write(record, size, self.overwrite)
+                    buf.add_staged(*taken)
+            stored = buf.write(record, size, self._overwrite)
             if stage is not None:
-                stage.sync(cpu, buf.used, buf.last_ts)
+                stage.sync(cpu, buf.used, buf.last_ts, self._overwrite)
             if stored and self._waiters:
                 self._cond.notify_all()
         return stored

@@ -112,9 +112,12 @@ struct tn_entry {
 /* The largest record data: an event's payload (8 bytes of common fields, then the
  * data) fits a page with its header and length word, or Linux drops the event. */
 #define TN_DATA_MAX (TN_PAGE_DATA - 8 - 8)
+/* Pages the kernel may close itself before the host takes them (in overwrite mode,
+ * where opening a page always succeeds): one hypercall per TN_BATCH_MAX pages. */
+#define TN_BATCH_MAX 8
 /* A page of the smallest records takes at most 1.6 pages here (32 bytes staged for 20
- * accounted); then the largest record must fit too. */
-#define TN_STAGE_SIZE 16384
+ * accounted); TN_BATCH_MAX of them, then the largest record, must fit. */
+#define TN_STAGE_SIZE 65536
 #define TN_TS_DELTA_MAX (1UL << 27)
 
 struct tn_cpu {
@@ -126,6 +129,10 @@ struct tn_cpu {
 	u32 waiters;		/* a reader waits: wake it on each record */
 	u32 busy;		/* recording now: a nested hit is missed, as kprobe_running() */
 	struct task_struct *comm_task;	/* the task whose comm the host saved last */
+	u32 batch;		/* pages to fill before handing them over (host-set, 1..MAX) */
+	u32 closed;		/* pages the kernel closed in stage[] */
+	u32 page_end[TN_BATCH_MAX];	/* stage[] bytes at each closed page's end */
+	u32 page_count[TN_BATCH_MAX];	/* records in stage[] then */
 	u8 stage[TN_STAGE_SIZE + 8] __aligned(8);	/* + the slack of a last 8-byte store */
 };
 extern struct tn_cpu trace_native_cpu[NR_CPUS];

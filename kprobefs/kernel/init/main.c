@@ -141,6 +141,8 @@ const struct kabi_entry kabi[] = {
 	KABI("thread_size", THREAD_SIZE),
 	KABI("trace_native.cpu_size", sizeof(trace_native_cpu[0])),
 	KABI("trace_native.stage", offsetof(typeof(trace_native_cpu[0]), stage)),
+	KABI("trace_native.batch", offsetof(typeof(trace_native_cpu[0]), batch)),
+	KABI("trace_native.batch_max", TN_BATCH_MAX),
 	KABI("trace_native.probe_insns", offsetof(struct trace_native_probe, insns)),
 	KABI("page_offset", PAGE_OFFSET),
 	KABI("task_size_max", TASK_SIZE_MAX),

@@ -422,8 +422,17 @@ static __always_inline void record(struct trace_native_probe *tp, struct pt_regs
 			acct += 8;
 		if (len && c->used + acct <= TN_PAGE_DATA)
 			break;
-		/* The open page is full: the host takes it and opens the next one, or
-		 * (overwrite off, buffer full) drops this event. */
+		if (len && c->closed + 1 < c->batch) {
+			/* Close the full page and go on in the next one; the host opens
+			 * them all when it takes them. */
+			c->page_end[c->closed] = c->staged;
+			c->page_count[c->closed] = c->count;
+			c->closed++;
+			c->used = 0;
+			continue;
+		}
+		/* The open page is full: the host takes the pages and opens the next one,
+		 * or (overwrite off, buffer full) drops this event. */
 		if (!hypercall(HC_TRACE_PAGE_FULL, cpu, 0, 0, 0))
 			return;
 	}
