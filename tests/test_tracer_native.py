@@ -301,7 +301,7 @@ def test_an_event_larger_than_a_page_is_dropped():
         t = kernel.spawn("long")
         kernel.syscall(t, "openat", AT_FDCWD, path, O_CREAT | O_RDWR, 0o644)
         text = read(root, "trace")
-        assert f'one: (getname+0x5/' in text and f'a="{path}"' in text
+        assert 'one: (getname+0x5/' in text and f'a="{path}"' in text
         assert " two: " not in text
         one, two = tracer.probes
         assert tracer.hits(one) == tracer.hits(two) == 1
@@ -342,3 +342,16 @@ def test_kernel_and_host_records_share_one_clock():
     stamps = [float(line.split()[3].rstrip(":")) for line in lines]
     assert stamps == sorted(stamps)
     assert outer.nhit == 20 and inner.nhit == 0 and tracer.hits(inner) == 20
+
+
+def test_a_second_tracer_on_one_kernel_records_in_the_host():
+    kernel, first, _ = make(True, cpus=1)
+    second = Tracer(kernel.kprobes, kernel)
+    assert first.native is not None and second.native is None
+    root = second.tracefs_root()
+    write(root, "kprobe_events", "p:k kprobe_target_traced+5 a=%di\n")
+    write(root, "events/kprobes/k/enable", "1")
+    kernel.wait_for_kprobe_optimizer()
+    kernel.upcall("kprobe_bench_loop", 3, 1)
+    assert [line.split()[-1] for line in read(root, "trace").splitlines()
+            if " k: " in line] == ["a=0x0", "a=0x1", "a=0x2"]

@@ -26,7 +26,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from kprobefs.errors import ProbeParseError
+from kprobefs.errors import MachineError, ProbeParseError
 from kprobefs.tracing.error_log import ErrorLog
 from kprobefs.tracing.fetch import (
     KPROBE_HEADER_SIZE, KRETPROBE_HEADER_SIZE, FetchArg, FetchFault, FetchImm, FetchReg,
@@ -586,9 +586,13 @@ class Tracer:
         # on the real machine, when records share its clock.
         self.native: NativeRecorder | None = None
         if NativeRecorder.available(kernel) and self.clock == native_clock:
-            self.native = NativeRecorder(kernel, self._hit_context,
-                                         self._events_by_id.get)
-            self.native.attach(self.buffer)
+            try:
+                self.native = NativeRecorder(kernel, self._hit_context,
+                                             self._events_by_id.get)
+            except MachineError:
+                _log.info("the kernel's recorder serves another tracer: recording here")
+            else:
+                self.native.attach(self.buffer)
         self.function_tracer: FunctionTracer | None = None
         self.stack_tracer: StackTracer | None = None
         ftrace = getattr(engine, "ftrace", None)

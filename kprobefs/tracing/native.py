@@ -26,6 +26,8 @@ import struct
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ..errors import ImageError
+from ..machine.abi import HC
 from .fetch import (
     Deref, FetchArg, FetchComm, FetchData, FetchImm, FetchProgram, FetchReg, FetchRetIP,
     FetchRetval, FetchStack, FetchStackPointer, FetchSymbol, LoopArray, ModBitfield, StoreMem,
@@ -216,15 +218,15 @@ class NativeProbe:
 class NativeRecorder:
     """The kernel's recorder, seen from the host.
 
-    ``kernel`` is the machine (``read``/``write``, ``image``, ``kabi``, ``nr_cpus``,
-    ``add_hypercall``, ``current_pid``/``current_comm``, ``exit_listeners``);
-    ``save_comm(pid, comm)`` records a task name for the trace when asked to;
+    ``kernel`` is the machine (``read``/``write``/``view``, ``image``, ``kabi``,
+    ``nr_cpus``, ``add_hypercall``, ``exit_listeners``); ``save_comm()`` saves the
+    running task's comm for the trace (the kernel asks when a CPU's task changed);
     ``event_of(id)`` returns the event an id names (records decode to its tuples).
+    Raises :class:`~kprobefs.errors.ImageError` when the kernel's structures are not
+    the ones this module knows.
     """
 
-    def __init__(self, kernel, save_comm: Callable[[], None], event_of: Callable):
-        from kprobefs.machine.abi import HC     # the hypercall numbers kernel.h has
-
+    def __init__(self, kernel, save_comm: Callable[[], object], event_of: Callable):
         sym = kernel.image.symbol_value
         self.kernel = kernel
         self.handler = sym("trace_native_probe")
@@ -241,7 +243,7 @@ class NativeRecorder:
         self._cpu = [kernel.view(cpus + cpu * cpu_size, cpu_size)
                      for cpu in range(kernel.nr_cpus)]
         if kernel.kabi["trace_native.probe_insns"] != _PROBE.size:
-            raise ValueError("struct trace_native_probe does not match the host's layout")
+            raise ImageError("struct trace_native_probe does not match the host's layout")
         self._next = self._arena
         self._free: dict[int, list[int]] = {}
         self._zombies: list[NativeProbe] = []     # freed with returns still pending
