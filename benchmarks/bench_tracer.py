@@ -1,12 +1,13 @@
 """Tracer benchmark: the cost of recording a 4-argument kprobe event, per hit, and events
 recorded per second.
 
-The event is recorded on a jump-optimized site (kprobe_target_traced+5), on an ftrace
-site (the function's entry), and as a return probe.  Each is measured three ways, in
-one run:
+The event is recorded on a jump-optimized site (kprobe_target_traced+5), on the same
+site unoptimized (an int3), on an ftrace site (the function's entry), and as a return
+probe.  Each is measured three ways, in one run:
 
 - recorded by the kernel itself (kernel/trace_native.c: the detour or trampoline calls
-  the recorder, no host code runs; the default);
+  the recorder, no host code runs; an int3 hit enters a stub that does, through one
+  code hook; the default);
 - the same probe hit with tracing off (the recorder counts the hit and returns): the
   bare native hit;
 - recorded by the host's interpreter (a tracer whose clock is not the kernel's keeps
@@ -34,10 +35,11 @@ from kprobefs import Kernel, Kprobe  # noqa: E402
 from kprobefs.tracing import Tracer  # noqa: E402
 
 ARGS = "a=%di b=%si:u32 c=%dx:x64 d=%cx:s64"
-#: kind of site -> the probe definition, without its name
-SITES = {"optimized": f"p kprobe_target_traced+5 {ARGS}",
-         "ftrace": f"p kprobe_target_traced {ARGS}",
-         "return": "r kprobe_target_traced a=$retval b=%si:u32 c=%dx:x64 d=%cx:s64"}
+#: kind of site -> the probe definition without its name, and whether to jump-optimize
+SITES = {"optimized": (f"p kprobe_target_traced+5 {ARGS}", True),
+         "int3": (f"p kprobe_target_traced+5 {ARGS}", False),
+         "ftrace": (f"p kprobe_target_traced {ARGS}", True),
+         "return": ("r kprobe_target_traced a=$retval b=%si:u32 c=%dx:x64 d=%cx:s64", True)}
 
 
 def timed_loop(kernel: Kernel, calls: int, repeat: int = 3) -> float:
@@ -73,12 +75,13 @@ def bare_hit(calls: int) -> tuple[float, float]:
     return base, timed_loop(kernel, calls) - base
 
 
-def event_costs(probe: str, native: bool, calls: int) -> dict[str, float]:
+def event_costs(probe: str, optimize: bool, native: bool, calls: int) -> dict[str, float]:
     """µs per hit above the unprobed call: recorded, and (native) with tracing off;
     events recorded per second."""
     kernel = Kernel(cpus=1, seed=0)
     timed_loop(kernel, 1000, 1)
     base = timed_loop(kernel, calls)
+    kernel.kprobes.set_optimization(optimize)
     tracer = Tracer(kernel.kprobes, kernel, **({} if native else {"clock": kernel.clock_ns}))
     root = tracer.tracefs_root()
     write(root, "buffer_size_kb", "16384")
@@ -111,9 +114,9 @@ def main() -> None:
           f"{bare:.3f} us")
     print(f"{'site':10} {'recorder':8} {'us/hit':>8} {'above bare':>10} "
           f"{'not recording':>13} {'events/s':>10}")
-    for kind, site in SITES.items():
+    for kind, (probe, optimize) in SITES.items():
         for native in (True, False):
-            r = event_costs(site, native, args.calls)
+            r = event_costs(probe, optimize, native, args.calls)
             off = f"{r['not recording']:.3f}" if native else "-"
             print(f"{kind:10} {'kernel' if native else 'host':8} {r['recorded']:8.3f} "
                   f"{r['recorded'] - bare:10.3f} {off:>13} {r['events/s']:10,.0f}")

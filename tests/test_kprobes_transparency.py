@@ -131,13 +131,16 @@ def test_probes_change_nothing(baseline, boundaries, mode):
         assert {a: hits[a] for a in registered} == {a: indep[a] for a in registered}
 
 
-@pytest.mark.parametrize("kind", ["p", "r"])
+@pytest.mark.parametrize("kind", ["p", "p-int3", "r"])
 def test_events_recorded_in_the_kernel_change_nothing(baseline, boundaries, kind):
     """kprobe and return-probe events on the sample, recorded by the kernel's own
-    recorder (native detours and ftrace trampolines that save and restore every register
-    and the flags, hijacked return addresses, fetches that fault and are fixed up): the
-    workload sees no difference, and each event's hit count equals the independent
-    count (a return probe's may be lower: a function that exits never returns)."""
+    recorder (native detours, ftrace trampolines and, without jump optimization, stubs
+    an int3 enters, each saving and restoring every register and the flags; hijacked
+    return addresses; fetches that fault and are fixed up): the workload sees no
+    difference, and each event's hit count equals the independent count (a return
+    probe's may be lower: a function that exits never returns)."""
+    int3 = kind == "p-int3"
+    kind = kind[0]
     from kprobefs.tracing import Tracer
 
     rng = random.Random(f"{SEED}-native-{kind}")
@@ -150,6 +153,7 @@ def test_events_recorded_in_the_kernel_change_nothing(baseline, boundaries, kind
 
     def define(kernel):
         kernel.FAST_HOOK_BUDGET = 10 * SAMPLE
+        kernel.kprobes.set_optimization(not int3)
         tracer = Tracer(kernel.kprobes, kernel)
         root = tracer.tracefs_root()
         indep = collections.Counter()

@@ -39,12 +39,14 @@ class Kprobe:
     instruction.  ``fault_handler(p, regs, trapnr) -> int`` runs when a handler raises.
 
     ``native`` = (handler, argument) names a pre-handler in the emulated kernel's own
-    code, ``void handler(void *argument, struct pt_regs *regs)``.  When p is alone at its
-    address and jump-optimized, its detour calls that in the kernel, as Linux's
-    optprobes call kernel handlers; ``pre_handler`` still runs on every other path
-    (int3, ftrace, several probes at one address), so the two must do the same thing.
-    After changing ``native`` on a registered probe, call the engine's
-    ``refresh_kprobe(p)``.
+    code, ``void handler(void *argument, struct pt_regs *regs)``, with an even
+    ``argument``.  When p is alone at its address, its detour, its ftrace site's
+    trampoline, or (a boostable instruction) its int3 calls that in the kernel, as Linux
+    calls kernel handlers.  A hit that trapped passes ``argument + 1``: Linux's handlers
+    find interrupts off and an NMI-like context there.  ``pre_handler`` still runs on
+    every other path (several probes at one address, instructions that are emulated or
+    single-stepped), so the two must do the same thing.  After changing ``native`` on a
+    registered probe, call the engine's ``refresh_kprobe(p)``.
     """
 
     symbol_name: str | None = None

@@ -50,7 +50,7 @@ _ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
 _TNP_RECORD = 1
 
 _INSN = struct.Struct("<BBBBIq")            # struct tn_insn
-_PROBE = struct.Struct("<QQQIHBxQIIQQ")     # struct trace_native_probe, before insns
+_PROBE = struct.Struct("<QQQIH2xQIIQQ")     # struct trace_native_probe, before insns
 _MISSED_AT, _FILTER_AT, _FLAGS_AT, _PENDING_AT, _RET_FREE_AT = 8, 16, 24, 44, 48
 _TNP_RETURN = 2
 _RET_INSTANCE = struct.Struct("<QQQQQ")     # struct tn_ret_instance
@@ -284,7 +284,7 @@ class NativeRecorder:
         # The free instances: a circular list through the probe's ret_free.
         links = [addr + _RET_FREE_AT] + [addr + instances + i * _RET_INSTANCE.size
                                          for i in range(maxactive)]
-        header = _PROBE.pack(0, 0, 0, flags, event_id & 0xFFFF, 0, ip, head + args_size, 0,
+        header = _PROBE.pack(0, 0, 0, flags, event_id & 0xFFFF, ip, head + args_size, 0,
                              links[1 % len(links)], links[-1])
         pool = b"".join(_RET_INSTANCE.pack(links[(i + 1) % len(links)], links[i - 1], addr,
                                            0, 0) for i in range(1, len(links)))

@@ -67,6 +67,8 @@ class ArchKprobe:
     emulate: bool               # branch/call/ret/flags instructions are emulated
     boostable: bool
     slot: int | None = None     # [copy][int3] at slot, [copy][jmp back] at slot + 16
+    #: (native handler, its stub): the native template, then a jump to the boosted copy
+    native_stub: tuple | None = None
 
     @property
     def ss_addr(self) -> int:
@@ -270,6 +272,8 @@ class X86Kprobes:
 
     def remove(self, p) -> None:
         a = p.ainsn
+        if a is not None and a.native_stub is not None:
+            self._free_stub(a)
         if a is not None and a.slot is not None:
             self.kernel.remove_breakpoint(a.slot + a.insn.length)
             self._ss_slots.pop(a.slot + a.insn.length, None)
@@ -291,8 +295,15 @@ class X86Kprobes:
             kcb = ctl[cpu.index]
             active = p.active
             if (kcb.current is not None or len(active) != 1 or p.post_handler is not None
-                    or a.emulate or not a.boostable or not self.boost
-                    or p.detour is not None):
+                    or a.emulate or not a.boostable or not self.boost):
+                return general(kernel, cpu, ip)
+            native = p.native_handler()
+            if native is not None:
+                # The kernel handler runs from a stub that then jumps to the boosted
+                # copy: no host code but this hook.
+                fast.set(UC_X86_REG_RIP, self._native_stub(p, native))
+                return True
+            if p.detour is not None:
                 return general(kernel, cpu, ip)
             child = active[0]
             kcb.current = p
@@ -308,6 +319,29 @@ class X86Kprobes:
             return True
 
         return kprobe_int3_handler
+
+    def _native_stub(self, p, native: tuple[int, int]) -> int:
+        """The stub an int3 hit of p enters to call its kernel handler: the native
+        template with ``argument + 1`` (the hit trapped), then `jmp` to the boosted copy
+        of the probed instruction."""
+        a = p.ainsn
+        if a.native_stub is not None:
+            if a.native_stub[0] == native:
+                return a.native_stub[1]
+            self._free_stub(a)
+        buf = self.slots.get(_DETOUR)
+        handler, arg = native
+        code = self._native_template_for(buf, p.addr, (handler, arg + 1))
+        code += synthesize_reljump(buf + len(code), a.boost_addr)
+        self.kernel.text_poke(buf, code)
+        a.native_stub = (native, buf)
+        return buf
+
+    def _free_stub(self, a: ArchKprobe) -> None:
+        buf = a.native_stub[1]
+        self.kernel.text_poke(buf, bytes([INT3]) * _DETOUR)
+        self.slots.free(_DETOUR, buf)
+        a.native_stub = None
 
     def _int3(self, kernel, cpu, ip: int) -> bool:
         addr = ip - 1

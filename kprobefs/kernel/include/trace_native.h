@@ -75,8 +75,7 @@ struct trace_native_probe {
 	const struct tn_pred *filter;	/* the event's filter, or NULL */
 	u32 flags;		/* TNP_* */
 	u16 type;		/* the event id */
-	u8 trace_flags;		/* the irqs-off/need-resched column */
-	u8 pad;
+	u8 pad[2];
 	u64 ip;			/* __probe_ip (a return probe: __probe_func) */
 	u32 data_size;		/* bytes of that header and the fixed part of the args */
 	u32 ret_pending;	/* a return probe's instances on tasks' stacks */

@@ -385,7 +385,7 @@ static bool __kprobes filter_match(const struct tn_pred *p, const u8 *rec,
 
 /* Stage one record of tp's event on this CPU. */
 static __always_inline void record(struct trace_native_probe *tp, struct pt_regs *regs,
-				   struct tn_cpu *c, int cpu, unsigned long ret_ip)
+				   struct tn_cpu *c, int cpu, unsigned long ret_ip, u8 flags)
 {
 	struct task_struct *task = current;
 	struct tn_entry *e;
@@ -410,7 +410,7 @@ static __always_inline void record(struct trace_native_probe *tp, struct pt_regs
 		if (len && tp->filter) {
 			/* The record as the filter sees it: the common fields, the data. */
 			e->type = tp->type;
-			e->flags = tp->trace_flags;
+			e->flags = flags;
 			e->preempt_count = 0;
 			e->pid = task->pid;
 			if (!filter_match(tp->filter, (const u8 *)&e->type, task, cpu))
@@ -441,7 +441,7 @@ static __always_inline void record(struct trace_native_probe *tp, struct pt_regs
 	e->pid = task->pid;
 	e->preempt_count = 0;
 	e->type = tp->type;
-	e->flags = tp->trace_flags;
+	e->flags = flags;
 	e->size = size;
 	e->len = len;
 	c->staged += size;
@@ -453,11 +453,28 @@ static __always_inline void record(struct trace_native_probe *tp, struct pt_regs
 		hypercall(HC_TRACE_WAKE, cpu, 0, 0, 0);
 }
 
+/* A hit that trapped passes the probe's address + 1 (probes are 64-byte aligned): its
+ * record shows interrupts off in an NMI-like context, as an int3 handler's does. */
+#define TN_TRAPPED 1UL
+#define TN_FLAGS_INT3 1		/* the host's FLAGS_INT3 */
+
+static __always_inline struct trace_native_probe *untag(struct trace_native_probe *tp,
+							u8 *flags)
+{
+	unsigned long p = (unsigned long)tp;
+
+	*flags = p & TN_TRAPPED ? TN_FLAGS_INT3 : 0;
+	return (struct trace_native_probe *)(p & ~TN_TRAPPED);
+}
+
 /* The pre-handler of a natively recorded kprobe event. */
 void __kprobes trace_native_probe(struct trace_native_probe *tp, struct pt_regs *regs)
 {
 	int cpu = smp_processor_id();
 	struct tn_cpu *c = &trace_native_cpu[cpu];
+	u8 flags;
+
+	tp = untag(tp, &flags);
 
 	tp->nhit++;
 	if (!(READ_ONCE(tp->flags) & TNP_RECORD))
@@ -468,7 +485,7 @@ void __kprobes trace_native_probe(struct trace_native_probe *tp, struct pt_regs 
 		return;
 	}
 	c->busy = 1;
-	record(tp, regs, c, cpu, 0);
+	record(tp, regs, c, cpu, 0, flags);
 	c->busy = 0;
 }
 
@@ -480,6 +497,9 @@ void __kprobes trace_native_ret_entry(struct trace_native_probe *tp, struct pt_r
 {
 	unsigned long *slot = (unsigned long *)regs->sp;
 	struct tn_ret_instance *ri;
+	u8 flags;
+
+	tp = untag(tp, &flags);
 
 	if (list_empty(&tp->ret_free)) {
 		tp->nmissed++;
@@ -520,7 +540,7 @@ found:
 			tp->nmissed++;
 		} else {
 			c->busy = 1;
-			record(tp, regs, c, cpu, ri->ret_addr);
+			record(tp, regs, c, cpu, ri->ret_addr, 0);
 			c->busy = 0;
 		}
 	}
