@@ -14,10 +14,15 @@ the recorder makes (save a comm, a page is full, wake a reader).
 An event's filter is encoded too (:func:`encode_filter`), and the kernel evaluates it on
 the record before staging it.
 
-Not everything can be recorded this way: ``symstr``, string arrays, glob filters and
-return probes stay with the host's interpreter (fetch.py, filter.py), which also handles
-every hit that comes another way (an int3, several probes at one address, a site other
-ftrace users share).  Both paths write the same record.
+Return probes are recorded here too: the kernel's entry handler hijacks the return
+address with one of the probe's instances (allocated with it) and its trampoline
+records the event.
+
+Not everything can be recorded this way: ``symstr``, string arrays and globs with a
+``[...]`` class stay with the host's interpreter (fetch.py, filter.py), which also
+handles every hit that comes another way (several probes at one address, a site other
+ftrace users share, an int3 on an instruction that is emulated or single-stepped).  Both
+paths write the same record.
 """
 
 from __future__ import annotations
@@ -152,7 +157,7 @@ def encode_programs(programs: Sequence[FetchProgram], at: int) -> bytes | None:
 
 # enum tf_op, enum tf_cmp
 _TF_END, _TF_NUM, _TF_CPU, _TF_STR, _TF_COMM, _TF_FALSE, _TF_AND, _TF_OR, _TF_NOT = range(9)
-_TF_CMP = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5, "&": 6}
+_TF_CMP = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5, "&": 6, "~": 7}
 _PRED = struct.Struct("<BBBBHHq")           # struct tn_pred
 _TF_STACK_MAX = 64
 _TF_LOGIC = {"and": _TF_AND, "or": _TF_OR, "not": _TF_NOT}
@@ -160,8 +165,9 @@ _TF_LOGIC = {"and": _TF_AND, "or": _TF_OR, "not": _TF_NOT}
 
 def _encode_pred(r) -> tuple | None:
     """The tn_pred of one resolved filter predicate (a string operand as an eighth
-    item), or None for what the kernel does not evaluate (globs)."""
-    if r.op == "~":
+    item), or None for what the kernel does not evaluate (a glob with a ``[...]``
+    class: fnmatch's rules for those stay in the host)."""
+    if r.op == "~" and b"[" in bytes(r.value):
         return None
     field, cmp = r.field, _TF_CMP[r.op]
     if field.kind in ("str", "comm"):

@@ -56,11 +56,12 @@ enum tf_op {
 	TF_OR,
 	TF_NOT,
 };
-enum tf_cmp { TF_EQ, TF_NE, TF_LT, TF_LE, TF_GT, TF_GE, TF_BAND };
+/* TF_GLOB: a string matches a pattern of `*` and `?` (the host keeps `[...]`). */
+enum tf_cmp { TF_EQ, TF_NE, TF_LT, TF_LE, TF_GT, TF_GE, TF_BAND, TF_GLOB };
 
 struct tn_pred {
 	u8 op;		/* enum tf_op */
-	u8 cmp;		/* enum tf_cmp (strings: TF_EQ or TF_NE) */
+	u8 cmp;		/* enum tf_cmp (strings: TF_EQ, TF_NE or TF_GLOB) */
 	u8 size;	/* a numeric field's bytes: 1, 2, 4 or 8 */
 	u8 is_signed;
 	u16 offset;	/* the field's offset in the record */

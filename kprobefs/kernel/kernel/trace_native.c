@@ -326,15 +326,39 @@ static __always_inline bool compare(const struct tn_pred *p, s64 v, int bits)
 	}
 }
 
-/* Whether the n bytes at s, up to a NUL, equal the operand. */
+/* Whether the n bytes at s, up to a NUL, equal the operand (TF_GLOB: match it, where
+ * `*` is any run of characters and `?` any one). */
 static __always_inline bool string_is(const struct tn_pred *p, const char *s, u32 n)
 {
 	const char *want = (const char *)p->value;
-	u32 i;
+	u32 i, len = 0, star = ~0U, mark = 0;
 
-	for (i = 0; i < n && s[i]; i++)
-		if (i >= p->len || s[i] != want[i])
+	while (len < n && s[len])
+		len++;
+	if (p->cmp != TF_GLOB) {
+		if (len != p->len)
 			return false;
+		for (i = 0; i < len; i++)
+			if (s[i] != want[i])
+				return false;
+		return true;
+	}
+	for (i = 0, n = 0; n < len;) {
+		if (i < p->len && want[i] == '*') {
+			star = i++;
+			mark = n;
+		} else if (i < p->len && (want[i] == '?' || want[i] == s[n])) {
+			i++;
+			n++;
+		} else if (star != ~0U) {
+			i = star + 1;
+			n = ++mark;
+		} else {
+			return false;
+		}
+	}
+	while (i < p->len && want[i] == '*')
+		i++;
 	return i == p->len;
 }
 
