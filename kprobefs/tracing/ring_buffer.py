@@ -12,10 +12,10 @@ Counters follow the ``trace`` header: *entries* are the records still in the buf
 
 A *stage* (:class:`Stage`) may feed the buffer records written elsewhere: the kernel's own
 recorder (kernel/trace_native.c) stages records per CPU in the page the buffer has open,
-with the same accounting.  Before the buffer reads or writes a CPU it takes that CPU's
-staged records into the open page as one :class:`Chunk`, decoded into records only when
-a reader reaches it; after changing a CPU's open page it tells the stage where the page
-stands.  Stage calls run with the buffer's lock held, and only where no CPU is inside
+with the same accounting, and (overwriting) may close full pages and go on in new ones.
+Before the buffer reads or writes a CPU it takes that CPU's staged records, a
+:class:`Chunk` per page, decoded into records only when a reader reaches them; after
+changing a CPU's open page it tells the stage where the page stands.  Stage calls run with the buffer's lock held, and only where no CPU is inside
 the recorder: on the emulation thread, or while the machine is stopped.
 """
 
@@ -199,8 +199,8 @@ class CpuBuffer:
     def peek(self):
         """Return the oldest record, or ``None``."""
         for page in self.pages:
+            page.expand_head()
             if page:
-                page.expand_head()
                 return page[0]
         return None
 
@@ -209,8 +209,8 @@ class CpuBuffer:
         pages = self.pages
         while pages:
             page = pages[0]
+            page.expand_head()
             if page:
-                page.expand_head()
                 record = page.popleft()
                 page.entries -= 1
                 self.entries -= 1
