@@ -131,16 +131,17 @@ def test_probes_change_nothing(baseline, boundaries, mode):
         assert {a: hits[a] for a in registered} == {a: indep[a] for a in registered}
 
 
-@pytest.mark.parametrize("kind", ["p", "p-int3", "r"])
+@pytest.mark.parametrize("kind", ["p", "p-int3", "r", "pr"])
 def test_events_recorded_in_the_kernel_change_nothing(baseline, boundaries, kind):
     """kprobe and return-probe events on the sample, recorded by the kernel's own
     recorder (native detours, ftrace trampolines and, without jump optimization, stubs
     an int3 enters, each saving and restoring every register and the flags; hijacked
     return addresses; fetches that fault and are fixed up): the workload sees no
     difference, and each event's hit count equals the independent count (a return
-    probe's may be lower: a function that exits never returns)."""
-    int3 = kind == "p-int3"
-    kind = kind[0]
+    probe's may be lower: a function that exits never returns).  "pr" puts an entry and a
+    return event on each sampled function: the kernel's aggregate handler runs both."""
+    int3, pair = kind == "p-int3", kind == "pr"
+    kind = "r" if pair else kind[0]
     from kprobefs.tracing import Tracer
 
     rng = random.Random(f"{SEED}-native-{kind}")
@@ -166,6 +167,8 @@ def test_events_recorded_in_the_kernel_change_nothing(baseline, boundaries, kind
                 continue                # a return probe names its function
             site = where[addr] if kind == "r" else f"{addr:#x}"
             try:
+                if pair:
+                    tracer.run_commands(f"p:e{i} {site} a=%di b=+0(%si):u8\n".encode())
                 tracer.run_commands(f"{kind}:t{i} {site} {args}\n".encode())
             except OSError:
                 continue                # refused like Linux (notrace, indirect jumps)
@@ -180,7 +183,12 @@ def test_events_recorded_in_the_kernel_change_nothing(baseline, boundaries, kind
     assert len(defined) > SAMPLE // 4
     assert results == baseline[0]
     assert st == baseline[1]
-    hits = {tp.address: tracer.hits(tp) for tp in tracer.probes}
+    if pair:
+        entries = [tp for tp in tracer.probes if not tp.spec.is_return]
+        assert {tp.address: tracer.hits(tp) for tp in entries} == {
+            tp.address: indep[tp.address] for tp in entries}
+    hits = {tp.address: tracer.hits(tp) for tp in tracer.probes
+            if tp.spec.is_return == (kind == "r")}
     if kind == "p":
         assert hits == {a: indep[a] for a in defined}
     else:
@@ -190,4 +198,4 @@ def test_events_recorded_in_the_kernel_change_nothing(baseline, boundaries, kind
     native = [tp for tp in tracer.probes if tp.nhit == 0 and tracer.hits(tp)]
     assert len(native) > 10, "most hit events should have been recorded in the kernel"
     in_buffer, written = tracer.buffer.counts()
-    assert written == sum(hits.values())
+    assert written == sum(tracer.hits(tp) for tp in tracer.probes)

@@ -370,3 +370,38 @@ def test_a_second_tracer_on_one_kernel_records_in_the_host():
     kernel.upcall("kprobe_bench_loop", 3, 1)
     assert [line.split()[-1] for line in read(root, "trace").splitlines()
             if " k: " in line] == ["a=0x0", "a=0x1", "a=0x2"]
+
+
+SHARED = (
+    "p:e1 vfs_read a=%di\n"
+    "p:e2 vfs_read b=%si:u32 c=$comm\n"
+    "r:e3 vfs_read rv=$retval:s64\n"                 # entry and return at one address
+    "p:e4 vfs_read+5 x=%dx\n"
+    "p:e5 vfs_read+5 y=+0(%di):u8 z=+u0(%si):x8\n"
+    "p:e6 getname+5 s=+0(%di):ustring\n"
+    "r:e7 getname n=+0(+0($retval)):string\n"
+)
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_several_events_at_one_address_are_recorded_in_the_kernel(optimize):
+    """Probes sharing an address call the kernel's aggregate handler, which runs each
+    recorder in registration order: the same trace as the host's."""
+    native, host = (traced(n, events=SHARED, optimize=optimize) for n in (True, False))
+    assert all(tp.nhit == 0 and native[1].hits(tp) > 0 for tp in native[1].probes)
+    assert [native[1].hits(tp) for tp in native[1].probes] == [
+        tp.nhit for tp in host[1].probes]
+    got, want = body(read(native[2], "trace")), body(read(host[2], "trace"))
+    assert len(want) > 20 and got == want
+    # Disabling one of them leaves the others in the kernel; removing all but one too.
+    kernel, tracer, root = native
+    write(root, "events/kprobes/e2/enable", "0")
+    write(root, "events/kprobes/e5/enable", "0")
+    write(root, "events/kprobes/e1/filter", "a != 0")
+    kernel.wait_for_kprobe_optimizer()
+    write(root, "trace", "", flags=os.O_WRONLY | os.O_TRUNC)
+    workload(kernel, "again")
+    names = [line.split()[4] for line in read(root, "trace").splitlines() if "again-" in line]
+    assert names.count("e2:") == names.count("e5:") == 0
+    assert names.count("e1:") == names.count("e3:") == names.count("e4:") == 3
+    assert all(tp.nhit == 0 for tp in tracer.probes)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import errno
 import logging
+import struct
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -59,13 +60,20 @@ class KprobeCtlblk:
 
 
 class AggrKprobe(Kprobe):
-    """The probe that stands in the table for every probe at one address."""
+    """The probe that stands in the table for every probe at one address.
+
+    Its ``native`` is what its detour, ftrace trampoline or int3 stub calls in the
+    kernel: the enabled child's own native handler when that is the only one, the
+    kernel's aggregate handler over a list of them when every enabled child has one, or
+    ``None`` (the host runs the handlers).  The engine keeps it current.
+    """
 
     def __init__(self, addr: int, symbol, flags: int):
         super().__init__(addr=addr, flags=flags)
         self.symbol = symbol
         self.children: list[Kprobe] = []
         self.detour = None            # the arch's Detour once optimized (or queued)
+        self.native_slot = None       # its struct kprobe_native_aggr, if it uses one
         self.armed = False
         self.active: tuple = ()
         self.pre_handler = self._aggr_pre_handler
@@ -80,15 +88,6 @@ class AggrKprobe(Kprobe):
     def all_disabled(self) -> bool:
         return all(c.is_disabled() for c in self.children)
 
-    def native_handler(self) -> tuple[int, int] | None:
-        """The kernel-code pre-handler an optimized detour may call: the only child's,
-        while it is the only probe here, enabled and without a post-handler."""
-        if len(self.children) != 1:
-            return None
-        child = self.children[0]
-        if child.is_disabled() or child.post_handler is not None:
-            return None
-        return child.native
 
     def _aggr_pre_handler(self, _p, regs) -> int:
         for child in self.active:
@@ -109,6 +108,40 @@ class AggrKprobe(Kprobe):
                 child.post_handler(child, regs, flags)
             except Exception as e:
                 _child_fault(child, regs, e)
+
+
+class _NativeAggrs:
+    """The kernel's struct kprobe_native_aggr slots (kernel/kprobes_native.c): the list
+    of native handlers an address with several probes calls."""
+
+    def __init__(self, kernel):
+        img = kernel.image
+        self.handler = img.symbol_value("kprobe_native_aggr_handler")
+        base = img.symbol_value("kprobe_native_aggrs")
+        layout = img.symbol_value("kprobe_native_aggr_layout")
+        self._kernel = kernel
+        self._free: list[int] = []
+        self.max = 0
+        if self.handler is not None and base is not None and layout is not None:
+            size, self.max, count = struct.unpack("<3Q", kernel.read(layout, 24))
+            self._free = [base + i * size for i in range(count - 1, -1, -1)]
+
+    def get(self, n: int) -> int | None:
+        """A free slot for ``n`` handlers, or ``None``."""
+        return self._free.pop() if n <= self.max and self._free else None
+
+    def fits(self, slot: int | None, n: int) -> bool:
+        return slot is not None and n <= self.max
+
+    def put(self, slot: int | None) -> None:
+        if slot is not None:
+            self._free.append(slot)
+
+    def write(self, slot: int, natives: list) -> tuple[int, int]:
+        """Fill ``slot`` with ``natives`` and return the (handler, argument) calling it."""
+        self._kernel.write(slot, struct.pack(f"<Q{2 * len(natives)}Q", len(natives),
+                                             *(v for pair in natives for v in pair)))
+        return self.handler, slot
 
 
 def _child_fault(p: Kprobe, regs, exc: Exception) -> None:
@@ -172,6 +205,7 @@ class KprobeEngine:
         self.optimization_enabled = True
         self._optimizing: list[tuple[float, AggrKprobe]] = []
         self._task_instances: dict[int, list[KretprobeInstance]] = {}
+        self._native_aggrs = _NativeAggrs(kernel)
         self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler,
                                             site_func=self._kprobe_ftrace_site_handler,
                                             site_native=self._kprobe_ftrace_native)
@@ -263,6 +297,7 @@ class KprobeEngine:
                 ap.ainsn = self.arch.prepare(ap, sym)
             ap.children.append(p)
             ap.update_post_handler()
+            ap.native = self._native_of(ap)
             self._table[addr] = ap
             if not p.is_disabled() and not self.kprobes_all_disarmed:
                 self._arm(ap)
@@ -296,6 +331,8 @@ class KprobeEngine:
             self._try_to_optimize(ap)
             return
         self._disarm(ap)
+        self._native_aggrs.put(ap.native_slot)
+        ap.native_slot = ap.native = None
         if ap.detour is not None:
             self.arch.free_optimized(ap.detour)
             ap.detour = None
@@ -334,6 +371,7 @@ class KprobeEngine:
         p.flags |= KPROBE_FLAG_DISABLED
         if ap.all_disabled():
             self._disarm(ap)
+        self._sync_native(ap)
 
     def enable_kprobe(self, p: Kprobe) -> None:
         ap = self._table.get(p.addr) if p.registered else None
@@ -342,6 +380,7 @@ class KprobeEngine:
         if not p.flags & KPROBE_FLAG_DISABLED:
             return
         p.flags &= ~KPROBE_FLAG_DISABLED
+        self._sync_native(ap)
         if not ap.armed and not self.kprobes_all_disarmed:
             self._arm(ap)
             self._try_to_optimize(ap)
@@ -416,18 +455,31 @@ class KprobeEngine:
         ap.flags &= ~KPROBE_FLAG_OPTIMIZED
 
     def _sync_native(self, ap: AggrKprobe) -> None:
-        """Make what ap's detour or ftrace trampoline calls right again: a native one
-        calls one probe's kernel handler directly."""
+        """Recompute ap's native handler after its probes changed, and make its detour
+        or ftrace trampoline call that."""
+        ap.native = self._native_of(ap)
         if ap.is_ftrace():
             if ap.armed:
                 self.ftrace.refresh_site(ap.addr)
-        elif ap.detour is not None and ap.detour.native != ap.native_handler():
+        elif ap.detour is not None and ap.detour.native != ap.native:
             self._unoptimize(ap)
             self._try_to_optimize(ap)
 
+    def _native_of(self, ap: AggrKprobe) -> tuple[int, int] | None:
+        natives = [c.native for c in ap.children if not c.is_disabled()]
+        if not natives or None in natives or ap.post_handler is not None or ap.is_gone():
+            natives = []
+        if len(natives) != 1 and ap.native_slot is None and natives:
+            ap.native_slot = self._native_aggrs.get(len(natives))
+        if len(natives) < 2 or not self._native_aggrs.fits(ap.native_slot, len(natives)):
+            self._native_aggrs.put(ap.native_slot)
+            ap.native_slot = None
+            return natives[0] if len(natives) == 1 else None
+        return self._native_aggrs.write(ap.native_slot, natives)
+
     def _kprobe_ftrace_native(self, site: int) -> tuple[int, int] | None:
         ap = self._table.get(site)
-        return ap.native_handler() if ap is not None else None
+        return ap.native if ap is not None else None
 
     def refresh_kprobe(self, p: Kprobe) -> None:
         """p's ``native`` handler changed: make its detour (if any) call the new one."""
@@ -723,6 +775,8 @@ class KprobeEngine:
         ap.armed = False
         ap.active = ()
         ap.post_handler = None
+        self._native_aggrs.put(ap.native_slot)
+        ap.native_slot = ap.native = None
 
     # ==== listings ============================================================================
     def list_entries(self) -> list[ListEntry]:

@@ -293,17 +293,16 @@ class X86Kprobes:
 
         def kprobe_int3_handler(kernel, cpu, _ip):
             kcb = ctl[cpu.index]
-            active = p.active
-            if (kcb.current is not None or len(active) != 1 or p.post_handler is not None
-                    or a.emulate or not a.boostable or not self.boost):
+            if a.emulate or not a.boostable or not self.boost or kcb.current is not None:
                 return general(kernel, cpu, ip)
-            native = p.native_handler()
+            native = p.native
             if native is not None:
-                # The kernel handler runs from a stub that then jumps to the boosted
+                # The kernel handlers run from a stub that then jumps to the boosted
                 # copy: no host code but this hook.
                 fast.set(UC_X86_REG_RIP, self._native_stub(p, native))
                 return True
-            if p.detour is not None:
+            active = p.active
+            if len(active) != 1 or p.post_handler is not None or p.detour is not None:
                 return general(kernel, cpu, ip)
             child = active[0]
             kcb.current = p
@@ -459,11 +458,11 @@ class X86Kprobes:
         """Build a detour buffer for p if the code allows (kprobes.txt 1.4.2 safety
         checks).  None, with the reason logged, if it cannot be optimized.
 
-        When ``p.native_handler()`` is a (handler, argument) pair, the detour has
+        When ``p.native`` is a (handler, argument) pair, the detour has
         Linux's own shape: it saves a struct pt_regs on the stack and calls
         handler(argument, regs) in the kernel, with no host code on the way.  Otherwise
         its hooked call runs p's handlers in the host."""
-        native = p.native_handler()
+        native = p.native
         if native is None and not self.kernel.fast_hooks_available():
             log.debug("not optimized: no code hook left for a detour")
             return None
