@@ -1,15 +1,18 @@
-/* The kprobe event recorder in kernel context: what Linux's kprobe_trace_func does.
+/* The kprobe event recorder in kernel context: what Linux's kprobe_trace_func and
+ * kretprobe_trace_func do.
  *
- * An optimized probe's detour calls trace_native_probe(tp, regs) with the registers
- * saved as a struct pt_regs.  The host (the tracer) compiles each event's fetch arguments
- * into the small program tp->insns when the event is defined; here it is only
- * interpreted.  The record goes into this CPU's staging area, in the layout of struct
- * tn_entry; the host takes staged records into its ring buffer when it reads the buffer,
- * writes its own record on this CPU, or when the staged records fill a ring-buffer page
- * (HC_TRACE_PAGE_FULL).  Pages are accounted exactly as the host accounts them (Linux's
- * rule: a 4-byte event header, the payload rounded up to 4 bytes, a length word past 112
- * bytes, an 8-byte time extend when the delta does not fit 27 bits), so a page here holds
- * what a ring-buffer page holds.
+ * A probe's detour, ftrace trampoline or int3 stub calls trace_native_probe(tp, regs)
+ * with the registers saved as a struct pt_regs (a return probe: trace_native_ret_entry,
+ * then trace_native_ret_handler from trace_native_ret_trampoline).  The host (the tracer)
+ * compiles each event's fetch arguments and filter into small programs when the event is
+ * defined; here they are only interpreted.  The record goes into this CPU's staging
+ * area, in the layout of struct tn_entry; the host takes staged records into its ring
+ * buffer when it reads the buffer, writes its own record on this CPU, or when the staged
+ * records fill its pages (HC_TRACE_PAGE_FULL; overwriting, the kernel closes up to
+ * TN_BATCH_MAX full pages first).  Pages are accounted exactly as the host accounts them
+ * (Linux's rule: a 4-byte event header, the payload rounded up to 4 bytes, a length word
+ * past 112 bytes, an 8-byte time extend when the delta does not fit 27 bits), so a page
+ * here holds what a ring-buffer page holds.
  *
  * Nothing here may be probed (it runs inside a probe), hence __kprobes. */
 #include "kernel.h"
