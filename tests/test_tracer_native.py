@@ -17,6 +17,7 @@ import pytest
 
 from kprobefs import Kernel, Kprobe
 from kprobefs.machine import UserBuffer
+from kprobefs.machine.kernel import ProcessExited
 from kprobefs.machine.abi import AT_FDCWD, O_CREAT, O_RDWR
 from kprobefs.tracing import Tracer
 
@@ -405,3 +406,48 @@ def test_several_events_at_one_address_are_recorded_in_the_kernel(optimize):
     assert names.count("e2:") == names.count("e5:") == 0
     assert names.count("e1:") == names.count("e3:") == names.count("e4:") == 3
     assert all(tp.nhit == 0 for tp in tracer.probes)
+
+
+def test_a_removed_return_probe_waits_for_its_pending_returns():
+    """Tasks sleep inside schedule() with its return hijacked; removing the event keeps
+    its instances valid until they come back, then frees them."""
+    kernel, tracer, root = make(True)
+    write(root, "kprobe_events", "r:sch schedule\n")
+    write(root, "events/enable", "1")
+    sleepers = [kernel.spawn(f"sleeper{i}") for i in range(3)]
+    for t in sleepers:
+        assert kernel.syscall(t, "getpid") == t.pid        # back asleep in schedule()
+    (tp,) = tracer.probes
+    np = tp.native
+    native = tracer.native
+    assert tracer.hits(tp) > 0 and tp.nhit == 0
+    write(root, "events/enable", "0")
+    write(root, "kprobe_events", "-:sch\n")
+    pending = native._pending(np)
+    assert pending >= len(sleepers) and native._zombies == [np]   # still on their stacks
+    for t in sleepers:
+        assert kernel.syscall(t, "getpid") == t.pid        # they return through it
+    assert native._pending(np) == pending - len(sleepers)
+    waker = kernel.spawn("waker")               # init forks it: its schedule() returns
+    assert kernel.syscall(waker, "getpid") == waker.pid and native._pending(np) == 0
+    write(root, "kprobe_events", "p:again vfs_read\n")      # the next probe reaps it
+    assert native._zombies == [] and kernel.panicked is None
+
+
+def test_a_reaped_task_gives_back_its_pending_returns():
+    """A task that exits dies inside schedule(), whose return is hijacked: freeing it
+    when it is reaped gives the instance back (as rethook_flush_task does), so a probe
+    with maxactive 4 keeps recording through many exits."""
+    kernel, tracer, root = make(True, cpus=1)
+    write(root, "kprobe_events", "r4:sch schedule\n")
+    write(root, "events/enable", "1")
+    (tp,) = tracer.probes
+    native = tracer.native
+    for i in range(12):
+        t = kernel.spawn(f"gone{i}")
+        kernel.syscall(t, "getpid")             # asleep in schedule(), returns hijacked
+        with pytest.raises(ProcessExited):
+            kernel.syscall(t, "exit", 0)
+        assert kernel.syscall(kernel.init_task, "wait4", t.pid, 0, 0) == t.pid
+    assert native._pending(tp.native) < 4 and native.misses(tp.native) == 0
+    assert tracer.hits(tp) > 12 and kernel.panicked is None

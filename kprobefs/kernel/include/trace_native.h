@@ -140,7 +140,7 @@ extern u8 trace_native_arena[];
 void trace_native_probe(struct trace_native_probe *tp, struct pt_regs *regs);
 void trace_native_ret_entry(struct trace_native_probe *tp, struct pt_regs *regs);
 unsigned long trace_native_ret_handler(struct pt_regs *regs);
-void trace_native_task_exit(struct task_struct *task);
+void trace_native_task_free(struct task_struct *task);
 extern const char trace_native_ret_trampoline[];
 u64 trace_clock_local(void);
 #endif

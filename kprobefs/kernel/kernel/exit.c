@@ -45,7 +45,6 @@ void __noreturn do_exit(long code)
 
 	tsk->flags |= PF_EXITING;
 	tsk->exit_code = (int)code;
-	trace_native_task_exit(tsk);
 	hypercall(HC_TASK_EXIT, tsk->pid, code, 0, 0);
 	exit_mm(tsk);
 	exit_files(tsk);
@@ -71,6 +70,7 @@ static noinline void release_task(struct task_struct *p)
 	spin_unlock(&tasklist_lock);
 	free_pid(p);
 	p->exit_state = EXIT_DEAD;
+	trace_native_task_free(p);
 	put_task_stack(p);
 	kfree(p);
 }

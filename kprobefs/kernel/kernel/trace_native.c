@@ -575,8 +575,10 @@ found:
 	return ri->ret_addr;
 }
 
-/* The task exits: its pending returns never come; give the instances back. */
-void __kprobes trace_native_task_exit(struct task_struct *task)
+/* The task's memory goes (it exited and was reaped, off its CPU for good): its pending
+ * returns, the last schedule()'s among them, never come; give the instances back, as
+ * rethook_flush_task does when a task_struct is freed. */
+void __kprobes trace_native_task_free(struct task_struct *task)
 {
 	struct tn_ret_instance *ri, *n;
 
