@@ -516,15 +516,14 @@ class Kernel:
         """The hypercall's five arguments (rdi, rsi, rdx, r10, r8), in one C call."""
         return self._hc_args.read()
 
-    def add_hypercall(self, nr: int, handler: Callable[..., int]) -> None:
-        """Serve hypercall ``nr`` with ``handler(a1, a2, a3, a4, a5) -> int`` (the value
-        the kernel gets back).  It runs on the emulation thread, in the CPU's turn."""
+    def add_hypercall(self, name: str, handler: Callable[..., int]) -> None:
+        """Serve the hypercall ``HC_<name>`` of include/kernel.h (``abi.HC``) with
+        ``handler(a1, a2, a3, a4, a5) -> int`` (the value the kernel gets back).  It runs
+        on the emulation thread, in the CPU's turn.  MachineError if it is served."""
+        nr = getattr(HC, name)
         if nr in self._hypercalls:
-            raise MachineError(f"hypercall {nr} is already served")
+            raise MachineError(f"hypercall {name} is already served")
         self._hypercalls[nr] = lambda: handler(*self._args())
-
-    def remove_hypercall(self, nr: int) -> None:
-        self._hypercalls.pop(nr, None)
 
     def _hc_idle(self):
         if self._wakeups:

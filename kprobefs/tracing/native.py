@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..errors import ImageError
-from ..machine.abi import HC
 from .fetch import (
     Deref, FetchArg, FetchComm, FetchData, FetchImm, FetchProgram, FetchReg, FetchRetIP,
     FetchRetval, FetchStack, FetchStackPointer, FetchSymbol, LoopArray, ModBitfield, StoreMem,
@@ -256,9 +255,9 @@ class NativeRecorder:
         self._save_comm = save_comm
         self._event_of = event_of
         self.buffer = None
-        kernel.add_hypercall(HC.TRACE_COMM, self._hc_comm)
-        kernel.add_hypercall(HC.TRACE_PAGE_FULL, self._hc_page_full)
-        kernel.add_hypercall(HC.TRACE_WAKE, self._hc_wake)
+        kernel.add_hypercall("TRACE_COMM", self._hc_comm)
+        kernel.add_hypercall("TRACE_PAGE_FULL", self._hc_page_full)
+        kernel.add_hypercall("TRACE_WAKE", self._hc_wake)
         kernel.exit_listeners.append(self._task_exit)
 
     @classmethod
