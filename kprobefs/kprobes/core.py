@@ -88,7 +88,6 @@ class AggrKprobe(Kprobe):
     def all_disabled(self) -> bool:
         return all(c.is_disabled() for c in self.children)
 
-
     def _aggr_pre_handler(self, _p, regs) -> int:
         for child in self.active:
             if child.flags & (KPROBE_FLAG_DISABLED | KPROBE_FLAG_GONE):
@@ -126,12 +125,9 @@ class _NativeAggrs:
             size, self.max, count = struct.unpack("<3Q", kernel.read(layout, 24))
             self._free = [base + i * size for i in range(count - 1, -1, -1)]
 
-    def get(self, n: int) -> int | None:
-        """A free slot for ``n`` handlers, or ``None``."""
-        return self._free.pop() if n <= self.max and self._free else None
-
-    def fits(self, slot: int | None, n: int) -> bool:
-        return slot is not None and n <= self.max
+    def get(self) -> int | None:
+        """A free slot, or ``None``."""
+        return self._free.pop() if self._free else None
 
     def put(self, slot: int | None) -> None:
         if slot is not None:
@@ -466,16 +462,20 @@ class KprobeEngine:
             self._try_to_optimize(ap)
 
     def _native_of(self, ap: AggrKprobe) -> tuple[int, int] | None:
+        """ap's native handler (see AggrKprobe), taking or giving back its slot."""
+        aggrs = self._native_aggrs
         natives = [c.native for c in ap.children if not c.is_disabled()]
-        if not natives or None in natives or ap.post_handler is not None or ap.is_gone():
-            natives = []
-        if len(natives) != 1 and ap.native_slot is None and natives:
-            ap.native_slot = self._native_aggrs.get(len(natives))
-        if len(natives) < 2 or not self._native_aggrs.fits(ap.native_slot, len(natives)):
-            self._native_aggrs.put(ap.native_slot)
+        usable = (bool(natives) and None not in natives and ap.post_handler is None
+                  and not ap.is_gone())
+        if not usable or len(natives) == 1 or len(natives) > aggrs.max:
+            aggrs.put(ap.native_slot)
             ap.native_slot = None
-            return natives[0] if len(natives) == 1 else None
-        return self._native_aggrs.write(ap.native_slot, natives)
+            return natives[0] if usable and len(natives) == 1 else None
+        if ap.native_slot is None:
+            ap.native_slot = aggrs.get()
+            if ap.native_slot is None:
+                return None             # every slot is taken: the host runs them
+        return aggrs.write(ap.native_slot, natives)
 
     def _kprobe_ftrace_native(self, site: int) -> tuple[int, int] | None:
         ap = self._table.get(site)
