@@ -416,10 +416,10 @@ class TraceProbe:
         obj = self.engine_probe
         if obj is None:
             return self.native_missed
+        missed = int(getattr(obj, "nmissed", 0) or 0) + self.native_missed
         if self.spec.is_return:
-            kp = getattr(obj, "kp", None)
-            return int(getattr(kp, "nmissed", 0) or 0) + int(getattr(obj, "nmissed", 0) or 0)
-        return int(getattr(obj, "nmissed", 0) or 0) + self.native_missed
+            missed += int(getattr(getattr(obj, "kp", None), "nmissed", 0) or 0)
+        return missed
 
     @property
     def entry_kprobe(self):
