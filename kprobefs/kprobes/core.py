@@ -481,6 +481,11 @@ class KprobeEngine:
         ap = self._table.get(site)
         return ap.native if ap is not None else None
 
+    @property
+    def pt_regs_fields(self) -> tuple[str, ...]:
+        """The arch's struct pt_regs, field by field: what a native handler reads."""
+        return self.arch.pt_regs_fields
+
     def refresh_kprobe(self, p: Kprobe) -> None:
         """p's ``native`` handler changed: make its detour (if any) call the new one."""
         ap = self._table.get(p.addr) if p.registered else None

@@ -585,9 +585,10 @@ class Tracer:
         # Events are recorded by the kernel itself where they can be (tracing/native.py):
         # on the real machine, when records share its clock.
         self.native: NativeRecorder | None = None
-        if NativeRecorder.available(kernel) and self.clock == native_clock:
+        regs = getattr(engine, "pt_regs_fields", None)
+        if NativeRecorder.available(kernel) and regs and self.clock == native_clock:
             try:
-                self.native = NativeRecorder(kernel, self._hit_context,
+                self.native = NativeRecorder(kernel, regs, self._hit_context,
                                              self._events_by_id.get)
             except MachineError:
                 _log.info("the kernel's recorder serves another tracer: recording here")

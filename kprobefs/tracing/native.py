@@ -40,12 +40,8 @@ from .fetch import (
 from .filter import as_field_type
 from .ring_buffer import Chunk
 
-__all__ = ["NativeRecorder", "NativeProbe", "encode_programs", "PT_REGS_FIELDS"]
+__all__ = ["NativeRecorder", "NativeProbe", "encode_programs", "encode_filter"]
 
-#: struct pt_regs, in order (the native detour builds it on the stack).
-PT_REGS_FIELDS = ("r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax",
-                  "cx", "dx", "si", "di", "orig_ax", "ip", "cs", "flags", "sp", "ss")
-_REG_OFFSET = {name: 8 * i for i, name in enumerate(PT_REGS_FIELDS)}
 _ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
 
 # enum tn_op
@@ -73,10 +69,11 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _encode_program(program: FetchProgram) -> list[tuple] | None:
+def _encode_program(program: FetchProgram, reg_offset: dict[str, int]) -> list[tuple] | None:
     """The tn_insn tuples of one argument (ended by TN_END, unless it is a single
     TN_REG_RAW, TN_COMM or TN_DATA), or None if the kernel's recorder cannot run it.
-    TN_DATA's bytes come as a seventh item; the caller places them."""
+    ``reg_offset`` maps a register to its offset in struct pt_regs.  TN_DATA's bytes
+    come as a seventh item; the caller places them."""
     insns = program.insns
     source = insns[0]
     kind = type(source)
@@ -86,23 +83,23 @@ def _encode_program(program: FetchProgram) -> list[tuple] | None:
         return [(_COMM, 0, 0, 0, 0, 0)]
     if kind is FetchData:
         return [(_DATA, 0, 0, 0, len(source.data), 0, source.data)]
-    if kind is FetchReg and source.name in _REG_OFFSET:
-        out = [(_REG, 0, 0, 0, 0, _REG_OFFSET[source.name])]
+    if kind is FetchReg and source.name in reg_offset:
+        out = [(_REG, 0, 0, 0, 0, reg_offset[source.name])]
     elif kind is FetchArg:
         if source.index < len(_ARG_REGS):
-            out = [(_REG, 0, 0, 0, 0, _REG_OFFSET[_ARG_REGS[source.index]])]
+            out = [(_REG, 0, 0, 0, 0, reg_offset[_ARG_REGS[source.index]])]
         else:       # past the return address: $arg7 is the first stack word above it
             out = [(_STACK, 0, 0, 0, 0, source.index - len(_ARG_REGS) + 1)]
     elif kind is FetchStack:
         out = [(_STACK, 0, 0, 0, 0, source.index)]
     elif kind is FetchStackPointer:
-        out = [(_REG, 0, 0, 0, 0, _REG_OFFSET["sp"])]
+        out = [(_REG, 0, 0, 0, 0, reg_offset["sp"])]
     elif kind is FetchImm:
         out = [(_IMM, 0, 0, 0, 0, _signed(source.value))]
     elif kind is FetchSymbol:
         out = [(_IMM, 0, 0, 0, 0, _signed(source.address))]
     elif kind is FetchRetval:       # a return probe's regs hold the return value
-        out = [(_REG, 0, 0, 0, 0, _REG_OFFSET["ax"])]
+        out = [(_REG, 0, 0, 0, 0, reg_offset["ax"])]
     elif kind is FetchRetIP:
         out = [(_RETIP, 0, 0, 0, 0, 0)]
     else:
@@ -132,13 +129,14 @@ def _encode_program(program: FetchProgram) -> list[tuple] | None:
     return out
 
 
-def encode_programs(programs: Sequence[FetchProgram], at: int) -> bytes | None:
+def encode_programs(programs: Sequence[FetchProgram], at: int,
+                    reg_offset: dict[str, int]) -> bytes | None:
     """Return what follows the header of a struct trace_native_probe placed at ``at``
     for ``programs``: each argument's instructions, TN_END, then the bytes of immediate
     strings.  ``None`` when an argument needs the host's interpreter."""
     out = []
     for program in programs:
-        code = _encode_program(program)
+        code = _encode_program(program, reg_offset)
         if code is None:
             return None
         out.extend(code)
@@ -224,15 +222,18 @@ class NativeRecorder:
     """The kernel's recorder, seen from the host.
 
     ``kernel`` is the machine (``read``/``write``/``view``, ``image``, ``kabi``,
-    ``nr_cpus``, ``add_hypercall``, ``exit_listeners``); ``save_comm()`` saves the
+    ``nr_cpus``, ``add_hypercall``, ``exit_listeners``); ``pt_regs_fields`` is struct
+    pt_regs field by field (the engine's, from the arch); ``save_comm()`` saves the
     running task's comm for the trace (the kernel asks when a CPU's task changed);
     ``event_of(id)`` returns the event an id names (records decode to its tuples).
     Raises :class:`~kprobefs.errors.ImageError` when the kernel's structures are not
     the ones this module knows.
     """
 
-    def __init__(self, kernel, save_comm: Callable[[], object], event_of: Callable):
+    def __init__(self, kernel, pt_regs_fields: Sequence[str], save_comm: Callable[[], object],
+                 event_of: Callable):
         sym = kernel.image.symbol_value
+        self._reg_offset = {name: 8 * i for i, name in enumerate(pt_regs_fields)}
         self.kernel = kernel
         self.handler = sym("trace_native_probe")
         self.ret_entry = sym("trace_native_ret_entry")
@@ -274,7 +275,7 @@ class NativeRecorder:
         ``programs`` (``args_size`` bytes of fixed part); with ``maxactive``, for a
         return probe of the function at ``ip``, with that many instances.  ``None`` if an
         argument needs the host's interpreter or the arena is full."""
-        body = encode_programs(programs, 0)
+        body = encode_programs(programs, 0, self._reg_offset)
         if body is None:
             return None
         instances = -(-(_PROBE.size + len(body)) // 8) * 8
@@ -293,7 +294,7 @@ class NativeRecorder:
                              links[1 % len(links)], links[-1])
         pool = b"".join(_RET_INSTANCE.pack(links[(i + 1) % len(links)], links[i - 1], addr,
                                            0, 0) for i in range(1, len(links)))
-        code = encode_programs(programs, addr)
+        code = encode_programs(programs, addr, self._reg_offset)
         self.kernel.write(addr, header + code + bytes(instances - _PROBE.size - len(code))
                           + pool)
         return NativeProbe(addr, size, ip, bool(maxactive))

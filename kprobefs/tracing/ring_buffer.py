@@ -15,8 +15,9 @@ recorder (kernel/trace_native.c) stages records per CPU in the page the buffer h
 with the same accounting, and (overwriting) may close full pages and go on in new ones.
 Before the buffer reads or writes a CPU it takes that CPU's staged records, a
 :class:`Chunk` per page, decoded into records only when a reader reaches them; after
-changing a CPU's open page it tells the stage where the page stands.  Stage calls run with the buffer's lock held, and only where no CPU is inside
-the recorder: on the emulation thread, or while the machine is stopped.
+changing a CPU's open page it tells the stage where the page stands.  Stage calls run
+with the buffer's lock held, and only where no CPU is inside the recorder: on the
+emulation thread, or while the machine is stopped.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from .insn import (
     GPR_NAMES, Insn, InsnDecodeError, OptimizePlan, can_boost, can_optimize, decode, emulate,
     iter_insns, prepare_copy, relocate, synthesize_relcall, synthesize_reljump,
 )
-from .regs import ProbeRegs
+from .regs import REGS_FIELDS, ProbeRegs
 
 UC_X86_REG_RIP, UC_X86_REG_RSP = UC_REG["ip"], UC_REG["sp"]
 UC_X86_REG_EFLAGS, UC_X86_REG_RCX = UC_REG["flags"], UC_REG["cx"]
@@ -142,6 +142,8 @@ class X86Kprobes:
     #: Jump back from the copy instead of trapping after it.  Linux boosts only on a
     #: non-preemptible kernel (CONFIG_PREEMPTION=n), which this one is.
     boost = True
+    #: struct pt_regs, field by field (what a native handler's regs point at)
+    pt_regs_fields = REGS_FIELDS
 
     def __init__(self, kernel, core: KprobeCore):
         self.kernel = kernel

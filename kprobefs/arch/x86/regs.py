@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import struct
 
-from ...machine.cpu import UC_REG
+from ...machine.cpu import PT_REGS_FIELDS, UC_REG
 
 __all__ = ["ProbeRegs", "REGS_FIELDS"]
 
-REGS_FIELDS = ("r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax",
-               "cx", "dx", "si", "di", "orig_ax", "ip", "cs", "flags", "sp", "ss")
+REGS_FIELDS = PT_REGS_FIELDS
 _U64 = 0xFFFFFFFFFFFFFFFF
 _Q = struct.Struct("<Q")
 _GPR = {name: reg for name, reg in UC_REG.items() if name not in ("ip", "cs", "ss", "sp")}
