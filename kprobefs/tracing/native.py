@@ -72,8 +72,8 @@ def _signed(value: int) -> int:
 def _encode_program(program: FetchProgram, reg_offset: dict[str, int]) -> list[tuple] | None:
     """The tn_insn tuples of one argument (ended by TN_END, unless it is a single
     TN_REG_RAW, TN_COMM or TN_DATA), or None if the kernel's recorder cannot run it.
-    ``reg_offset`` maps a register to its offset in struct pt_regs.  TN_DATA's bytes
-    come as a seventh item; the caller places them."""
+    ``reg_offset`` maps a register to its offset in struct pt_regs.  TN_DATA's param
+    is its bytes, which :func:`_pack_array` places."""
     insns = program.insns
     source = insns[0]
     kind = type(source)
@@ -82,7 +82,7 @@ def _encode_program(program: FetchProgram, reg_offset: dict[str, int]) -> list[t
     if kind is FetchComm:
         return [(_COMM, 0, 0, 0, 0, 0)]
     if kind is FetchData:
-        return [(_DATA, 0, 0, 0, len(source.data), 0, source.data)]
+        return [(_DATA, 0, 0, 0, len(source.data), bytes(source.data))]
     if kind is FetchReg and source.name in reg_offset:
         out = [(_REG, 0, 0, 0, 0, reg_offset[source.name])]
     elif kind is FetchArg:
@@ -141,15 +141,21 @@ def encode_programs(programs: Sequence[FetchProgram], at: int,
             return None
         out.extend(code)
     out.append((_END, 0, 0, 0, 0, 0))
-    data = at + _PROBE.size + _INSN.size * len(out)
-    insns, blobs = [], []
-    for insn in out:
-        if len(insn) == 7:          # TN_DATA: point at its bytes, after the program
-            insn = insn[:5] + (_signed(data),)
-            blobs.append(out[len(insns)][6])
+    return _pack_array(_INSN, out, at + _PROBE.size)
+
+
+def _pack_array(layout: struct.Struct, items: Sequence[tuple], at: int) -> bytes:
+    """Pack ``items`` one after another from ``at``; an item whose last field is bytes
+    gets there the address of those bytes, which follow the array."""
+    data = at + layout.size * len(items)
+    packed, blobs = [], []
+    for item in items:
+        if isinstance(item[-1], bytes):
+            blobs.append(item[-1])
+            item = item[:-1] + (_signed(data),)
             data += len(blobs[-1])
-        insns.append(_INSN.pack(*insn))
-    return b"".join(insns) + b"".join(blobs)
+        packed.append(layout.pack(*item))
+    return b"".join(packed) + b"".join(blobs)
 
 
 # enum tf_op, enum tf_cmp
@@ -161,15 +167,15 @@ _TF_LOGIC = {"and": _TF_AND, "or": _TF_OR, "not": _TF_NOT}
 
 
 def _encode_pred(r) -> tuple | None:
-    """The tn_pred of one resolved filter predicate (a string operand as an eighth
-    item), or None for what the kernel does not evaluate (a glob with a ``[...]``
+    """The tn_pred of one resolved filter predicate (a string operand's bytes as its
+    value, which :func:`_pack_array` places), or None for what the kernel does not evaluate (a glob with a ``[...]``
     class: fnmatch's rules for those stay in the host)."""
     if r.op == "~" and b"[" in bytes(r.value):
         return None
     field, cmp = r.field, _TF_CMP[r.op]
     if field.kind in ("str", "comm"):
         op = _TF_STR if field.kind == "str" else _TF_COMM
-        return (op, cmp, 0, 0, field.offset, len(r.value), 0, bytes(r.value))
+        return (op, cmp, 0, 0, field.offset, len(r.value), bytes(r.value))
     if field.kind == "cpu":
         return (_TF_CPU, cmp, 4, 1, 0, 0, as_field_type(r.value, 32, True))
     if field.size not in (1, 2, 4, 8):
@@ -196,15 +202,7 @@ def encode_filter(program: Sequence, at: int) -> bytes | None:
         if depth > _TF_STACK_MAX:
             return None
     preds.append((_TF_END, 0, 0, 0, 0, 0, 0))
-    data = at + _PRED.size * len(preds)
-    out, blobs = [], []
-    for pred in preds:
-        if len(pred) == 8:          # a string operand: its bytes follow the array
-            blobs.append(pred[7])
-            pred = pred[:6] + (_signed(data),)
-            data += len(blobs[-1])
-        out.append(_PRED.pack(*pred))
-    return b"".join(out) + b"".join(blobs)
+    return _pack_array(_PRED, preds, at)
 
 
 @dataclass(eq=False)
