@@ -48,17 +48,14 @@ class FastRegs:
         self._write(self._handle, reg_id, self._ref)
 
 
-def add_code_hook(uc: Uc, begin: int, end: int, callback) -> int:
-    """UC_HOOK_CODE on [begin, end] with callback(handle, address, size, user_data) called
-    straight from C: no binding wrappers, so about a third cheaper per hit.  The callback
-    must not raise (ctypes would print the exception and carry on)."""
-    from unicorn.unicorn_const import UC_ERR_OK, UC_HOOK_CODE
-    from unicorn.unicorn_py3.unicorn import HOOK_CODE_CFUNC, UcError, uc_hook_h
+def _add_raw_hook(uc: Uc, kind: int, fptr, begin: int, end: int) -> int:
+    """uc_hook_add of a C function pointer, without the binding's wrappers."""
+    from unicorn.unicorn_const import UC_ERR_OK
+    from unicorn.unicorn_py3.unicorn import UcError, uc_hook_h
 
-    fptr = HOOK_CODE_CFUNC(callback)
     handle = uc_hook_h()
-    status = _binding.uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_CODE, fptr,
-                                        None, ctypes.c_uint64(begin), ctypes.c_uint64(end))
+    status = _binding.uclib.uc_hook_add(uc._uch, ctypes.byref(handle), kind, fptr, None,
+                                        ctypes.c_uint64(begin), ctypes.c_uint64(end))
     if status != UC_ERR_OK:
         raise UcError(status)
     # Kept where the binding keeps its own, so Uc.hook_del() removes it the usual way.
@@ -66,21 +63,25 @@ def add_code_hook(uc: Uc, begin: int, end: int, callback) -> int:
     return handle.value
 
 
+def add_code_hook(uc: Uc, begin: int, end: int, callback) -> int:
+    """UC_HOOK_CODE on [begin, end] with callback(handle, address, size, user_data) called
+    straight from C: no binding wrappers, so about a third cheaper per hit.  The callback
+    must not raise (ctypes would print the exception and carry on)."""
+    from unicorn.unicorn_const import UC_HOOK_CODE
+    from unicorn.unicorn_py3.unicorn import HOOK_CODE_CFUNC
+
+    return _add_raw_hook(uc, UC_HOOK_CODE, HOOK_CODE_CFUNC(callback), begin, end)
+
+
 def add_intr_hook(uc: Uc, callback) -> int:
     """UC_HOOK_INTR with callback(handle, intno, user_data) called straight from C, as
     :func:`add_code_hook` does for code hooks (every hypercall and trap goes through
     it).  The callback must not raise."""
-    from unicorn.unicorn_const import UC_ERR_OK, UC_HOOK_INTR
-    from unicorn.unicorn_py3.unicorn import HOOK_INTR_CFUNC, UcError, uc_hook_h
+    from unicorn.unicorn_const import UC_HOOK_INTR
+    from unicorn.unicorn_py3.unicorn import HOOK_INTR_CFUNC
 
-    fptr = HOOK_INTR_CFUNC(callback)
-    handle = uc_hook_h()
-    status = _binding.uclib.uc_hook_add(uc._uch, ctypes.byref(handle), UC_HOOK_INTR, fptr,
-                                        None, ctypes.c_uint64(1), ctypes.c_uint64(0))
-    if status != UC_ERR_OK:
-        raise UcError(status)
-    uc._callbacks[handle.value] = fptr
-    return handle.value
+    # begin > end: every address
+    return _add_raw_hook(uc, UC_HOOK_INTR, HOOK_INTR_CFUNC(callback), 1, 0)
 
 
 class RegSet:
