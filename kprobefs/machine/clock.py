@@ -53,7 +53,7 @@ class TscClock:
     """Nanoseconds since the clock was made, from the TSC.  :meth:`ns` is the host's
     reading; :meth:`kernel_layout` the ``struct trace_clock_tsc`` the kernel reads."""
 
-    _LAYOUT = struct.Struct("<QQII")
+    _LAYOUT = struct.Struct("<QII")
 
     def __init__(self):
         self.mult = round(_calibrate() * (1 << _SHIFT))
@@ -68,4 +68,4 @@ class TscClock:
 
     def kernel_layout(self) -> bytes:
         """Return struct trace_clock_tsc (include/trace_native.h) for this clock."""
-        return self._LAYOUT.pack(self.tsc_base, 0, self.mult, self.shift)
+        return self._LAYOUT.pack(self.tsc_base, self.mult, self.shift)

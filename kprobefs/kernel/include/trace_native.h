@@ -8,9 +8,8 @@
 /* ---- the trace clock: the TSC scaled to ns, as sched_clock does.  The host sets the
  * scale at boot and reads the TSC the same way, so host and kernel records agree. */
 struct trace_clock_tsc {
-	u64 tsc_base;		/* TSC at ns_base */
-	u64 ns_base;
-	u32 mult, shift;	/* ns = ns_base + ((tsc - tsc_base) * mult >> shift) */
+	u64 tsc_base;		/* TSC at boot */
+	u32 mult, shift;	/* ns = (tsc - tsc_base) * mult >> shift */
 };
 extern struct trace_clock_tsc trace_clock_tsc;
 

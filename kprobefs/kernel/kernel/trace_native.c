@@ -37,7 +37,7 @@ u64 __kprobes trace_clock_local(void)
 	const struct trace_clock_tsc *c = &trace_clock_tsc;
 	u64 delta = rdtsc() - c->tsc_base;
 
-	return c->ns_base + (u64)(((unsigned __int128)delta * c->mult) >> c->shift);
+	return (u64)(((unsigned __int128)delta * c->mult) >> c->shift);
 }
 
 struct tn_cpu trace_native_cpu[NR_CPUS];
