@@ -127,6 +127,16 @@ struct tn_rec {
 #define TN_STRING_MAX 4096	/* a string's bytes, its NUL included (PATH_MAX) */
 #define TN_TOO_BIG 1
 
+/* A string of `len` bytes (its NUL included; 0: "(fault)") now at r->dyn: store its
+ * __data_loc and move past it. */
+static __always_inline void put_string(struct tn_rec *r, u32 len)
+{
+	*(u32 *)r->fixed = len << 16 | r->dyn_loc;
+	r->fixed += 4;
+	r->dyn += len;
+	r->dyn_loc += len;
+}
+
 /* Append a string's bytes and its NUL to the dynamic data and store its __data_loc;
  * a fault stores an empty one ("(fault)").  TN_TOO_BIG if the record would outgrow a
  * ring-buffer page (Linux drops such an event). */
@@ -134,7 +144,6 @@ static int __kprobes store_string(struct tn_rec *r, unsigned long addr, bool use
 				  bool fault)
 {
 	u8 *start = r->dyn, *out = start;
-	u32 len;
 	u64 c = 0;
 
 	if (!fault && (user ? addr >= TASK_SIZE_MAX : addr < TN_KERNEL_MIN || !canonical(addr)))
@@ -152,21 +161,17 @@ static int __kprobes store_string(struct tn_rec *r, unsigned long addr, bool use
 			*out++ = (u8)c;
 	}
 	if (fault) {
-		*(u32 *)r->fixed = r->dyn_loc;
-		r->fixed += 4;
+		put_string(r, 0);
 		return 0;
 	}
 	if (out == r->limit)
 		return TN_TOO_BIG;
 	*out++ = 0;
-	len = out - start;
-	*(u32 *)r->fixed = len << 16 | r->dyn_loc;
-	r->fixed += 4;
-	r->dyn = out;
-	r->dyn_loc += len;
+	put_string(r, out - start);
 	return 0;
 }
 
+/* strnlen of the comm, here because a probe may sit on lib's strnlen. */
 static __always_inline u32 comm_len(const struct task_struct *task)
 {
 	u32 n = 0;
@@ -186,10 +191,7 @@ static int __kprobes store_bytes(struct tn_rec *r, const u8 *src, u32 len)
 	for (i = 0; i < len; i++)
 		r->dyn[i] = src[i];
 	r->dyn[len] = 0;
-	*(u32 *)r->fixed = (len + 1) << 16 | r->dyn_loc;
-	r->fixed += 4;
-	r->dyn += len + 1;
-	r->dyn_loc += len + 1;
+	put_string(r, len + 1);
 	return 0;
 }
 
