@@ -195,8 +195,10 @@ class FakeEngine:
         return [kp for kp in self.probes if kp.addr == addr and not kp.flags & 2]
 
     def hit(self, addr, regs=None, **reg_values):
-        """Run every armed kprobe at addr as an int3 hit would (regs.ip = addr + 1)."""
-        regs = regs or make_regs(ip=addr + 1, **reg_values)
+        """Run every armed kprobe at addr as an int3 hit would (regs.ip = addr + 1), or
+        at an ftrace site as its trampoline would (regs.trapped is False there)."""
+        trapped = addr not in self.kernel.image.ftrace_sites
+        regs = regs or make_regs(ip=addr + 1, trapped=trapped, **reg_values)
         for kp in self.armed(addr):
             if getattr(kp, "owner", None) is None:
                 kp.pre_handler(kp, regs)

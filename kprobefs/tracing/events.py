@@ -74,8 +74,6 @@ _PAGE = 4096
 # Engine flag bits (Linux's KPROBE_FLAG_*).
 _KPROBE_FLAG_GONE = 1
 _KPROBE_FLAG_DISABLED = 2
-_KPROBE_FLAG_OPTIMIZED = 4
-_KPROBE_FLAG_FTRACE = 8
 
 # trace_clock: name -> whether timestamps are nanoseconds.
 TRACE_CLOCKS = {"local": True, "global": True, "counter": False, "uptime": False,
@@ -319,7 +317,6 @@ class _HitContext:
         return self.symbols.symbolize(addr, True)
 
 
-_FAST_FLAGS = _KPROBE_FLAG_FTRACE | _KPROBE_FLAG_OPTIMIZED
 #: The largest event payload (common fields included) a ring-buffer page holds, with
 #: its 4-byte header and length word (BUF_MAX_DATA_SIZE); a larger event is dropped.
 MAX_EVENT_PAYLOAD = PAGE_DATA_SIZE - 8
@@ -1357,15 +1354,6 @@ class Tracer:
         buffer = self.buffer
         head_size = KRETPROBE_HEADER_SIZE if is_return else KPROBE_HEADER_SIZE
         int3_flags = FLAGS_INT3 if not is_return else FLAGS_NONE
-        get_kprobe = getattr(self.engine, "get_kprobe", None)
-
-        def through_int3(kp) -> bool:
-            """Whether this hit trapped (not an ftrace site, not a patched detour)."""
-            if kp.flags & _FAST_FLAGS:
-                return False
-            ap = get_kprobe(kp.addr) if get_kprobe is not None else None
-            detour = getattr(ap, "detour", None)
-            return not (detour is not None and detour.patched)
 
         def record(kp, regs, ri) -> None:
             if not event.enabled:
@@ -1390,7 +1378,9 @@ class Tracer:
             else:
                 ret_ip = 0
                 ip = ip or regs.ip - 1
-                flags = int3_flags if through_int3(kp) else FLAGS_NONE
+                # A hit that trapped (an int3, not a detour or an ftrace trampoline)
+                # runs with interrupts off in an NMI-like context.
+                flags = int3_flags if getattr(regs, "trapped", True) else FLAGS_NONE
             flt = event.filter
             if flt is not None:
                 head = (_KRETPROBE_HEAD.pack(ip, ret_ip) if ri is not None

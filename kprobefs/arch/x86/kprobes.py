@@ -171,10 +171,13 @@ class X86Kprobes:
         self._boundary_cache: dict[tuple[int, int], frozenset] = {}
         self._fast = kernel.fast
         self._mem = kernel.mem
-        # One pt_regs view per CPU, reused: a handler's regs are valid only during it.
+        # One pt_regs view per CPU and path, reused: a handler's regs are valid only
+        # during it.
         self._regs = [ProbeRegs(self._fast, self._mem, 0) for _ in range(kernel.nr_cpus)]
+        self._detour_regs = [ProbeRegs(self._fast, self._mem, 0, trapped=False)
+                             for _ in range(kernel.nr_cpus)]
         # In an ftrace callback the trampoline's return address sits on the stack.
-        self._ftrace_regs = [ProbeRegs(self._fast, self._mem, 0, sp_offset=8)
+        self._ftrace_regs = [ProbeRegs(self._fast, self._mem, 0, sp_offset=8, trapped=False)
                              for _ in range(kernel.nr_cpus)]
         kernel.add_trap_handler(3, self._int3)
         kernel.add_trap_handler(14, self._fault)
@@ -542,7 +545,7 @@ class X86Kprobes:
     def _detour_callback(self, p):
         """The optimized_callback of one probe: the hot path, kept to a few lookups."""
         kernel, core = self.kernel, self.core
-        ctl, regs_of = core.kprobe_ctlblks, self._regs
+        ctl, regs_of = core.kprobe_ctlblks, self._detour_regs
         ip = p.addr + 1
         inc_nmissed = core.kprobes_inc_nmissed_count
 

@@ -26,18 +26,21 @@ _ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
 class ProbeRegs:
     """struct pt_regs of the CPU in a probe handler.  ``ip`` is a plain attribute the
     arch code reads back after the handler; ``sp`` is the live %rsp plus ``sp_offset``;
-    ``orig_ax`` is -1 and ``cs``/``ss`` the kernel's, as for any kprobe."""
+    ``orig_ax`` is -1 and ``cs``/``ss`` the kernel's, as for any kprobe.  ``trapped``
+    says the hit came through an int3 (interrupts off, an NMI-like context, as a
+    tracer's records show), not a detour or an ftrace trampoline."""
 
-    __slots__ = ("_fast", "_mem", "ip", "_sp_offset")
+    __slots__ = ("_fast", "_mem", "ip", "_sp_offset", "trapped")
     orig_ax = _U64
     cs = 0x10
     ss = 0x18
 
-    def __init__(self, fast, mem, ip: int, sp_offset: int = 0):
+    def __init__(self, fast, mem, ip: int, sp_offset: int = 0, trapped: bool = True):
         self._fast = fast
         self._mem = mem
         self.ip = ip
         self._sp_offset = sp_offset
+        self.trapped = trapped
 
     @property
     def sp(self) -> int:
