@@ -1,8 +1,8 @@
 """Wiring and lifecycle: boot the kernel, build the tree, mount, serve, unmount.
 
 Order matters (STYLE habit 9): the process forks (when it daemonizes) before anything
-starts a thread; the kernel boots in the serving process; the daemon's threads (machine
-driver, workload pump, reaper, readiness probe) start in FUSE's init(), which runs in a
+starts a thread; the kernel boots in the serving process; the daemon's threads (the
+machine thread, reaper, readiness probe) start in FUSE's init(), which runs in a
 libfuse worker thread with signals blocked, so SIGTERM/SIGINT reach libfuse's handler in
 the main thread and end the loop, which unmounts.
 """
@@ -130,19 +130,30 @@ def _kernel_engine(kernel):
 
 def make_tracer(kernel, engine):
     """The kprobe-event tracer over the engine, its event directories made in the
-    emulated kernel by tracefs_create_dir()/tracefs_remove() (called from inside the
-    hypercall that runs the kprobe_events write), as Linux's trace_events code does.
-    None without an engine."""
+    emulated kernel by tracefs_create_dir()/tracefs_remove() in process context (in the
+    system call of the control write that adds or removes the event, once its hypercall
+    returns: Kernel.call_in_process), as Linux's trace_events code does.  None without
+    an engine."""
     if engine is None:
         return None
     from .tracing import Tracer
 
     def create_dir(name: str, parent):
-        return kernel.call("tracefs_create_dir", name, parent or 0) or None
+        """A handle on the directory to come (a KernelCall: its value is the dentry)."""
+        def made(dentry: int) -> None:
+            if dentry and made.removed:     # removed before it was made (another CPU)
+                kernel.call_in_process("tracefs_remove", dentry)
+        made.removed = False
+        call = kernel.call_in_process("tracefs_create_dir", name, parent or 0, then=made)
+        call.made = made
+        return call
 
-    def remove_dir(dentry) -> None:
-        if dentry:
-            kernel.call("tracefs_remove", dentry)
+    def remove_dir(handle) -> None:
+        if handle.done:
+            if handle.value:
+                kernel.call_in_process("tracefs_remove", handle.value)
+        else:
+            handle.made.removed = True
 
     return Tracer(engine, kernel, create_dir_hook=create_dir, remove_dir_hook=remove_dir)
 
@@ -160,8 +171,6 @@ class Daemon:
     serving could not start.
     """
 
-    DRIVER_IDLE_SLEEP = 0.01
-    PUMP_INTERVAL = 0.02
     REAP_INTERVAL = 2.0
     READY_TIMEOUT = 60.0
 
@@ -230,37 +239,22 @@ class Daemon:
 
     def _start(self) -> None:
         self.gateway.watch_host_processes(ProcessEvents.open())
-        self._spawn_thread("driver", self._drive)
+        # From here on only the machine thread runs emulated code; request threads wait.
+        self.kernel.serve()
         self._spawn_thread("reaper", self._reap)
         if self.workload_rate > 0:
-            self._spawn_thread("workload", self._pump)
+            self._spawn_thread("workload", self._start_workload)
         self._spawn_thread("ready", self._probe_ready)
 
-    def _drive(self) -> None:
-        """Runs the machine whenever a CPU has work nobody else is driving (workload
-        calls in flight, wake-ups)."""
-        kernel = self.kernel
-        while not self._stop.is_set():
-            try:
-                if kernel.runnable():
-                    with kernel.lock:
-                        kernel.run_slice()
-                    continue
-            except Exception:
-                log.exception("the machine stopped")
-                return
-            self._stop.wait(self.DRIVER_IDLE_SLEEP)
-
-    def _pump(self) -> None:
+    def _start_workload(self) -> None:
+        """Starts the background workload; the machine thread then pumps it."""
         from .machine.workload import Workload
         try:
             self.workload = Workload(self.kernel, seed=self.seed, rate=self.workload_rate)
         except Exception:
             log.exception("the workload could not start")
             return
-        while not self._stop.wait(self.PUMP_INTERVAL):
-            with self.kernel.lock:
-                self.workload.pump()
+        self.kernel.periodic.append(self.workload.pump)
 
     def _reap(self) -> None:
         while not self._stop.wait(self.REAP_INTERVAL):
@@ -313,6 +307,8 @@ class Daemon:
         if self.hostfs is not None:
             self.hostfs.release_all()
         self._restore_text()
+        if self.kernel is not None:
+            self.kernel.close()
 
     #: How long shutdown waits for the machine before leaving the probes in place.
     TEARDOWN_LOCK_TIMEOUT = 5.0

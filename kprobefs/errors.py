@@ -15,6 +15,7 @@ __all__ = [
     "MachineError",
     "KernelOops",
     "KernelWedged",
+    "KernelStuck",
     "ProbeError",
 ]
 
@@ -52,9 +53,15 @@ class KernelOops(MachineError):
 
 
 class KernelWedged(MachineError, TimeoutError):
-    """An emulated CPU made no progress within the watchdog's bound."""
+    """A system call, upcall or boot step did not finish within its caller's bound."""
 
     errno = _errno.EIO
+
+
+class KernelStuck(KernelWedged):
+    """The machine cannot run at all: a host handler has not returned for longer than
+    the watchdog allows, or no CPU is left in service.  Raised at once, without waiting,
+    until the machine runs again."""
 
 
 class ProbeError(KprobefsError, OSError):

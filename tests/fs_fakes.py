@@ -17,8 +17,9 @@ import stat
 import struct
 import sys
 import threading
+import time
 
-from kprobefs.errors import KernelError
+from kprobefs.errors import KernelError, KernelWedged
 from kprobefs.fs.tree import (
     HC_HOSTFS_LOOKUP, HC_HOSTFS_OPEN, HC_HOSTFS_READ, HC_HOSTFS_READDIR,
     HC_HOSTFS_RELEASE, HC_HOSTFS_WRITE, BoolKnob, Directory, TextFile, wants_write,
@@ -64,6 +65,13 @@ class FakeKernel:
     @classmethod
     def factory(cls, cpus: int, seed: int) -> "FakeKernel":
         return cls(cpus, seed)
+
+    # ---- the machine thread: none; wait() runs each call in its caller's thread ------
+    def serve(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
     # ---- what the tree serves ----------------------------------------------------------
     def kallsyms(self) -> str:
@@ -135,8 +143,12 @@ class FakeKernel:
             return ran
 
     def wait(self, req, timeout=30.0):
+        deadline = time.monotonic() + timeout
         while not req.done.is_set():
-            self.run_slice()
+            if time.monotonic() >= deadline:
+                raise KernelWedged(f"{req.name} has not finished in {timeout:g} s")
+            if not self.run_slice():
+                req.done.wait(0.01)
         if req.error is not None:
             raise req.error
         return req.result

@@ -5,10 +5,11 @@ import errno
 import shutil
 import struct
 import subprocess
+import time
 
 import pytest
 
-from kprobefs.errors import KernelOops
+from kprobefs.errors import KernelOops, KernelStuck, KernelWedged
 from kprobefs.machine import Kernel, KernelImage, UserBuffer
 from kprobefs.machine.image import FENTRY_NOP
 from kprobefs.machine.workload import Workload
@@ -266,25 +267,71 @@ def test_workload_is_deterministic_for_a_seed():
     assert run(7) == run(7)
 
 
-def test_a_wedged_cpu_is_taken_out_of_service():
-    """A CPU spinning in kernel code without hypercalls is stopped by the watchdog; the
-    system call on it fails with KernelWedged (the FUSE layer's EIO) and the other CPU
-    keeps the kernel running."""
-    from kprobefs.errors import KernelWedged
-
+def test_a_spinning_task_is_killed_as_by_an_oops_and_its_cpu_stays():
+    """A CPU spinning in kernel code without hypercalls is stopped by the watchdog, and
+    its task is killed the way an oops kills it (the kernel's soft-lockup report, then
+    die()): the system call fails with KernelOops (the FUSE layer's EIO), the CPU stays in
+    service and the kernel runs on."""
     kernel = Kernel(cpus=2)
     kernel.WEDGE_SECONDS = 0.5
     spinner, other = kernel.spawn("spinner"), kernel.spawn("other")
     (fn,) = kernel.image.lookup_name("__x64_sys_getppid")
     original = kernel.read(fn.addr + 5, 2)
     kernel.text_poke(fn.addr + 5, bytes.fromhex("ebfe"))        # jmp . (a tight loop)
-    with pytest.raises(KernelWedged):
-        kernel.syscall(spinner, "getppid", timeout=3)
-    kernel.text_poke(fn.addr + 5, original)
-    assert [cpu for cpu, _ in kernel.wedged] and kernel.wedged[0][1] == fn.addr + 5
-    assert sum(c.state == "wedged" for c in kernel.cpus) == 1
+    try:
+        with pytest.raises(KernelOops):
+            kernel.syscall(spinner, "getppid", timeout=10)
+    finally:
+        kernel.text_poke(fn.addr + 5, original)
+    assert f"soft lockup - CPU#" in kernel.dmesg()
+    assert f"stuck for 1s! [spinner:{spinner.pid}]" in kernel.dmesg()
+    assert f"RIP: {fn.addr + 5:016x}" in kernel.dmesg()
+    assert spinner.state == "dead" and not kernel.wedged
+    assert all(c.state != "wedged" for c in kernel.cpus)
     assert kernel.syscall(other, "getpid") == other.pid
     assert kernel.syscall(kernel.spawn("later"), "getppid") == 1
+
+
+def test_a_cpu_whose_idle_task_spins_is_taken_out_of_service():
+    """The idle task cannot be killed: a spin there (here an upcall, which runs in the
+    idle loop) takes its CPU out of service, the upcall fails, the other CPU serves."""
+    kernel = Kernel(cpus=2)
+    kernel.WEDGE_SECONDS = 0.5
+    (fn,) = kernel.image.lookup_name("__x64_sys_getppid")
+    original = kernel.read(fn.addr + 5, 2)
+    kernel.text_poke(fn.addr + 5, bytes.fromhex("ebfe"))
+    try:
+        with pytest.raises(KernelWedged):
+            kernel.upcall(fn.addr, 0, timeout=10)
+    finally:
+        kernel.text_poke(fn.addr + 5, original)
+    assert [ip for _cpu, ip in kernel.wedged] == [fn.addr + 5]
+    assert sum(c.state == "wedged" for c in kernel.cpus) == 1
+    task = kernel.spawn("after")
+    assert kernel.syscall(task, "getppid") == 1
+
+
+def test_a_task_killed_for_spinning_that_spins_again_takes_its_cpu_out():
+    """The kill runs do_exit; a task that spins there too (its exit path is broken) is
+    not killed twice: its CPU is taken out of service, and with no CPU left the machine
+    says it is stuck and fails calls at once."""
+    kernel = Kernel(cpus=1)
+    kernel.WEDGE_SECONDS = 0.3
+    (fn,) = kernel.image.lookup_name("__x64_sys_getppid")
+    (exit_files,) = kernel.image.lookup_name("exit_files")
+    victim = kernel.spawn("victim")
+    kernel.text_poke(fn.addr + 5, bytes.fromhex("ebfe"))
+    kernel.text_poke(exit_files.addr, bytes.fromhex("ebfe"))
+    with pytest.raises(KernelOops):
+        kernel.syscall(victim, "getppid", timeout=10)
+    with pytest.raises(KernelStuck):        # the exit spins: found by the next call
+        kernel.spawn("late", timeout=10)
+    assert kernel.cpus[0].state == "wedged" and kernel.stuck
+    assert kernel.wedged == [(0, exit_files.addr)]
+    started = time.monotonic()
+    with pytest.raises(KernelStuck):
+        kernel.spawn("later")
+    assert time.monotonic() - started < 0.5
 
 
 def test_linux_functions_are_real_call_targets(image):

@@ -19,7 +19,7 @@ def sysfs():
     made = []
 
     def create_dir(name, parent):
-        handle = kernel.run_function("tracefs_create_dir", name, parent or 0)
+        handle = kernel.call_in_process("tracefs_create_dir", name, parent or 0)
         made.append(name)
         return handle
 

@@ -20,8 +20,9 @@ makes the kernel's own file operations (a test's ``echo > MNT/dev/null`` is an
 ``symlinkat`` through ``vfs_symlink``).
 
 Threads: every public method may run on any thread at once.  Machine access goes through
-``kernel.submit`` and a bounded drive loop under ``kernel.lock``; nothing here holds
-the gateway's own lock while the machine runs.  Blocking reads (``trace_pipe``) wait on
+``kernel.submit`` and a bounded ``kernel.wait`` (in the daemon the machine thread runs
+the call; the request thread only waits); nothing here holds the gateway's own lock
+while the machine runs.  Blocking reads (``trace_pipe``) wait on
 the host handle in the calling thread, never in the emulation.
 """
 
@@ -33,11 +34,10 @@ import os
 import stat
 import struct
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..errors import KernelError, KernelOops, MachineError
+from ..errors import KernelError, KernelOops, KernelStuck, KernelWedged, MachineError
 from ..machine.kernel import ProcessExited, UserBuffer
 from .procwatch import EXEC, EXIT, FORK, ProcessEvent, ProcessEvents
 from .tree import HostFS
@@ -222,7 +222,8 @@ class Gateway:
     # ==== machine calls ======================================================================
     def _call(self, task, name: str, *args, on_done=None) -> int:
         """Runs one system call for task and returns its raw result; OSError(EIO) when the
-        machine fails or does not finish it within the timeout.  ProcessExited and
+        machine fails, is stuck, or does not finish it within the timeout (then the
+        machine is told to kill the task, see Kernel.abandon).  ProcessExited and
         KernelOops pass through."""
         kernel = self.kernel
         try:
@@ -232,30 +233,24 @@ class Gateway:
         except (MachineError, KernelError) as e:
             log.error("%s for pid %d could not be queued: %s", name, task.pid, e)
             raise OSError(errno.EIO, str(e)) from e
-        deadline = time.monotonic() + self.timeout
-        while not req.done.is_set():
-            if time.monotonic() >= deadline:
-                log.error("%s for pid %d (%s) did not finish within %.1fs", name, task.pid,
-                          getattr(task, "comm", ""), self.timeout)
-                raise OSError(errno.EIO, f"{name} timed out")
-            # Bounded: a thread stuck inside the emulation (a probe handler that never
-            # returns) holds the lock, and this request must fail rather than hang.
-            if not kernel.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                continue
-            try:
-                ran = not req.done.is_set() and kernel.run_slice()
-            except MachineError as e:
-                log.error("the machine failed during %s: %s", name, e)
-                raise OSError(errno.EIO, str(e)) from e
-            finally:
-                kernel.lock.release()
-            if not ran:
-                req.done.wait(0.01)
-        if req.error is not None:
-            if isinstance(req.error, KernelOops):
-                log.error("%s oopsed for pid %d: %s", name, task.pid, req.error)
-            raise req.error
-        return req.result
+        try:
+            return kernel.wait(req, self.timeout)
+        except KernelStuck as e:
+            log.error("%s for pid %d failed at once: %s", name, task.pid, e)
+            raise OSError(errno.EIO, str(e)) from e
+        except KernelWedged as e:
+            log.error("%s for pid %d (%s) did not finish within %.1f s: %s", name,
+                      task.pid, getattr(task, "comm", ""), self.timeout, e)
+            abandon = getattr(kernel, "abandon", None)
+            if abandon is not None:
+                abandon(req, self.timeout)
+            raise OSError(errno.EIO, f"{name} timed out") from e
+        except KernelOops as e:
+            log.error("%s oopsed for pid %d: %s", name, task.pid, e)
+            raise
+        except MachineError as e:
+            log.error("the machine failed during %s: %s", name, e)
+            raise OSError(errno.EIO, str(e)) from e
 
     def _sys(self, caller: _Caller, name: str, *args, on_done=None) -> int:
         """Like _call, for a caller's task; a task that died meanwhile (oops) is forgotten

@@ -55,6 +55,8 @@ class HC:
     TRACE_COMM = 25
     TRACE_PAGE_FULL = 26
     TRACE_WAKE = 27
+    WORK_NEXT = 28
+    WORK_DONE = 29
 
 
 IDLE_WAKE_TASK = 1

@@ -6,7 +6,14 @@ emulator (whoever holds ``Kernel.lock``), running the online CPUs round-robin on
 thread.  A CPU's turn ends at a hypercall: when it idles, spins on a lock, or returns a
 task to user mode while another CPU has work.  The kernel is not preemptible
 (CONFIG_PREEMPT=n), so the order of events is a function of the inputs alone and a run
-is reproducible for a given seed; a watchdog stops a CPU that never makes a hypercall.
+is reproducible for a given seed.
+
+Who drives: in a daemon, one machine thread (:meth:`Kernel.serve`) is the only thread that
+ever runs emulated code; everyone else posts work (system calls, upcalls) and waits on it
+with a bound, so a kernel that never returns cannot hold a caller.  Without it (the
+Python API, tests) the waiting caller drives the machine itself.  The watchdog
+(:mod:`.watchdog`) stops spinning CPUs, kills their tasks as an oops would, and declares
+the machine stuck when host code in it does not return.
 """
 
 from __future__ import annotations
@@ -14,11 +21,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import re
 import struct
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 from unicorn import (
@@ -30,7 +36,7 @@ from unicorn.x86_const import (
     UC_X86_REG_RDI, UC_X86_REG_RDX, UC_X86_REG_RIP, UC_X86_REG_RSI, UC_X86_REG_RSP,
 )
 
-from ..errors import KernelError, KernelOops, KernelWedged, MachineError
+from ..errors import KernelError, KernelOops, KernelStuck, KernelWedged, MachineError
 from . import abi
 from .abi import HC
 from .clock import TscClock
@@ -41,21 +47,27 @@ from ._fastuc import FastRegs, RegSet, add_code_hook, add_intr_hook
 from ._quirks import clear_exception_state
 from .image import FENTRY_NOP, KernelImage
 from .module import ModuleLoader
+from .hostwork import WORK_POINTS, HostWork, KernelCall
+from .task import Cpu, ProcessExited, SyscallRequest, Task, UserBuffer, _Upcall
+from .watchdog import MachineLock, Watchdog
 from .memory import (
     EFER_NXE, PAGE, PAGE_OFFSET, USER_WINDOW_BASE, USER_WINDOW_SIZE, AddressSpace, FaultError,
     PhysicalLayout,
 )
 
-__all__ = ["Kernel", "Task", "UserBuffer", "SyscallRequest", "Cpu"]
+__all__ = ["Kernel", "Task", "UserBuffer", "SyscallRequest", "Cpu", "ProcessExited"]
 
 log = logging.getLogger("kprobefs.machine")
 
 MSR_EFER = 0xC0000080
 _U64 = 0xFFFFFFFFFFFFFFFF
-_VECTOR_STUB = {0: "asm_exc_divide_error", 1: "asm_exc_debug", 3: "asm_exc_int3",
-                6: "asm_exc_invalid_op", 13: "asm_exc_general_protection",
-                14: "asm_exc_page_fault"}
-_HAS_ERROR_CODE = {13, 14}
+_VECTOR_STUB = {0: "asm_exc_divide_error", 1: "asm_exc_debug", 2: "asm_exc_nmi",
+                3: "asm_exc_int3", 6: "asm_exc_invalid_op",
+                13: "asm_exc_general_protection", 14: "asm_exc_page_fault"}
+_HAS_ERROR_CODE = {2, 13, 14}
+#: The watchdog's NMI: the kernel reports a lockup and kills the current task.
+NMI_VECTOR = 2
+_RIP_LINE = re.compile(r"RIP: ([0-9a-f]{16})")
 #: Vectors after which QEMU records an exception in progress (see _quirks).
 _CONTRIBUTORY = {0, 8, 10, 11, 12, 13, 14}
 HZ = 250
@@ -63,59 +75,6 @@ HZ = 250
 
 def _signed(v: int) -> int:
     return v - (1 << 64) if v & (1 << 63) else v
-
-
-class UserBuffer:
-    """An output buffer for a system call: size bytes of user memory whose contents are
-    copied back into ``data`` when the call returns."""
-
-    def __init__(self, size: int, initial: bytes = b""):
-        self.size = size
-        self.data = bytes(initial[:size]).ljust(size, b"\0")
-        self.addr: int | None = None
-
-
-@dataclass(eq=False)
-class Task:
-    """The host's record of a user task (one with a user window)."""
-
-    pid: int
-    comm: str = ""
-    window: int = 0
-    regs_ptr: int = 0
-    state: str = "kernel"  # kernel: running in the kernel; user: waiting; dead
-    pending: collections.deque = field(default_factory=collections.deque)
-    active: SyscallRequest | None = None
-    exit_code: int | None = None
-    scratch: int = 0
-
-
-@dataclass(eq=False)
-class SyscallRequest:
-    """One system call in flight.  ``result`` is the raw return value (negative errno on
-    failure); ``error`` is set when the task died (oops or exit) instead of returning."""
-
-    task: Task
-    nr: int
-    name: str
-    args: tuple
-    done: threading.Event = field(default_factory=threading.Event)
-    result: int | None = None
-    error: Exception | None = None
-    outputs: list = field(default_factory=list)
-    on_done: Callable | None = None
-
-
-@dataclass(eq=False)
-class Cpu:
-    """One virtual CPU."""
-
-    index: int
-    ctx: object = None
-    state: str = "offline"  # offline, running, idle, halted, wedged
-    resume_rax: int | None = None
-    gs_base: int = 0
-    current_pa: int = 0      # physical address of this CPU's pcpu.current_task
 
 
 class Kernel:
@@ -130,10 +89,15 @@ class Kernel:
     #: Unicorn checks every code hook's range on each hooked instruction, so hooks cost
     #: O(hooks) per hit; past this many, breakpoints are delivered as real #BP traps.
     FAST_HOOK_BUDGET = 64
-    #: A CPU that runs this long without a hypercall is stopped and taken out of service.
+    #: A CPU that runs this long without a hypercall is stopped and its task killed.
     WEDGE_SECONDS = 5.0
-    #: How long submit() waits for the machine lock.
-    LOCK_TIMEOUT = 30.0
+    #: Host code (a hypercall or probe handler) that has not returned after this long
+    #: holds the machine: it is declared stuck and requests fail at once until then.
+    STUCK_SECONDS = 30.0
+    #: A CPU's turn ends at its first hypercall after this long, whoever else waits.
+    TURN_SECONDS = 0.02
+    #: The vector of the watchdog's NMI (the kernel reports a lockup, kills the task).
+    NMI_VECTOR = NMI_VECTOR
     #: Bound on live user tasks (each has a user window).
     MAX_TASKS = 4096
 
@@ -144,8 +108,20 @@ class Kernel:
         self.seed = seed
         self.nr_cpus = cpus
         self.image = KernelImage(image)
-        self.lock = threading.RLock()
+        self.lock = MachineLock()
         self._cond = threading.Condition(self.lock)
+        #: Work posted by other threads (system calls, upcalls, kills), taken by whoever
+        #: drives the machine at the start of its next slice.
+        self._inbox: collections.deque = collections.deque()
+        self._work = threading.Event()
+        self._upcalls: collections.deque = collections.deque()   # waiting for a CPU
+        self._upcalls_running: dict[int, _Upcall] = {}          # cpu index -> upcall
+        self._machine_thread: threading.Thread | None = None
+        #: Run by the machine thread about every 20 ms, under the lock (the daemon's
+        #: workload pump).
+        self.periodic: list[Callable[[], None]] = []
+        #: Why the machine cannot run (None: it can); see KernelStuck.
+        self.stuck: str | None = None
         self.uc = Uc(UC_ARCH_X86, UC_MODE_64)
         self.layout = PhysicalLayout(ram_mb=ram_mb)
         self.mem = AddressSpace(self.uc, self.layout)
@@ -184,16 +160,25 @@ class Kernel:
             HC.UPCALL_DONE: self._hc_upcall_done, HC.YIELD: self._hc_yield,
         }
         self._closing = False
-        self._slice_started: float | None = None
+        # The turn in progress, for the watchdog: its number, when it started, when the
+        # CPU last made progress (a hypercall returned), when the hypercall being
+        # served began (None: none is).
+        self._turn_id = 0
+        self._turn_started: float | None = None
+        self._progress = 0.0
+        self._hc_started: float | None = None
         self._wedge: Cpu | None = None
         self._emu_thread: int | None = None
         #: (cpu, ip) of every stop the watchdog made.
         self.wedged: list[tuple[int, int]] = []
+        #: Every lockup, oops and stuck machine, newest last: (monotonic time, text).
+        self.incidents: collections.deque = collections.deque(maxlen=32)
         self._load(pid_auto_base)
+        self.host_work = HostWork(self)
         self._boot()
         #: Loadable modules (load, unload, /proc/modules, the module notifier chain).
         self.modules = ModuleLoader(self)
-        threading.Thread(target=self._watchdog, name="kprobefs-watchdog", daemon=True).start()
+        self.watchdog = Watchdog(self)
 
     # ==== loading and boot ==================================================================
     def _sym(self, name: str) -> int:
@@ -237,7 +222,6 @@ class Kernel:
         self._pcpu_area = self._sym("pcpu_area")
         self._host_call_return = self._sym("host_call_return")
         self._scratch_depth = 0
-        self._upcall_results: dict[int, int] = {}
         self._task_pid_off = self.kabi["task.pid"]
         # Writing ip makes Unicorn leave the current block: ip is not part of the set.
         self._gprs = RegSet(self.uc, [reg for name, reg in UC_REG.items()
@@ -287,26 +271,43 @@ class Kernel:
         self._loaded_cpu = cpu
 
     def runnable(self) -> bool:
-        """Whether any CPU has work (or could take some)."""
-        if any(c.state == "running" for c in self.cpus):
+        """Whether any CPU has work (or could take some), or work is posted."""
+        if self._inbox or any(c.state == "running" for c in self.cpus):
             return True
-        return bool(self._wakeups) and any(c.state == "idle" for c in self.cpus)
+        return bool(self._wakeups or self._upcalls) and any(c.state == "idle"
+                                                           for c in self.cpus)
+
+    def _post(self, work: Callable[[], None]) -> None:
+        """Hand work to whoever drives the machine next (it runs under the lock, at the
+        start of a slice).  Never blocks."""
+        self._inbox.append(work)
+        self._work.set()
+
+    def _take_posted(self) -> None:
+        while self._inbox:
+            self._inbox.popleft()()
 
     def _dispatch_wakeups(self) -> None:
         for cpu in self.cpus:
-            if not self._wakeups:
+            if not (self._wakeups or self._upcalls):
                 return
-            if cpu.state == "idle":
+            if cpu.state != "idle":
+                continue
+            if self._wakeups:
                 cpu.resume_rax = self._wakeups.popleft()
-                cpu.state = "running"
+            else:
+                self._start_upcall(cpu, self._upcalls.popleft())
+            cpu.state = "running"
 
     def run_slice(self) -> bool:
-        """Give every CPU that has work one turn.  Returns False when the machine
-        is quiescent (every CPU idle and nothing queued).  Caller holds ``lock``."""
+        """Take the posted work, then give every CPU that has work one turn.  Returns
+        False when the machine is quiescent (every CPU idle and nothing queued).  Caller
+        holds ``lock``."""
         if self._in_emulation:
             raise MachineError("the machine cannot be driven from inside a hook")
         if self.panicked:
             raise MachineError(f"kernel panic: {self.panicked}")
+        self._take_posted()
         self._dispatch_wakeups()
         ran = False
         for cpu in self.cpus:
@@ -325,64 +326,45 @@ class Kernel:
 
     def _emulate(self, cpu: Cpu) -> None:
         """Run cpu until it ends its turn at a hypercall (idle, yield, a return to user
-        mode while another CPU waits), or the watchdog stops it."""
+        mode while another CPU waits, or TURN_SECONDS are up), or the watchdog stops it."""
         self.cpu = cpu
         self._in_emulation += 1
         self._emu_thread = threading.get_ident()
-        self._slice_started = time.monotonic()
+        self._turn_id += 1
+        self._turn_started = self._progress = time.monotonic()
         try:
             rip = self.fast.get(UC_X86_REG_RIP)
             self.uc.emu_start(rip, 0)
         except UcError as e:
             self._cpu_error(cpu, e)
         finally:
-            self._slice_started = None
+            self._turn_started = None
             self._in_emulation -= 1
             self.cpu = None
+        if self.stuck is not None and any(c.state != "wedged" for c in self.cpus):
+            log.error("the machine runs again (it was stuck: %s)", self.stuck)
+            self.stuck = None
         if self._wedge is cpu:
-            # Spinning without a hypercall: take the CPU out of service (its task and any
-            # request on it never finish; their callers time out) and keep the rest going.
             self._wedge = None
-            rip = self.fast.get(UC_X86_REG_RIP)
-            self.wedged.append((cpu.index, rip))
-            cpu.state = "wedged"
-            log.error("cpu%d: no hypercall for %.0f s, spinning at %s: taken out of service",
-                      cpu.index, self.WEDGE_SECONDS, self.image.format_address(rip))
+            self.watchdog.lockup(cpu, self.WEDGE_SECONDS,
+                                 f"no hypercall for {self.WEDGE_SECONDS:g} s")
 
     def _others_running(self) -> bool:
         cur = self.cpu
         return any(c.state == "running" and c is not cur for c in self.cpus) or (
-            bool(self._wakeups) and any(c.state == "idle" for c in self.cpus))
+            bool(self._wakeups or self._upcalls) and any(c.state == "idle"
+                                                         for c in self.cpus))
 
     def _end_turn(self) -> None:
-        """Let the next CPU run (round-robin) after this hypercall returns."""
-        if self._others_running():
+        """End this CPU's turn after the hypercall returns (round-robin) when another
+        CPU has work, work is posted, or the turn has lasted TURN_SECONDS."""
+        if self._inbox or self._others_running() or (
+                time.monotonic() - self._turn_started > self.TURN_SECONDS):
             self.uc.emu_stop()
 
-    def _watchdog(self) -> None:
-        """Stop a CPU that has run WEDGE_SECONDS without a hypercall (a probe on a tight
-        loop, a kernel bug): the machine stays responsive and says which CPU it was."""
-        while not self._closing:
-            time.sleep(0.25)
-            started, cpu = self._slice_started, self.cpu
-            if started is not None and cpu is not None and \
-                    time.monotonic() - started > self.WEDGE_SECONDS:
-                self._slice_started = None
-                if not self._in_host_code():
-                    self._wedge = cpu
-                    self.uc.emu_stop()
-                else:
-                    log.error("cpu%d: a host handler has run for %.0f s and not returned",
-                              cpu.index, self.WEDGE_SECONDS)
-
-    def _in_host_code(self) -> bool:
-        """Whether the emulating thread is running Python (a hook or handler) rather than
-        emulated code, which it runs inside emu_start with the GIL released."""
-        frame = sys._current_frames().get(self._emu_thread)
-        return frame is not None and frame.f_code.co_name != "emu_start"
-
     def _hc_yield(self):
-        self._end_turn()
+        # A spin-wait: whatever it waits for happens on another CPU or in posted work.
+        self.uc.emu_stop()
         return 0
 
     def _cpu_error(self, cpu: Cpu, err: UcError) -> None:
@@ -391,6 +373,12 @@ class Kernel:
                   self.image.format_address(rip))
         self.panicked = f"cpu{cpu.index}: {err} at {self.image.format_address(rip)}"
         cpu.state = "halted"
+
+    def abandon(self, req: SyscallRequest, waited: float) -> None:
+        """The caller gave up on req after waited seconds.  Unless it finishes first,
+        its task is killed at the machine's next slice (Watchdog.give_up).  Never
+        blocks."""
+        self._post(lambda: self.watchdog.give_up(req, waited))
 
     def _update_jiffies(self) -> None:
         j = (time.monotonic_ns() - self._boot_ns) * HZ // 1_000_000_000
@@ -403,6 +391,72 @@ class Kernel:
 
     #: Linux starts jiffies 5 minutes before wrap-around so wrap bugs show early.
     _jiffies_base = (1 << 64) - 300 * HZ
+
+    # ---- who drives ------------------------------------------------------------------
+    def serve(self) -> None:
+        """From now on a machine thread of its own drives the machine; callers only
+        post work and wait for it (with a bound).  Idempotent."""
+        if self._machine_thread is None:
+            self._machine_thread = threading.Thread(target=self._machine_loop,
+                                                    name="kprobefs-machine", daemon=True)
+            self._machine_thread.start()
+
+    def close(self) -> None:
+        """Stop the machine thread and the watchdog (the machine is not used again)."""
+        self._closing = True
+        self._work.set()
+        thread = self._machine_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+    def _machine_loop(self) -> None:
+        next_periodic = 0.0
+        while not self._closing:
+            self._work.clear()
+            try:
+                with self.lock:
+                    ran = self.run_slice()
+                    now = time.monotonic()
+                    if now >= next_periodic:
+                        next_periodic = now + 0.02
+                        self._run_periodic()
+            except MachineError as e:
+                self.watchdog.declare_stuck(str(e))
+                log.exception("the machine stopped")
+                return
+            if self.lock.waiting:
+                time.sleep(0.001)    # let the waiter in before the next slice
+            elif not ran:
+                self._work.wait(0.02)
+
+    def _run_periodic(self) -> None:
+        for duty in self.periodic:
+            try:
+                duty()
+            except Exception:
+                log.exception("periodic machine work failed")
+
+    def _serving_elsewhere(self) -> bool:
+        """Whether another thread drives the machine (the caller must only wait)."""
+        thread = self._machine_thread
+        return thread is not None and thread.is_alive() and \
+            thread is not threading.current_thread()
+
+    def _await(self, done: threading.Event, timeout: float | None, what: str) -> None:
+        """Wait for done, driving the machine unless the machine thread does.  Raises
+        KernelStuck at once while the machine is stuck, KernelWedged after timeout."""
+        if not self._serving_elsewhere():
+            with self._locked(timeout):
+                self._drive(done.is_set, timeout)
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done.is_set():
+            if self.stuck is not None:
+                raise KernelStuck(f"the machine is stuck: {self.stuck}")
+            left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+            if left <= 0:
+                raise KernelWedged(f"{what} has not finished in {timeout:g} s")
+            done.wait(left)
 
     @contextlib.contextmanager
     def _locked(self, timeout: float | None):
@@ -421,7 +475,11 @@ class Kernel:
         kernel is idle with done() false."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not done():
+            if self.stuck is not None:
+                raise KernelStuck(f"the machine is stuck: {self.stuck}")
             ran = self.run_slice()
+            if done():
+                return
             if deadline is not None and time.monotonic() >= deadline:
                 raise KernelWedged("the awaited event has not happened in "
                                    f"{timeout:g} s ({'busy' if ran else 'idle'} kernel)")
@@ -446,7 +504,12 @@ class Kernel:
             if intno == abi.HYPERCALL_VECTOR:
                 nr = self.fast.get(UC_X86_REG_RAX)
                 handler = self._hypercalls.get(nr)
-                ret = handler() if handler else self._hostfs_hypercall(nr)
+                self._hc_started = time.monotonic()
+                try:
+                    ret = handler() if handler else self._hostfs_hypercall(nr)
+                finally:
+                    self._progress = time.monotonic()
+                    self._hc_started = None
                 if ret is not None:
                     self.fast.set(UC_X86_REG_RAX, ret)
                 return
@@ -472,7 +535,7 @@ class Kernel:
         self._deliver_exception(6)
         return True
 
-    def _deliver_exception(self, vector: int) -> None:
+    def _deliver_exception(self, vector: int, error_code: int = 0) -> None:
         """Enter the kernel's handler for vector: push a pt_regs frame on the current
         stack and jump to its asm stub (the hardware's job, done here)."""
         uc = self.uc
@@ -482,7 +545,7 @@ class Kernel:
             uc.emu_stop()
             return
         regs = self.regs.snapshot()
-        regs["orig_ax"] = 0 if vector in _HAS_ERROR_CODE else _U64
+        regs["orig_ax"] = error_code if vector in _HAS_ERROR_CODE else _U64
         regs["cs"], regs["ss"] = KERNEL_CS, KERNEL_DS
         frame = ((regs["sp"] - PT_REGS_SIZE - 64) & ~0xF)
         try:
@@ -572,33 +635,63 @@ class Kernel:
         return None
 
     def _hc_upcall_done(self):
-        self._upcall_results[self.cpu.index] = _signed(self._args()[0])
+        call = self._upcalls_running.pop(self.cpu.index, None)
+        if call is not None:
+            call.result = _signed(self._args()[0])
+            call.done.set()
+            self._cond.notify_all()
         return 0
 
-    def upcall(self, func: int | str, *args: int, timeout: float | None = 30.0) -> int:
-        """Run func(*args) (up to six integers) on an idle CPU, as a work item of its
-        idle loop, and return its result.  Drives the machine; call from outside hooks."""
+    def upcall(self, func: int | str, *args: int | str | bytes,
+               timeout: float | None = 30.0) -> int:
+        """Run func(*args) (up to six arguments, str/bytes copied into kernel memory) on
+        an idle CPU, as a work item of its idle loop, and return its result.  Call from
+        outside hooks.  KernelWedged when it does not finish within timeout, or when its
+        CPU is taken out of service."""
         if isinstance(func, str):
             func = self._sym(func)
         if len(args) > 6:
             raise ValueError("at most six arguments")
-        with self._locked(timeout):
-            self._drive(lambda: any(c.state == "idle" for c in self.cpus), timeout)
-            cpu = next(c for c in self.cpus if c.state == "idle")
-            slot = cpu.gs_base + self.kabi["pcpu.upcall"]
-            values = self._kernel_args(args, self._host_scratch + 0x8000 * (1 + cpu.index))
-            values += [0] * (6 - len(values))
-            self.mem.write(slot, struct.pack("<7Q", func, *values))
-            self._upcall_results.pop(cpu.index, None)
-            cpu.resume_rax = abi.IDLE_UPCALL
-            cpu.state = "running"
-            self._drive(lambda: cpu.index in self._upcall_results, timeout)
-            return self._upcall_results.pop(cpu.index)
+        if self.stuck is not None:
+            raise KernelStuck(f"the machine is stuck: {self.stuck}")
+        call = _Upcall(func, args)
+        self._post(lambda: self._upcalls.append(call))
+        self._await(call.done, timeout, "an upcall")
+        if call.result is None:
+            raise KernelWedged("the upcall's CPU was taken out of service")
+        return call.result
+
+    def _start_upcall(self, cpu: Cpu, call: _Upcall) -> None:
+        values = self._kernel_args(call.args, self._host_scratch + 0x8000 * (1 + cpu.index))
+        values += [0] * (6 - len(values))
+        self.mem.write(cpu.gs_base + self.kabi["pcpu.upcall"],
+                       struct.pack("<7Q", call.func, *values))
+        self._upcalls_running[cpu.index] = call
+        cpu.resume_rax = abi.IDLE_UPCALL
 
     def _hostfs_hypercall(self, nr):
         if self.hostfs is None or not HC.HOSTFS_LOOKUP <= nr <= HC.HOSTFS_READDIR:
             return -38  # ENOSYS
-        return self.hostfs.hypercall(self, nr, self._args())
+        work = self.host_work
+        work.at_work_point = nr in WORK_POINTS
+        try:
+            return self.hostfs.hypercall(self, nr, self._args())
+        finally:
+            work.at_work_point = False
+
+    def upcall_later(self, func: int, *args: int) -> None:
+        """Queue func(*args) for an idle CPU without waiting for it (its result is
+        dropped).  Caller holds the lock or runs in the emulation."""
+        self._upcalls.append(_Upcall(func, args))
+
+    def in_emulation(self) -> bool:
+        """Whether the calling thread runs inside the emulation (a hook or handler)."""
+        return bool(self._in_emulation) and threading.get_ident() == self._emu_thread
+
+    def call_in_process(self, func: int | str, *args, then=None) -> KernelCall:
+        """Run a kernel function in process context (see :mod:`.hostwork`): from inside
+        a hypercall, queued for the file operation being served; else at once."""
+        return self.host_work.call(func, *args, then=then)
 
     # ---- tasks ---------------------------------------------------------------------------
     def _hc_task_new(self):
@@ -623,6 +716,12 @@ class Kernel:
         task.state = "dead"
         task.exit_code = _signed(code)
         oops = self.mem.read(self._current_task_ptr() + self.kabi["task.oops"], 4) != bytes(4)
+        if oops:
+            report = self._oops_report()
+            log.error("oops: task %d (%s) killed%s\n%s", pid, task.comm,
+                      f" in {task.active.name}" if task.active else "", report)
+            self.incidents.append((time.monotonic(), f"oops: task {pid} ({task.comm}): "
+                                   + report.split("\n", 1)[0]))
         reqs = ([task.active] if task.active else []) + list(task.pending)
         for req in reqs:
             if oops:
@@ -638,6 +737,22 @@ class Kernel:
         for listener in self.exit_listeners:
             listener(pid)
         return 0
+
+    def _oops_report(self) -> str:
+        """The kernel's report of the oops it just printed (from the line that starts it
+        to the registers), with RIP as function+offset."""
+        lines = self.console[-12:]
+        start = max((i for i, line in enumerate(lines) if "Oops: " in line), default=0)
+        while start > 0 and not lines[start - 1].startswith(("RIP:", "RAX:", "RDX:")) \
+                and ("BUG" in lines[start - 1] or "bug" in lines[start - 1]):
+            start -= 1
+        out = []
+        for line in lines[start:]:
+            m = _RIP_LINE.match(line)
+            if m:
+                line += f" ({self.image.format_address(int(m.group(1), 16))})"
+            out.append(line)
+        return "\n".join(out)
 
     def _current_task_ptr(self) -> int:
         return struct.unpack_from("<Q", self.mem.ram, self.cpu.current_pa)[0]
@@ -664,9 +779,9 @@ class Kernel:
             self._copy_out(req)
             self._finish(req)
         self._end_turn()
-        if task.pending:
-            self._load_request(task, task.pending.popleft())
-            return 1
+        while task.pending:
+            if self._load_request(task, task.pending.popleft()):
+                return 1
         task.state = "user"
         return 0
 
@@ -705,8 +820,16 @@ class Kernel:
                 raise KernelError(7, "system call arguments exceed the user window")
         return out
 
-    def _load_request(self, task: Task, req: SyscallRequest) -> None:
-        values = self._marshal(task, req)
+    def _load_request(self, task: Task, req: SyscallRequest) -> bool:
+        """Make req the task's system call (its arguments in the user window, its
+        registers in the task's pt_regs).  False, with req failed, when its arguments
+        do not fit."""
+        try:
+            values = self._marshal(task, req)
+        except KernelError as e:
+            req.error = e
+            self._finish(req)
+            return False
         values += [0] * (6 - len(values))
         regs = dict(zip(("di", "si", "dx", "r10", "r8", "r9"), values))
         regs["orig_ax"] = req.nr
@@ -714,6 +837,7 @@ class Kernel:
         self.mem.write(task.regs_ptr, pack_pt_regs(regs))
         task.active = req
         task.state = "kernel"
+        return True
 
     def _copy_out(self, req: SyscallRequest) -> None:
         for buf in req.outputs:
@@ -726,23 +850,33 @@ class Kernel:
             nr = abi.SYSCALLS[name] if isinstance(name, str) else int(name)
         except KeyError:
             raise ValueError(f"unknown system call {name!r}") from None
+        for a in args:
+            if not isinstance(a, (str, bytes, bytearray, memoryview, UserBuffer, int)):
+                raise TypeError(f"cannot pass {type(a).__name__} to a system call")
+        if task.state == "dead":
+            raise ProcessExited(task.pid, task.exit_code)
+        if self.stuck is not None:
+            raise KernelStuck(f"the machine is stuck: {self.stuck}")
         req = SyscallRequest(task, nr, str(name), args, on_done=on_done)
-        with self._locked(self.LOCK_TIMEOUT):
-            if task.state == "dead":
-                raise ProcessExited(task.pid, task.exit_code)
-            if task.state == "user" and task.active is None and not task.pending:
-                self._load_request(task, req)
-                self._wakeups.append(abi.IDLE_WAKE_TASK | (task.pid << 8))
-            else:
-                task.pending.append(req)
-            self._cond.notify_all()
+        self._post(lambda: self._accept(req))
         return req
 
+    def _accept(self, req: SyscallRequest) -> None:
+        task = req.task
+        if task.state == "dead":
+            req.error = ProcessExited(task.pid, task.exit_code)
+            self._finish(req)
+        elif task.state == "user" and task.active is None and not task.pending:
+            if self._load_request(task, req):
+                self._wakeups.append(abi.IDLE_WAKE_TASK | (task.pid << 8))
+        else:
+            task.pending.append(req)
+
     def wait(self, req: SyscallRequest, timeout: float | None = 30.0) -> int:
-        """Drive the machine until req completes; returns its raw result.  Raises what
-        the task died of, or KernelWedged if it cannot complete within timeout."""
-        with self._locked(timeout):
-            self._drive(req.done.is_set, timeout)
+        """Wait until req completes (driving the machine unless its own thread does);
+        returns its raw result.  Raises what the task died of, KernelStuck at once while
+        the machine is stuck, or KernelWedged if req does not complete within timeout."""
+        self._await(req.done, timeout, f"{req.name} of pid {req.task.pid}")
         if req.error is not None:
             raise req.error
         return req.result
@@ -845,6 +979,10 @@ class Kernel:
     def restore_cpu_state(self, state: tuple) -> None:
         self._gprs.write(state)
 
+    def ip(self) -> int:
+        """The loaded CPU's instruction pointer."""
+        return self.fast.get(UC_X86_REG_RIP)
+
     def set_ip(self, ip: int) -> None:
         """Redirect the current CPU (inside a hook or trap handler)."""
         self.fast.set(UC_X86_REG_RIP, ip)
@@ -890,13 +1028,6 @@ class Kernel:
             else:
                 values.append(a & _U64)
         return values
-
-    def run_function(self, func: int | str, *args) -> int:
-        """Call a kernel function wherever the caller is: on the current CPU from inside
-        the emulation (call), else on an idle CPU (upcall)."""
-        if self._in_emulation:
-            return self.call(func, *args)
-        return self.upcall(func, *args)
 
     def hook_code(self, begin: int, end: int, callback: Callable) -> int:
         """Run callback(kernel, address) before each instruction in [begin, end]."""
@@ -980,13 +1111,3 @@ class Kernel:
         version = self.mem.read_cstring(uts + 65 * 3, 65).decode()
         return banner.replace("%s", "Linux", 1).replace("%s", release, 1).replace(
             "%s", version, 1)
-
-
-class ProcessExited(KernelError):
-    """The task exited (or was killed) while a system call of its was queued or running;
-    ``exit_code`` is its wait status."""
-
-    def __init__(self, pid: int, exit_code: int | None):
-        super().__init__(3, f"task {pid} exited")  # ESRCH
-        self.pid = pid
-        self.exit_code = exit_code

@@ -229,10 +229,11 @@ ModuleNotifier = Callable[[str, Module], None]
 class ModuleLoader:
     """The kernel's modules: load, unload, the list, and the notifier chain.
 
-    ``kernel`` is the machine (memory, lock, run_function, image); ``directory`` holds
-    the ``NAME.ko`` files (default: the bundled ones).  Loading and unloading run kernel
-    code (init/exit) on a CPU: from a hook (a control-file write) on the current one,
-    else on an idle one."""
+    ``kernel`` is the machine (memory, lock, call_in_process, image); ``directory``
+    holds the ``NAME.ko`` files (default: the bundled ones).  Loading and unloading run
+    kernel code (init/exit) in process context: for a control-file write, in that
+    write's own system call once its hypercall returns (the module is COMING, or GOING,
+    until then); from the Python API, at once on an idle CPU."""
 
     def __init__(self, kernel, directory: str | Path | None = None):
         self.kernel = kernel
@@ -285,8 +286,10 @@ class ModuleLoader:
     # ---- load -----------------------------------------------------------------------------
     def load(self, name: str, path: str | Path | None = None) -> Module:
         """Load a module by name (from the module directory) or from path; returns it,
-        live.  KernelError: ENOENT (no such module, or an unknown symbol), EEXIST
-        (already loaded), ENOEXEC (not a module object), ENOMEM, or init's errno."""
+        live (or COMING, its init queued for the system call being served, whose result
+        is then init's errno on failure).  KernelError: ENOENT (no such module, or an
+        unknown symbol), EEXIST (already loaded), ENOEXEC (not a module object), ENOMEM,
+        or init's errno."""
         kernel = self.kernel
         obj = ModuleObject(path if path is not None else self.find(name),
                            normalize_module_name(name))
@@ -304,16 +307,27 @@ class ModuleLoader:
             self.modules[mod.name] = mod
             kernel.image.add_module(mod)
             self._notify(MODULE_STATE_COMING, mod)
-            ret = kernel.run_function(mod.init) if mod.init is not None else 0
-            ret = _c_int(ret)                   # init_module() returns an int (eax)
-            if ret < 0:
-                log.warning("%s: init failed with %d", mod.name, ret)
-                self._going(mod)
-                raise KernelError(-ret, f"module {mod.name} init")
-            mod.state = MODULE_STATE_LIVE
-            self._notify(MODULE_STATE_LIVE, mod)
-            log.info("module %s loaded at %#x", mod.name, mod.start)
+            if mod.init is None:
+                self._init_done(mod, 0)
+                return mod
+            call = kernel.call_in_process(mod.init,
+                                          then=lambda ret: self._init_done(mod, ret))
+            if call.done and call.outcome is not None:
+                raise KernelError(-call.outcome, f"module {mod.name} init")
             return mod
+
+    def _init_done(self, mod: Module, ret: int) -> int | None:
+        """init returned ret: the module goes live, or (ret < 0) away again.  Returns
+        the errno to fail the load with (negative), else None."""
+        ret = _c_int(ret)                   # init_module() returns an int (eax)
+        if ret < 0:
+            log.warning("%s: init failed with %d", mod.name, ret)
+            self._going(mod)
+            return ret
+        mod.state = MODULE_STATE_LIVE
+        self._notify(MODULE_STATE_LIVE, mod)
+        log.info("module %s loaded at %#x", mod.name, mod.start)
+        return None
 
     def _layout(self, obj: ModuleObject) -> tuple[Module, "_Placement"]:
         """Give every allocated section its address: text, read-only, writable parts,
@@ -462,16 +476,18 @@ class ModuleLoader:
                 raise KernelError(errno.EWOULDBLOCK, f"module {mod.name} is in use")
             mod.state = MODULE_STATE_GOING
             if mod.exit is not None:
-                self.kernel.run_function(mod.exit)
-            self._going(mod)
-            log.info("module %s unloaded", mod.name)
+                self.kernel.call_in_process(mod.exit, then=lambda _ret: self._going(mod))
+            else:
+                self._going(mod)
 
     def _going(self, mod: Module) -> None:
+        """GOING, then freed (after exit has run, or a failed init)."""
         mod.state = MODULE_STATE_GOING
         self._notify(MODULE_STATE_GOING, mod)
         self.kernel.image.remove_module(mod.name)
         self.modules.pop(mod.name, None)
         self._free(mod)
+        log.info("module %s removed", mod.name)
 
     def _free(self, mod: Module) -> None:
         mem = self.kernel.mem

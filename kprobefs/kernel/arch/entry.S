@@ -61,6 +61,7 @@ ret_from_fork:
 
 	EXC_STUB asm_exc_divide_error, exc_divide_error, 0
 	EXC_STUB asm_exc_debug, exc_debug, 0
+	EXC_STUB asm_exc_nmi, exc_nmi, 1
 	EXC_STUB asm_exc_int3, exc_int3, 0
 	EXC_STUB asm_exc_invalid_op, exc_invalid_op, 0
 	EXC_STUB asm_exc_general_protection, exc_general_protection, 1

@@ -148,7 +148,8 @@ static int hostfs_open(struct inode *inode, struct file *file)
 
 	if (hostfs_node(inode) <= 0)
 		return -ENOENT;
-	handle = hypercall(HC_HOSTFS_OPEN, hostfs_node(inode), file->f_flags, current->pid, 0);
+	handle = host_work_run(hypercall(HC_HOSTFS_OPEN, hostfs_node(inode), file->f_flags,
+					 current->pid, 0));
 	hostfs_stats.opens++;
 	if (handle < 0)
 		return (int)handle;
@@ -163,7 +164,7 @@ static int hostfs_release(struct inode *inode, struct file *file)
 	long handle = (long)file->private_data;
 
 	if (handle > 0)
-		hypercall(HC_HOSTFS_RELEASE, handle, 0, 0, 0);
+		host_work_run(hypercall(HC_HOSTFS_RELEASE, handle, 0, 0, 0));
 	file->private_data = NULL;
 	return 0;
 }
@@ -199,7 +200,7 @@ static ssize_t hostfs_read(struct file *file, char __user *buf, size_t count, lo
 		return -ENOMEM;
 	while (count) {
 		size_t chunk = min(count, bufsz);
-		long n = hypercall(HC_HOSTFS_READ, handle, kbuf, chunk, *ppos);
+		long n = host_work_run(hypercall(HC_HOSTFS_READ, handle, kbuf, chunk, *ppos));
 
 		hostfs_stats.reads++;
 		if (n < 0) {
@@ -249,7 +250,7 @@ static ssize_t hostfs_write(struct file *file, const char __user *buf, size_t co
 				written = -EFAULT;
 			break;
 		}
-		n = hypercall(HC_HOSTFS_WRITE, handle, kbuf, chunk, *ppos);
+		n = host_work_run(hypercall(HC_HOSTFS_WRITE, handle, kbuf, chunk, *ppos));
 		hostfs_stats.writes++;
 		if (n < 0) {
 			if (!written)

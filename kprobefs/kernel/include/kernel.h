@@ -206,7 +206,17 @@ enum hypercall_nr {
 	HC_TRACE_COMM = 25,	/* (cpu): save the current task's comm for the trace */
 	HC_TRACE_PAGE_FULL = 26,	/* (cpu): take the staged page; 0 = drop the event */
 	HC_TRACE_WAKE = 27,	/* (cpu): a record was staged while a reader waits */
+	HC_WORK_NEXT = 28,	/* (struct host_work *): 1 = run it, 0 = no work left */
+	HC_WORK_DONE = 29,	/* (its return value, the op's result): the op's result */
 };
+
+/* Kernel work the host asks for in process context (see kernel/host_work.c). */
+struct host_work {
+	unsigned long fn;
+	unsigned long args[6];
+	char data[512];		/* string arguments point in here */
+};
+long host_work_run(long result);
 
 /* Wake-up words HC_IDLE returns (low byte = kind, rest = argument). */
 #define IDLE_WAKE_TASK 1	/* wake the task whose pid is in bits 8.. */

@@ -164,6 +164,21 @@ void exc_divide_error(struct pt_regs *regs)
 }
 NOKPROBE_SYMBOL(exc_divide_error);
 
+/* The host's lockup detector, delivered as an NMI with the seconds in the error-code
+ * slot: the current task has been in the kernel that long without finishing (a spin
+ * with no hypercall, or a system call the host gave up on).  Reported the way Linux's
+ * soft-lockup watchdog reports one, then the task is killed as by an oops.  The host
+ * never sends it to an idle task. */
+void exc_nmi(struct pt_regs *regs, unsigned long seconds)
+{
+	struct task_struct *tsk = current;
+
+	printk(KERN_EMERG "watchdog: BUG: soft lockup - CPU#%d stuck for %lus! [%s:%d]\n",
+	       smp_processor_id(), seconds, tsk->comm, tsk->pid);
+	die("soft lockup", regs, 0, SIGKILL);
+}
+NOKPROBE_SYMBOL(exc_nmi);
+
 /* An int3 no kprobe claimed.  Its ip points past the int3. */
 void exc_int3(struct pt_regs *regs)
 {

@@ -1,0 +1,87 @@
+"""What the machine keeps per CPU and per task, and the system calls in flight."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import KernelError
+
+__all__ = ["UserBuffer", "Task", "SyscallRequest", "Cpu", "ProcessExited"]
+
+
+class UserBuffer:
+    """An output buffer for a system call: size bytes of user memory whose contents are
+    copied back into ``data`` when the call returns."""
+
+    def __init__(self, size: int, initial: bytes = b""):
+        self.size = size
+        self.data = bytes(initial[:size]).ljust(size, b"\0")
+        self.addr: int | None = None
+
+
+@dataclass(eq=False)
+class Task:
+    """The host's record of a user task (one with a user window)."""
+
+    pid: int
+    comm: str = ""
+    window: int = 0
+    regs_ptr: int = 0
+    state: str = "kernel"  # kernel: running in the kernel; user: waiting; dead
+    pending: collections.deque = field(default_factory=collections.deque)
+    active: SyscallRequest | None = None
+    exit_code: int | None = None
+    scratch: int = 0
+
+
+@dataclass(eq=False)
+class SyscallRequest:
+    """One system call in flight.  ``result`` is the raw return value (negative errno on
+    failure); ``error`` is set when the task died (oops or exit) instead of returning."""
+
+    task: Task
+    nr: int
+    name: str
+    args: tuple
+    done: threading.Event = field(default_factory=threading.Event)
+    result: int | None = None
+    error: Exception | None = None
+    outputs: list = field(default_factory=list)
+    on_done: Callable | None = None
+
+
+@dataclass(eq=False)
+class Cpu:
+    """One virtual CPU."""
+
+    index: int
+    ctx: object = None
+    state: str = "offline"  # offline, running, idle, halted, wedged
+    resume_rax: int | None = None
+    gs_base: int = 0
+    current_pa: int = 0      # physical address of this CPU's pcpu.current_task
+    killed: int = 0          # the task_struct the watchdog last killed here
+    wedged_at: str = ""      # where it spun when it was taken out of service
+
+
+@dataclass(eq=False)
+class _Upcall:
+    """A kernel function to run on an idle CPU (see Kernel.upcall)."""
+
+    func: int
+    args: tuple
+    result: int | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class ProcessExited(KernelError):
+    """The task exited (or was killed) while a system call of its was queued or running;
+    ``exit_code`` is its wait status."""
+
+    def __init__(self, pid: int, exit_code: int | None):
+        super().__init__(3, f"task {pid} exited")  # ESRCH
+        self.pid = pid
+        self.exit_code = exit_code
