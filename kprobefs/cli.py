@@ -1,16 +1,24 @@
-"""The command line: ``kprobefs mount [MOUNTPOINT]`` and ``kprobefs umount [MOUNTPOINT]``.
+"""The command line: ``kprobefs mount [MOUNTPOINT]``, ``kprobefs umount [MOUNTPOINT]`` and
+``kprobefs status [MOUNTPOINT]``.
 
 ``mount`` returns once every file is ready: it forks, the child boots the kernel and
 serves, and the parent waits on a readiness pipe, then exits 0 (or non-zero with a
-one-line reason).  ``--foreground`` serves in the calling process (for systemd, which
-hears READY=1 on $NOTIFY_SOCKET).
+one-line reason).  The served child then logs to ``--log-file``, else to the journal or
+syslog through ``/dev/log``, else to ``/var/log/kprobefs.log``.  ``--foreground`` serves
+in the calling process and logs to stderr (for systemd, which hears READY=1 on
+$NOTIFY_SOCKET and keeps stderr in the journal).  ``status`` prints the daemon's health
+(``MNT/kprobefs/status``) and exits 0 when it is ok, 1 when degraded, 2 when it does not
+answer.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import logging.handlers
 import os
+import socket
+import subprocess
 import sys
 import time
 from typing import Callable, Sequence
@@ -25,6 +33,13 @@ __all__ = ["main", "build_parser"]
 log = logging.getLogger("kprobefs")
 
 LOG_FORMAT = "%(asctime)s kprobefs[%(process)d] %(levelname)s %(name)s: %(message)s"
+SYSLOG_FORMAT = "kprobefs[%(process)d]: %(levelname)s %(name)s: %(message)s"
+#: Where a backgrounded daemon logs without --log-file: syslog's socket (the journal
+#: listens there too), else this file.
+SYSLOG_SOCKET = "/dev/log"
+DEFAULT_LOG_FILE = "/var/log/kprobefs.log"
+#: Exit statuses of `kprobefs status`.
+STATUS_OK, STATUS_DEGRADED, STATUS_NO_ANSWER = 0, 1, 2
 
 
 def _positive_rate(text: str) -> float:
@@ -71,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="let users other than root use the mount (modes still apply)")
     m.add_argument("--log-file", metavar="PATH",
                    help="where a daemonized server logs once it is ready (default: "
-                        "nowhere; with --foreground logs stay on stderr)")
+                        f"syslog through {SYSLOG_SOCKET}, else {DEFAULT_LOG_FILE}; "
+                        "with --foreground logs stay on stderr)")
     m.add_argument("--log-level", dest="sub_log_level", default=None,
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                    type=str.upper, help="log threshold (same as before the command)")
@@ -84,17 +100,63 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--log-level", dest="sub_log_level", default=None,
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                    type=str.upper, help="log threshold")
+
+    st = sub.add_parser("status", help="print the daemon's health",
+                        description="Print the health of the daemon serving MOUNTPOINT "
+                                    "(its kprobefs/status file).  Exit status: 0 ok, 1 "
+                                    "degraded, 2 no answer.")
+    st.add_argument("mountpoint", nargs="?", default=DEFAULT_MOUNTPOINT,
+                    help=f"the mount point (default {DEFAULT_MOUNTPOINT})")
+    st.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                    help="how long to wait for an answer (default 5)")
+    st.add_argument("--log-level", dest="sub_log_level", default=None,
+                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                    type=str.upper, help="log threshold")
     return parser
 
 
-def _setup_logging(level: str) -> None:
+def _setup_logging(level: str, handler: logging.Handler | None = None) -> None:
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        h.close()
+    if handler is None:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
     root.addHandler(handler)
-    root.setLevel(level)
+    if level:
+        root.setLevel(level)
+
+
+def daemon_log_handler(log_file: str | None) -> tuple[logging.Handler, str]:
+    """Where a backgrounded daemon logs, and a name for it: log_file when given (stderr,
+    which then points there), else syslog through SYSLOG_SOCKET when something listens
+    there, else DEFAULT_LOG_FILE."""
+    if log_file:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        return handler, log_file
+    if not _listens(SYSLOG_SOCKET):
+        handler = logging.FileHandler(DEFAULT_LOG_FILE)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        return handler, DEFAULT_LOG_FILE
+    handler = logging.handlers.SysLogHandler(
+        address=SYSLOG_SOCKET, facility=logging.handlers.SysLogHandler.LOG_DAEMON)
+    handler.setFormatter(logging.Formatter(SYSLOG_FORMAT))
+    return handler, f"syslog ({SYSLOG_SOCKET})"
+
+
+def _listens(path: str) -> bool:
+    """Whether something accepts log messages on the unix socket at path (SysLogHandler
+    itself says nothing when nobody does)."""
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+        with socket.socket(socket.AF_UNIX, kind) as s:
+            try:
+                s.connect(path)
+            except OSError:
+                continue
+            return True
+    return False
 
 
 def _fail(reason: str) -> int:
@@ -122,11 +184,18 @@ def _mount_foreground(args, factories) -> int:
 
 def _detach_output(log_file: str | None) -> None:
     """Points stdout/stderr away from whatever the parent's caller gave us (a pipe held
-    open by the daemon would keep that caller waiting)."""
+    open by the daemon would keep that caller waiting), to log_file or /dev/null, and
+    sends the log where a backgrounded daemon logs (daemon_log_handler)."""
     target = os.open(log_file or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
     os.dup2(target, 1)
     os.dup2(target, 2)
     os.close(target)
+    try:
+        handler, where = daemon_log_handler(log_file)
+    except OSError:
+        return      # nowhere to log: the stderr handler writes to /dev/null
+    _setup_logging("", handler)
+    log.info("logging to %s", where)
 
 
 def _mount_daemon(args, factories) -> int:
@@ -154,7 +223,7 @@ def _mount_daemon(args, factories) -> int:
     report = _Reporter(write_end)
     try:
         daemon = _make_daemon(args, factories)
-        daemon.on_ready = lambda: (report.send("OK\n"), _detach_output(args.log_file))
+        daemon.on_ready = lambda: _ready(report, args.log_file)
         daemon.on_failure = lambda reason: report.send(f"ERR {reason}\n")
         daemon.boot()
         daemon.serve()
@@ -167,6 +236,16 @@ def _mount_daemon(args, factories) -> int:
     finally:
         report.send("ERR the daemon stopped before the filesystem was ready\n")
         os._exit(status)
+
+
+def _ready(report: "_Reporter", log_file: str | None) -> None:
+    """The filesystem answers: log where a backgrounded daemon logs, then tell the
+    parent (whose caller may look at the log at once)."""
+    try:
+        _detach_output(log_file)
+    except OSError as e:
+        log.error("cannot log to %s: %s", log_file, e)
+    report.send("OK\n")
 
 
 class _Reporter:
@@ -208,6 +287,29 @@ def _wait_for_child(pid: int, read_end: int, mountpoint: str) -> int:
     return _fail(reason)
 
 
+# ==== status ==============================================================================
+def _status(args) -> int:
+    """Prints MOUNTPOINT/kprobefs/status.  A reader is a child process: should the
+    daemon not answer, the child may sleep uninterruptibly in the mount, and this
+    command must still return."""
+    path = os.path.join(os.path.abspath(args.mountpoint), "kprobefs", "status")
+    child = subprocess.Popen(["cat", path], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = child.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        print(f"state: no answer\n{path}: no answer within {args.timeout:g} s")
+        return STATUS_NO_ANSWER
+    if child.returncode != 0:
+        reason = err.decode(errors="replace").strip() or f"cat exited {child.returncode}"
+        print(f"state: no answer\n{reason}")
+        return STATUS_NO_ANSWER
+    text = out.decode(errors="replace")
+    sys.stdout.write(text)
+    return STATUS_OK if text.startswith("state: ok") else STATUS_DEGRADED
+
+
 # ==== umount ==============================================================================
 def _umount(args) -> int:
     path = os.path.abspath(args.mountpoint)
@@ -233,6 +335,8 @@ def main(argv: Sequence[str] | None = None, kernel_factory: Callable | None = No
     _setup_logging(args.sub_log_level or args.log_level or default)
     if args.command == "umount":
         return _umount(args)
+    if args.command == "status":
+        return _status(args)
     if args.foreground:
         return _mount_foreground(args, factories)
     return _mount_daemon(args, factories)

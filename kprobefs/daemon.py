@@ -22,6 +22,7 @@ from typing import Callable
 from .fs.gateway import Gateway
 from .fs.procwatch import ProcessEvents
 from .fs.tree import build_tree
+from .health import status_text
 
 __all__ = ["Daemon", "StartupError", "make_tracer", "sd_notify", "check_fuse", "prepare_mountpoint",
            "unmount", "is_stale_mount", "DEFAULT_MOUNTPOINT"]
@@ -199,6 +200,7 @@ class Daemon:
         self.ready = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._started = time.monotonic()
 
     # ---- setup ----------------------------------------------------------------------
     def boot(self) -> None:
@@ -214,7 +216,12 @@ class Daemon:
         self.tracer = tracer
         self.hostfs = build_tree(self.kernel, engine=engine, tracer=tracer)
         self.kernel.hostfs = self.hostfs
-        self.gateway = Gateway(self.kernel, self.hostfs, timeout=self.request_timeout)
+        # A host handler that runs past a request's time holds every request behind it.
+        if hasattr(self.kernel, "STUCK_SECONDS"):
+            self.kernel.STUCK_SECONDS = self.request_timeout
+        self.gateway = Gateway(self.kernel, self.hostfs, timeout=self.request_timeout,
+                               status=lambda: status_text(self.kernel, engine, tracer,
+                                                          self.gateway, self._started))
 
     def serve(self) -> None:
         """Mounts and serves in the calling (main) thread until unmounted or signalled."""

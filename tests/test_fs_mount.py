@@ -148,15 +148,16 @@ def test_real_tree_and_modes(real):
                                         "tracing"]
     assert sorted(os.listdir(real / "kprobes")) == ["blacklist", "enabled", "list"]
     assert sorted(os.listdir(real / "proc")) == ["kallsyms", "modules", "sys", "version"]
-    assert sorted(os.listdir(real / "kprobefs")) == ["modules"]
+    assert sorted(os.listdir(real / "kprobefs")) == ["modules", "status"]
     modes = {p: stat.S_IMODE(os.stat(real / p).st_mode) for p in (
         "kprobes/list", "kprobes/enabled", "kprobes/blacklist", "proc/kallsyms",
         "proc/version", "proc/sys/debug/kprobes-optimization", "proc/modules",
-        "kprobefs/modules")}
+        "kprobefs/modules", "kprobefs/status")}
     assert modes == {"kprobes/list": 0o400, "kprobes/enabled": 0o600,
                      "kprobes/blacklist": 0o400, "proc/kallsyms": 0o444,
                      "proc/version": 0o444, "proc/sys/debug/kprobes-optimization": 0o644,
-                     "proc/modules": 0o444, "kprobefs/modules": 0o600}
+                     "proc/modules": 0o444, "kprobefs/modules": 0o600,
+                     "kprobefs/status": 0o444}
     st = os.stat(real / "kprobes/enabled")
     assert st.st_size == 0 and st.st_uid == 0 and st.st_gid == 0
     assert stat.S_ISDIR(os.stat(real / "kprobes").st_mode)

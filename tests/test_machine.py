@@ -283,7 +283,7 @@ def test_a_spinning_task_is_killed_as_by_an_oops_and_its_cpu_stays():
             kernel.syscall(spinner, "getppid", timeout=10)
     finally:
         kernel.text_poke(fn.addr + 5, original)
-    assert f"soft lockup - CPU#" in kernel.dmesg()
+    assert "soft lockup - CPU#" in kernel.dmesg()
     assert f"stuck for 1s! [spinner:{spinner.pid}]" in kernel.dmesg()
     assert f"RIP: {fn.addr + 5:016x}" in kernel.dmesg()
     assert spinner.state == "dead" and not kernel.wedged

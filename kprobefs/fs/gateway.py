@@ -11,6 +11,10 @@ makes a request, an exec renames the task, an exit runs ``do_exit``.  open is
 ``close``, readdir is ``getdents64``, getattr is ``newfstatat``.  Tasks whose host process
 has gone exit through the ``exit`` system call (do_exit) when :meth:`Gateway.reap` runs.
 
+One file is the daemon's own and never reaches the kernel: ``kprobefs/status``, the
+daemon's health (``status``, a callable the daemon passes), answered even when the
+machine is stuck.
+
 Paths are mount-relative (``/tracing/trace``) and mapped onto the emulated kernel's own
 mounts: the mount root is debugfs (``/sys/kernel/debug``), ``tracing/`` is tracefs
 (``/sys/kernel/tracing``) and ``proc/`` is procfs (``/proc``); ``dev/`` and ``tmp/`` are
@@ -28,14 +32,16 @@ the host handle in the calling thread, never in the emulation.
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import os
 import stat
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from ..errors import KernelError, KernelOops, KernelStuck, KernelWedged, MachineError
 from ..machine.kernel import ProcessExited, UserBuffer
@@ -72,6 +78,8 @@ PROC_PATH = "/proc"
 #: Top-level names the mount root shows beside debugfs' own entries, and the kernel
 #: directories they are.
 ROOT_DIRS = {"proc": PROC_PATH, "dev": "/dev", "tmp": "/tmp"}
+#: The daemon's own file (see the module docstring).
+STATUS_PATH = "/kprobefs/status"
 AT_SYMLINK_NOFOLLOW = 0x100
 
 
@@ -178,6 +186,7 @@ class _OpenFile:
     flags: int
     fds: dict = field(default_factory=dict)  # host pid -> _Fd
     opener: int = 0
+    text: bytes | None = None                # the daemon's own file: its contents
 
 
 class Gateway:
@@ -189,11 +198,14 @@ class Gateway:
     """
 
     def __init__(self, kernel, hostfs: HostFS, timeout: float = 30.0,
-                 wait_slice: float = 0.5):
+                 wait_slice: float = 0.5, status: Callable[[], str] | None = None):
         self.kernel = kernel
         self.hostfs = hostfs
         self.timeout = timeout
         self.wait_slice = wait_slice
+        self.status = status
+        #: calls, failed (EIO: the machine failed, was stuck or timed out), timed_out
+        self.stats: collections.Counter = collections.Counter()
         self._lock = threading.Lock()
         self._spawn_lock = threading.Lock()
         self._callers: dict[int, _Caller] = {}
@@ -233,12 +245,16 @@ class Gateway:
         except (MachineError, KernelError) as e:
             log.error("%s for pid %d could not be queued: %s", name, task.pid, e)
             raise OSError(errno.EIO, str(e)) from e
+        self.stats["calls"] += 1
         try:
             return kernel.wait(req, self.timeout)
         except KernelStuck as e:
+            self.stats["failed"] += 1
             log.error("%s for pid %d failed at once: %s", name, task.pid, e)
             raise OSError(errno.EIO, str(e)) from e
         except KernelWedged as e:
+            self.stats["failed"] += 1
+            self.stats["timed_out"] += 1
             log.error("%s for pid %d (%s) did not finish within %.1f s: %s", name,
                       task.pid, getattr(task, "comm", ""), self.timeout, e)
             abandon = getattr(kernel, "abandon", None)
@@ -249,6 +265,7 @@ class Gateway:
             log.error("%s oopsed for pid %d: %s", name, task.pid, e)
             raise
         except MachineError as e:
+            self.stats["failed"] += 1
             log.error("the machine failed during %s: %s", name, e)
             raise OSError(errno.EIO, str(e)) from e
 
@@ -443,11 +460,25 @@ class Gateway:
             self._end(caller)
 
     # ==== requests ===========================================================================
+    def _is_status(self, path: str) -> bool:
+        return self.status is not None and path == STATUS_PATH
+
     def getattr(self, path: str, ctx: Caller) -> Attributes:
-        caller = self._caller(ctx)
+        if self._is_status(path):
+            now = time.time()
+            return Attributes(stat.S_IFREG | 0o444, 0x6b70, 1, now, now, now)
         buf = UserBuffer(_STAT.size)
-        self._sys(caller, "newfstatat", AT_FDCWD, self.kernel_path(path), buf,
-                  AT_SYMLINK_NOFOLLOW)
+        try:
+            caller = self._caller(ctx)
+            self._sys(caller, "newfstatat", AT_FDCWD, self.kernel_path(path), buf,
+                      AT_SYMLINK_NOFOLLOW)
+        except OSError as e:
+            # The way to the status file stays open when the machine does not answer.
+            if e.errno != errno.EIO or self.status is None or \
+                    path.rstrip("/") not in ("", os.path.dirname(STATUS_PATH)):
+                raise
+            now = time.time()
+            return Attributes(stat.S_IFDIR | 0o755, 1, 2, now, now, now)
         (_dev, ino, nlink, mode, _uid, _gid, _pad, _rdev, _size, _blksize, _blocks,
          at, atn, mt, mtn, ct, ctn) = _STAT.unpack(buf.data[:_STAT.size])
         return Attributes(mode, ino, nlink, at + atn / 1e9, mt + mtn / 1e9, ct + ctn / 1e9)
@@ -472,6 +503,8 @@ class Gateway:
             listed = {n for n, _ in entries}
             entries.extend((name, stat.S_IFDIR) for name in ROOT_DIRS
                            if name not in listed and self._is_dir(caller, ROOT_DIRS[name]))
+        if self.status is not None and path.rstrip("/") == os.path.dirname(STATUS_PATH):
+            entries.append((os.path.basename(STATUS_PATH), stat.S_IFREG))
         return entries
 
     def _is_dir(self, caller: _Caller, kpath: str) -> bool:
@@ -486,6 +519,8 @@ class Gateway:
     def open(self, path: str, flags: int, ctx: Caller, mode: int = 0) -> int:
         """Opens path for the caller; returns a new fh.  Open-time actions (O_TRUNC) and
         their errors happen here."""
+        if self._is_status(path):
+            return self._open_status(flags)
         caller = self._caller(ctx)
         flags &= _PASSED_FLAGS
         kpath = self.kernel_path(path)
@@ -494,6 +529,16 @@ class Gateway:
             fh = self._next_fh
             self._next_fh += 1
             self._files[fh] = _OpenFile(kpath, flags, {caller.pid: fd}, caller.pid)
+        return fh
+
+    def _open_status(self, flags: int) -> int:
+        if flags & O_ACCMODE != os.O_RDONLY:
+            raise OSError(errno.EACCES, "Permission denied")
+        text = self.status().encode()
+        with self._lock:
+            fh = self._next_fh
+            self._next_fh += 1
+            self._files[fh] = _OpenFile(STATUS_PATH, flags, text=text)
         return fh
 
     def _open_fd(self, caller: _Caller, kpath: str, flags: int, mode: int) -> _Fd:
@@ -535,6 +580,10 @@ class Gateway:
                 raise
 
     def read(self, fh: int, size: int, offset: int, ctx: Caller) -> bytes:
+        with self._lock:
+            of = self._files.get(fh)
+        if of is not None and of.text is not None:
+            return of.text[offset:offset + size]
         of, fd = self._fd(fh, ctx)
         size = min(size, MAX_IO)
         nonblock = bool(of.flags & O_NONBLOCK)

@@ -68,6 +68,7 @@ _HAS_ERROR_CODE = {2, 13, 14}
 #: The watchdog's NMI: the kernel reports a lockup and kills the current task.
 NMI_VECTOR = 2
 _RIP_LINE = re.compile(r"RIP: ([0-9a-f]{16})")
+_LEVEL_PREFIX = re.compile(r"^<[0-7]>", re.M)
 #: Vectors after which QEMU records an exception in progress (see _quirks).
 _CONTRIBUTORY = {0, 8, 10, 11, 12, 13, 14}
 HZ = 250
@@ -684,6 +685,11 @@ class Kernel:
         dropped).  Caller holds the lock or runs in the emulation."""
         self._upcalls.append(_Upcall(func, args))
 
+    @property
+    def serving_hypercall(self) -> bool:
+        """Whether the emulating thread is inside a hypercall handler now."""
+        return self._hc_started is not None
+
     def in_emulation(self) -> bool:
         """Whether the calling thread runs inside the emulation (a hook or handler)."""
         return bool(self._in_emulation) and threading.get_ident() == self._emu_thread
@@ -1066,16 +1072,16 @@ class Kernel:
         return self.mem.view(addr, size)
 
     def dmesg(self) -> str:
-        """The kernel log buffer (log_buf), oldest line first."""
-        buf, size = self._sym("log_buf"), 64 * 1024
-        total = self.mem.read_u64(self._sym("log_next"))
-        data = self.mem.read(buf, size)
-        if total <= size:
-            text = data[:total]
-        else:
-            start = total % size
-            text = data[start:] + data[:start]
-        return text.decode("utf-8", "replace")
+        """The kernel log buffer (log_buf) as dmesg prints it: "[seconds] text" lines,
+        oldest first (the lines keep their level, "<N>", for /dev/kmsg)."""
+        size = 64 * 1024
+        first, end = self.mem.read_u64(self._sym("log_first")), \
+            self.mem.read_u64(self._sym("log_next"))
+        data = self.mem.read(self._sym("log_buf"), size)
+        start = first % size
+        text = data[start:start + (end - first)] if start + (end - first) <= size else \
+            data[start:] + data[:(end - first) - (size - start)]
+        return _LEVEL_PREFIX.sub("", text.decode("utf-8", "replace"))
 
     def inject_packet(self, packet: bytes) -> None:
         """Put a frame in the NIC's receive ring and wake a CPU to process it."""

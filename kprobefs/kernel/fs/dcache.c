@@ -348,6 +348,7 @@ void vfs_caches_init(void)
 				boot_dirs[i].path);
 	__init_or_panic(init_mknod("/dev/null", S_IFCHR | 0666, MKDEV(1, 3)), "/dev/null");
 	__init_or_panic(init_mknod("/dev/zero", S_IFCHR | 0666, MKDEV(1, 5)), "/dev/zero");
+	__init_or_panic(init_mknod("/dev/kmsg", S_IFCHR | 0644, MKDEV(1, 11)), "/dev/kmsg");
 
 	__init_or_panic(kern_path("/sys", LOOKUP_DIRECTORY, &sys), "/sys");
 	sysfs_init(sys.dentry);

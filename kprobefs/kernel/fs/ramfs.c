@@ -188,6 +188,7 @@ struct memdev {
 static const struct memdev devlist[] = {
 	[3] = { "null", 0666, &null_fops },
 	[5] = { "zero", 0666, &zero_fops },
+	[11] = { "kmsg", 0644, &devkmsg_fops },
 };
 
 /* Major 1: pick the file operations by minor, then open through them. */

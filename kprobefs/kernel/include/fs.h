@@ -450,6 +450,7 @@ extern const struct file_operations ramfs_file_operations, simple_dir_operations
 struct inode *ramfs_get_inode(struct super_block *sb, const struct inode *dir, umode_t mode);
 int ramfs_fill_super(struct super_block *sb);
 struct dentry *tracefs_create_dir(const char *name, struct dentry *parent);
+extern const struct file_operations devkmsg_fops;
 struct dentry *tracefs_create_file(const char *name, umode_t mode, struct dentry *parent,
 				   void *data, const struct file_operations *fops);
 void tracefs_remove(struct dentry *dentry);

@@ -1,0 +1,61 @@
+"""The daemon's health, as ``MNT/kprobefs/status`` shows it and ``kprobefs status`` prints
+it.
+
+The first line is ``state: ok`` or ``state: degraded`` (the machine is stuck, a CPU is
+out of service, or a request failed in the last ``RECENT`` seconds); ``key: value`` lines
+follow, then the recent errors, newest last.  Everything is read without taking the
+machine's or the tracer's locks, so the file answers while the machine is stuck.
+"""
+
+from __future__ import annotations
+
+import time
+
+__all__ = ["status_text", "RECENT"]
+
+#: Errors younger than this (seconds) make the daemon degraded.
+RECENT = 300.0
+
+
+def status_text(kernel, engine=None, tracer=None, gateway=None,
+                started: float | None = None) -> str:
+    now = time.monotonic()
+    cpus = list(getattr(kernel, "cpus", ()))
+    in_service = [c for c in cpus if c.state != "wedged"]
+    incidents = list(getattr(kernel, "incidents", ()))
+    recent = [(when, text) for when, text in incidents if now - when <= RECENT]
+    stats = getattr(gateway, "stats", {}) if gateway is not None else {}
+    stuck = getattr(kernel, "stuck", None)
+    degraded = bool(stuck) or len(in_service) < len(cpus) or bool(recent)
+    lines = [f"state: {'degraded' if degraded else 'ok'}"]
+    if started is not None:
+        lines.append(f"uptime: {now - started:.1f} s")
+    if stuck:
+        lines.append(f"stuck: {stuck}")
+    lines.append(f"cpus: {len(in_service)} in service of {len(cpus)}")
+    for cpu in cpus:
+        where = f", spinning at {cpu.wedged_at}" if cpu.state == "wedged" else ""
+        state = "out of service" if cpu.state == "wedged" else cpu.state
+        lines.append(f"cpu{cpu.index}: {state}{where}")
+    lines.append(f"tasks: {len(getattr(kernel, 'tasks', {}))}")
+    if engine is not None:
+        lines.append(f"probes: {len(engine.registered())}")
+    if tracer is not None:
+        lines.append(f"events: {len(tracer.events)}")
+        lines.append(f"buffer: {_buffer_use(tracer.buffer)}")
+    if stats:
+        lines.append(f"requests: {stats.get('calls', 0)} system calls, "
+                     f"{stats.get('failed', 0)} failed, "
+                     f"{stats.get('timed_out', 0)} timed out")
+    lines.append(f"errors: {len(incidents)}, {len(recent)} in the last {RECENT:.0f} s")
+    for when, text in incidents[-10:]:
+        lines.append(f"  {now - when:.1f} s ago: {text}")
+    return "\n".join(lines) + "\n"
+
+
+def _buffer_use(buffer) -> str:
+    cpus = list(buffer.cpus)
+    used = sum(len(b.pages) for b in cpus)
+    total = sum(b.nr_pages for b in cpus)
+    entries = sum(b.entries for b in cpus)
+    return f"{used} of {total} pages, {entries} events"
