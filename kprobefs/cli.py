@@ -40,6 +40,7 @@ SYSLOG_SOCKET = "/dev/log"
 DEFAULT_LOG_FILE = "/var/log/kprobefs.log"
 #: Exit statuses of `kprobefs status`.
 STATUS_OK, STATUS_DEGRADED, STATUS_NO_ANSWER = 0, 1, 2
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 def _positive_rate(text: str) -> float:
@@ -61,8 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kprobefs",
         description="Serve the debugfs/tracefs/proc files of an emulated kernel (with "
                     "its kprobes engine and tracer) as a FUSE filesystem.")
-    parser.add_argument("--log-level", default=None,
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+    parser.add_argument("--log-level", default=None, choices=LOG_LEVELS,
                         type=str.upper,
                         help="log threshold (logs go to stderr; default INFO with "
                              "--foreground, else WARNING)")
@@ -88,18 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where a daemonized server logs once it is ready (default: "
                         f"syslog through {SYSLOG_SOCKET}, else {DEFAULT_LOG_FILE}; "
                         "with --foreground logs stay on stderr)")
-    m.add_argument("--log-level", dest="sub_log_level", default=None,
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
-                   type=str.upper, help="log threshold (same as before the command)")
+    _log_level_option(m)
 
     u = sub.add_parser("umount", help="unmount a kprobefs mount",
                        description="Unmount MOUNTPOINT; the daemon then exits.  A stale "
                                    "mount left by a killed daemon is cleaned too.")
     u.add_argument("mountpoint", nargs="?", default=DEFAULT_MOUNTPOINT,
                    help=f"the mount point (default {DEFAULT_MOUNTPOINT})")
-    u.add_argument("--log-level", dest="sub_log_level", default=None,
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
-                   type=str.upper, help="log threshold")
+    _log_level_option(u)
 
     st = sub.add_parser("status", help="print the daemon's health",
                         description="Print the health of the daemon serving MOUNTPOINT "
@@ -109,10 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"the mount point (default {DEFAULT_MOUNTPOINT})")
     st.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                     help="how long to wait for an answer (default 5)")
-    st.add_argument("--log-level", dest="sub_log_level", default=None,
-                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
-                    type=str.upper, help="log threshold")
+    _log_level_option(st)
     return parser
+
+
+def _log_level_option(command) -> None:
+    """--log-level after the command, the same as before it."""
+    command.add_argument("--log-level", dest="sub_log_level", default=None,
+                         choices=LOG_LEVELS, type=str.upper,
+                         help="log threshold (same as before the command)")
 
 
 def _setup_logging(level: str, handler: logging.Handler | None = None) -> None:
