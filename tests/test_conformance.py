@@ -8,9 +8,7 @@ reports.  Skipped without FUSE or root, except under CI=true.
 
 from __future__ import annotations
 
-import ctypes.util
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -52,19 +50,6 @@ EXPECTED = {
     "dynevent/test_duplicates.tc": "UNSUPPORTED",
 }
 
-def _cannot_run() -> str | None:
-    if os.geteuid() != 0:
-        return "the selftests need root"
-    if not os.path.exists("/dev/fuse"):
-        return "/dev/fuse is missing"
-    if not ctypes.util.find_library("fuse"):
-        return "libfuse2 is missing (apt-get install fuse libfuse2)"
-    for tool in ("unshare", "mount", "sh", "dpkg-query"):
-        if shutil.which(tool) is None:
-            return f"{tool} is missing"
-    return None
-
-
 def _skip_or_fail(reason: str):
     if os.environ.get("CI") == "true":
         pytest.fail(f"conformance cannot run under CI=true: {reason}")
@@ -75,7 +60,7 @@ def _skip_or_fail(reason: str):
 def results(request, tmp_path_factory):
     """Every case's result, run in ftracetest's order against one mount; each result
     line is printed as the case finishes."""
-    reason = _cannot_run()
+    reason = runner.cannot_run()
     if reason:
         _skip_or_fail(reason)
     try:

@@ -440,7 +440,7 @@ class ModuleLoader:
             mod.pages.append((va, pa))
             mem.map_page(va, pa, writable=va >= where.rw_start)
         mem.write(mod.start, bytes(mod.image))
-        self.kernel.uc.ctl_remove_cache(mod.start, mod.end)
+        self._drop_translations(mod)
 
     def _ftrace_init(self, obj: ModuleObject, mod: Module, where: "_Placement") -> None:
         """Check and NOP every `call __fentry__` site listed in __mcount_loc."""
@@ -491,13 +491,32 @@ class ModuleLoader:
 
     def _free(self, mod: Module) -> None:
         mem = self.kernel.mem
+        self._drop_translations(mod)        # first: the pages must still translate
         for va, pa in mod.pages:
             mem.unmap_page(va)
             mem.free_page(pa)
         if mod.pages:
             mod.pages = []
             mem.flush_tlb()
-            self.kernel.uc.ctl_remove_cache(mod.start, mod.end)
+
+    def _drop_translations(self, mod: Module) -> None:
+        """Drops Unicorn's translated blocks of the module's text, one mapped page at a
+        time.
+
+        Unicorn finds the blocks to drop by translating the address as an instruction
+        fetch, then invalidates physically from there: the module's pages are not
+        physically contiguous, hence one call a page.  Only mapped, executable pages are
+        asked for: a fetch that faults (an unmapped or no-execute page) is swallowed by
+        Unicorn, but QEMU still records it as an exception in progress (old_exception,
+        see _quirks), so the second such fault is a double fault and the third a triple
+        fault, whose reset request stops the vCPU (CPUState.stopped).  Inside a hook (a
+        load or unload from a control-file write) the CPU loop then never returns:
+        tcg_cpu_exec cannot run a stopped CPU and clears every exit request, emu_stop()
+        included."""
+        uc = self.kernel.uc
+        for va, _pa in mod.pages:
+            if mod.text_start <= va < mod.text_end:
+                uc.ctl_remove_cache(va, va + PAGE)
 
 
 def _align(value: int, align: int) -> int:
