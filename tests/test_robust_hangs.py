@@ -155,6 +155,39 @@ def test_module_init_and_exit_run_in_the_writers_own_system_call(mnt):
     assert "trace_printk" not in read(mnt.p("proc/modules"))
 
 
+def test_thousands_of_probes_in_one_write_then_all_enabled(mnt):
+    """The second way into the old hang: one write(2) of 2,000 probe lines (25 on each
+    of 80 functions), then events/kprobes/enable.  Every event directory is made in
+    the writer's system call; nothing nests, nothing waits without a bound."""
+    t = mnt.p("tracing")
+    usable = []
+    for name in read(f"{t}/available_filter_functions").split():
+        if len(usable) == 80:
+            break
+        if write(f"{t}/kprobe_events", f"p:kprobes/probe {name}") == 0:
+            usable.append(name)
+        write(f"{t}/kprobe_events", "-:kprobes/probe")
+    lines = "".join(f"p:kprobes/q{i}_{j} {name}+0\n"
+                    for i, name in enumerate(usable) for j in range(25))
+    started = time.monotonic()
+    fd = os.open(f"{t}/kprobe_events", os.O_WRONLY | os.O_APPEND)
+    try:
+        data, done = lines.encode(), 0
+        while done < len(data):             # FUSE hands a write over in 128 KiB pieces
+            done += os.write(fd, data[done:])
+    finally:
+        os.close(fd)
+    r = _sh(f"echo 1 > {t}/events/kprobes/enable && cat {mnt.p('kprobes/list')} | wc -l")
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == 2000
+    took = time.monotonic() - started
+    assert _sh(f"echo 0 > {t}/events/kprobes/enable && echo > {t}/kprobe_events"
+               ).returncode == 0
+    assert read(mnt.p("kprobes/list")) == ""
+    assert read(mnt.p("kprobefs/status")).startswith("state: ok")
+    print(f"2,000 probes written and enabled in {took:.1f} s")
+
+
 # ---- livelocks and spins -----------------------------------------------------------------
 def test_a_livelock_that_keeps_yielding_fails_the_request_and_kills_its_task(mnt):
     """do_mkdirat spins on HC_YIELD for ever (a spin lock whose holder never lets go):

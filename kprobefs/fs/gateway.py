@@ -276,7 +276,8 @@ class Gateway:
             ret = self._call(caller.task, name, *args, on_done=on_done)
         except (ProcessExited, KernelOops) as e:
             self._forget(caller)
-            raise OSError(errno.EIO, f"the task died in {name}") from e
+            how = "exited during" if isinstance(e, ProcessExited) else "oopsed in"
+            raise OSError(errno.EIO, f"the task {how} {name}") from e
         if -4095 <= ret < 0:
             raise OSError(-ret, os.strerror(-ret))
         return ret
@@ -647,7 +648,11 @@ class Gateway:
         try:
             self._sys(caller, "close", fd)
         except OSError as e:
-            log.warning("close(%d) for pid %d failed: %s", fd, caller.pid, e)
+            # A release often comes after its process's exit was mirrored: do_exit has
+            # closed the file already.
+            level = logging.DEBUG if isinstance(e.__cause__, ProcessExited) else \
+                logging.WARNING
+            log.log(level, "close(%d) for pid %d failed: %s", fd, caller.pid, e)
 
     def truncate(self, path: str, length: int, ctx: Caller) -> None:
         """Truncation to zero outside open(O_TRUNC) (setattr size 0): the same "clear"

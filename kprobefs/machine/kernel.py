@@ -359,13 +359,16 @@ class Kernel:
     def _end_turn(self) -> None:
         """End this CPU's turn after the hypercall returns (round-robin) when another
         CPU has work, work is posted, or the turn has lasted TURN_SECONDS."""
+        if self._scratch_depth:
+            return          # inside Kernel.call: the nested run must reach its return
         if self._inbox or self._others_running() or (
                 time.monotonic() - self._turn_started > self.TURN_SECONDS):
             self.uc.emu_stop()
 
     def _hc_yield(self):
         # A spin-wait: whatever it waits for happens on another CPU or in posted work.
-        self.uc.emu_stop()
+        if not self._scratch_depth:
+            self.uc.emu_stop()
         return 0
 
     def _cpu_error(self, cpu: Cpu, err: UcError) -> None:
@@ -927,7 +930,19 @@ class Kernel:
         translations of the range dropped; the next execution sees the new code."""
         with self.lock:
             self.mem.write(addr, data)
-            self.uc.ctl_remove_cache(addr, addr + len(data))
+            self.drop_translations(addr, addr + len(data))
+
+    def drop_translations(self, begin: int, end: int) -> None:
+        """Make Unicorn translate [begin, end) afresh, page by page and only where text
+        is mapped.  Unicorn finds the blocks by translating the address as an
+        instruction fetch; a fetch that faults (unmapped or no-execute) is swallowed,
+        but QEMU records it as an exception in progress, and the third such record is a
+        triple fault that stops the vCPU for good: emu_start then spins for ever."""
+        page = begin & ~(PAGE - 1)
+        while page < end:
+            if self.mem.is_executable(page):
+                self.uc.ctl_remove_cache(max(begin, page), min(end, page + PAGE))
+            page += PAGE
 
     # ---- breakpoints -----------------------------------------------------------------
     def insert_breakpoint(self, addr: int, handler: Callable | None = None) -> None:
@@ -969,7 +984,7 @@ class Kernel:
             handle = self._breakpoints.pop(addr, None)
             if handle is not None:
                 self.hook_del(handle)
-                self.uc.ctl_remove_cache(addr, addr + 1)
+                self.drop_translations(addr, addr + 1)
 
     def fast_hooks_available(self) -> bool:
         """Whether another per-address code hook fits the budget (FAST_HOOK_BUDGET)."""
@@ -996,7 +1011,10 @@ class Kernel:
     def call(self, func: int | str, *args: int | str | bytes) -> int:
         """Call a kernel function with up to six arguments on the current CPU (from a
         hook) and return its result.  str/bytes arguments are copied into kernel memory.
-        Must be called from inside the emulation (a hook or handler)."""
+        Must be called from inside the emulation (a hook or handler), for code that
+        takes no lock and never waits: nested in the hook, it cannot let another CPU
+        run (kernel work a hypercall needs goes through call_in_process).  MachineError
+        when the function does not return (the watchdog stopped it)."""
         if not self._in_emulation:
             raise MachineError("Kernel.call() runs kernel code on the current CPU: call it "
                                "from inside a hook")
@@ -1015,6 +1033,9 @@ class Kernel:
             self.mem.write(sp, struct.pack("<Q", self._host_call_return))
             fast.set(UC_X86_REG_RSP, sp)
             uc.emu_start(func, self._host_call_return)
+            if fast.get(UC_X86_REG_RIP) != self._host_call_return:
+                raise MachineError(f"the kernel call of {self.image.format_address(func)}"
+                                   " was stopped before it returned")
             return _signed(fast.get(UC_X86_REG_RAX))
         finally:
             self._scratch_depth -= 1
@@ -1049,7 +1070,7 @@ class Kernel:
             if begin == end:
                 self._raw_hooks.add(handle)
             if begin <= end:
-                self.uc.ctl_remove_cache(begin, end + 1)
+                self.drop_translations(begin, end + 1)
             else:  # begin > end: every address
                 self.uc.ctl_flush_tb()
             return handle

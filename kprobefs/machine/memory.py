@@ -72,6 +72,7 @@ class AddressSpace:
         self._pt_next, self._pt_end = layout.page_tables
         self.pml4 = self._alloc_table()
         self._pages: dict[int, int] = {}  # virtual page number -> physical page address
+        self._exec_pages: set[int] = set()  # virtual page numbers mapped executable
         self._user_free: list[int] = []
         self._user_next = 0
         self._user_end = layout.ram_size
@@ -111,10 +112,19 @@ class AddressSpace:
                  | (0 if executable else _NX))
         struct.pack_into("<Q", self.ram, self._entry_addr(va, 3), pa | flags)
         self._pages[va >> 12] = pa
+        if executable:
+            self._exec_pages.add(va >> 12)
+        else:
+            self._exec_pages.discard(va >> 12)
 
     def unmap_page(self, va: int) -> None:
         struct.pack_into("<Q", self.ram, self._entry_addr(va, 3), 0)
         self._pages.pop(va >> 12, None)
+        self._exec_pages.discard(va >> 12)
+
+    def is_executable(self, va: int) -> bool:
+        """Whether the page of va is mapped executable (kernel or module text)."""
+        return (va & 0xFFFFFFFFFFFFFFFF) >> 12 in self._exec_pages
 
     def map_large(self, va: int, pa: int, writable: bool = True) -> None:
         """Map one 2 MiB page of data (never executable)."""

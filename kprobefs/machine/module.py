@@ -500,23 +500,10 @@ class ModuleLoader:
             mem.flush_tlb()
 
     def _drop_translations(self, mod: Module) -> None:
-        """Drops Unicorn's translated blocks of the module's text, one mapped page at a
-        time.
-
-        Unicorn finds the blocks to drop by translating the address as an instruction
-        fetch, then invalidates physically from there: the module's pages are not
-        physically contiguous, hence one call a page.  Only mapped, executable pages are
-        asked for: a fetch that faults (an unmapped or no-execute page) is swallowed by
-        Unicorn, but QEMU still records it as an exception in progress (old_exception,
-        see _quirks), so the second such fault is a double fault and the third a triple
-        fault, whose reset request stops the vCPU (CPUState.stopped).  Inside a hook (a
-        load or unload from a control-file write) the CPU loop then never returns:
-        tcg_cpu_exec cannot run a stopped CPU and clears every exit request, emu_stop()
-        included."""
-        uc = self.kernel.uc
-        for va, _pa in mod.pages:
-            if mod.text_start <= va < mod.text_end:
-                uc.ctl_remove_cache(va, va + PAGE)
+        """Drops Unicorn's translated blocks of the module's text while it is mapped
+        (Kernel.drop_translations: asked of an unmapped page, Unicorn would record a
+        fault, and the third unload would stop the vCPU for good)."""
+        self.kernel.drop_translations(mod.start, mod.end)
 
 
 def _align(value: int, align: int) -> int:
