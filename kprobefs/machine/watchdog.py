@@ -168,7 +168,8 @@ class Watchdog:
         cpu.state = "wedged"
         cpu.wedged_at = k.image.format_address(rip)
         k.wedged.append((cpu.index, rip))
-        log.error("%s: cpu%d taken out of service", report, cpu.index)
+        log.error("%s: cpu%d taken out of service\n%s", report, cpu.index,
+                  _format_regs(k.regs.snapshot()))
         k.incidents.append((time.monotonic(), f"cpu out of service: {report}"))
         call = k._upcalls_running.pop(cpu.index, None)
         if call is not None:
@@ -219,3 +220,12 @@ class Watchdog:
                   why, f"\n{where}" if where else "")
         k.incidents.append((time.monotonic(), f"stuck: {why}"))
         k._work.set()
+
+
+def _format_regs(regs: dict) -> str:
+    """The registers as the kernel's oops report shows them, three a line."""
+    names = ("ip", "sp", "flags", "ax", "bx", "cx", "dx", "si", "di", "bp", "r8", "r9",
+             "r10", "r11", "r12", "r13", "r14", "r15")
+    cells = [f"{('R' + n.upper()) if n[0] != 'r' else n.upper()}: {regs[n]:016x}"
+             for n in names if n in regs]
+    return "\n".join(" ".join(cells[i:i + 3]) for i in range(0, len(cells), 3))
