@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import errno
-import logging
 import struct
 import time
 from dataclasses import dataclass
@@ -27,8 +26,6 @@ from .probes import (
 )
 
 __all__ = ["KprobeEngine", "KprobeCtlblk", "ListEntry", "OPTIMIZE_DELAY"]
-
-log = logging.getLogger("kprobefs.kprobes")
 
 #: The optimizer runs this long after a probe is queued (5 jiffies at HZ=250).
 OPTIMIZE_DELAY = 0.020

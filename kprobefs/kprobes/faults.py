@@ -1,11 +1,11 @@
 """When a probe's handler fails: kprobes.txt's fault_handler, the miss it counts, and
 the log that says what failed.
 
-A handler that raises is, to the engine, a fault in the handler (kprobes.txt: "if a
-fault occurs during execution of kp->pre_handler or kp->post_handler ...").  The probe's
-``fault_handler(p, regs, trapnr)`` gets the first chance; if it does not take the fault,
-the probe counts a miss and the exception is logged with its traceback, rate-limited per
-probe so that a handler failing on every hit cannot flood the log.
+A handler that raises is, to the engine, a fault in that handler, as a fault the CPU
+takes while the handler runs is.  The probe's ``fault_handler(p, regs, trapnr)`` gets the
+first chance; if it does not take the fault, the probe counts a miss and the failure is
+logged (an exception with its traceback), rate-limited per probe so that a handler
+failing on every hit cannot flood the log.
 """
 
 from __future__ import annotations

@@ -516,9 +516,10 @@ class Tracer:
     ``nr_cpus`` and ``image``.  ``clock()`` returns nanoseconds since boot, the
     ``local`` trace clock (default: the kernel's TSC clock ``trace_clock``, which its
     recorder reads too, else ``time.monotonic_ns`` since construction); the others
-    (tracing/clocks.py) follow the kernel's ``clock_ns`` (ktime), or this one.  ``create_dir_hook(name, parent)`` makes
-    a tracefs directory in the emulated kernel and returns a handle (``parent`` is
-    ``None`` for a group directory under ``events/``, else the group's handle);
+    (tracing/clocks.py) follow the kernel's ``clock_ns`` (ktime), or this one.
+    ``create_dir_hook(name, parent)`` makes a tracefs directory in the emulated kernel
+    and returns a handle (``parent`` is ``None`` for a group directory under
+    ``events/``, else the group's handle);
     ``remove_dir_hook(handle)`` undoes it.  ``kprobe_factory`` / ``kretprobe_factory``
     build engine probe objects (default: :mod:`kprobefs.kprobes`' classes).
     """
