@@ -3,8 +3,11 @@ error text), getattr/readdir/ENOENT, and the daemon's life: mount, umount, SIGTE
 kill -9 then mount again, READY=1/STOPPING=1 on a notify socket.
 
 Most scenarios run the CLI with the fake kernel and a small fake tracer
-(``tests/fs_fakes.py``, for tracing files that do not exist yet); those about the real
-kernel run ``python -m kprobefs``.  Skipped without /dev/fuse, except under CI=true.
+(``tests/fs_fakes.py``): they are about the filesystem and the daemon, not the tracer,
+and the fakes start at once and add files that show what reached the tracer
+(``openers``, each opener's pid and comm; ``write_sizes``, how FUSE cut a write).
+Those about the real kernel run ``python -m kprobefs``.  Skipped without /dev/fuse,
+except under CI=true.
 """
 
 import ctypes.util

@@ -3,7 +3,9 @@ aggregates, misses, jprobes, kretprobes, jump optimization, ftrace-site probes, 
 the global switches and the listings."""
 
 import errno
+import logging
 import struct
+import traceback
 
 import pytest
 
@@ -13,6 +15,7 @@ from kprobefs.errors import ProbeError
 from kprobefs.kprobes import (
     FPROBE_FL_KPROBE_SHARED, KPROBE_FLAG_DISABLED, MAX_STACK_SIZE,
 )
+from kprobefs.kprobes.faults import RATELIMIT_INTERVAL, HandlerErrorLog
 from kprobefs.machine.abi import AT_FDCWD, O_CREAT, O_RDWR
 
 INT3 = 0xCC
@@ -220,6 +223,131 @@ def test_fault_handler_runs_when_a_handler_raises(kernel):
     kernel.register_kprobe(q)
     assert loop(kernel, 3, traced=1) == expected_loop(3)
     assert q.nmissed == 3                        # counted, logged, kernel unharmed
+
+
+def _logged(caplog, text):
+    """The engine's log records whose message contains text."""
+    return [r for r in caplog.records
+            if r.name == "kprobefs.kprobes" and text in r.getMessage()]
+
+
+def _traceback(record) -> str:
+    return "".join(traceback.format_exception(*record.exc_info))
+
+
+def test_a_raising_handler_is_logged_with_its_exception_once_per_probe(kernel, caplog):
+    """The exception itself (type, message, traceback) is logged, once per probe, and
+    then at most once per RATELIMIT_INTERVAL with the count of those not logged."""
+    now = [100.0]
+    kernel.kprobes.handler_errors = HandlerErrorLog(clock=lambda: now[0])
+
+    def buggy_pre(p, regs):
+        raise ValueError(f"bad value {regs.di}")
+
+    p = Kprobe(symbol_name="kprobe_target", pre_handler=buggy_pre)
+    q = Kprobe(symbol_name="kprobe_target_traced", pre_handler=buggy_pre)
+    kernel.register_kprobe(p)
+    kernel.register_kprobe(q)
+    with caplog.at_level(logging.WARNING, logger="kprobefs.kprobes"):
+        assert loop(kernel, 4) == expected_loop(4)
+        assert loop(kernel, 3, traced=1) == expected_loop(3)
+        (first,) = _logged(caplog, "probe at kprobe_target+0x0")
+        assert first.getMessage() == (
+            "handler of probe at kprobe_target+0x0 (trap 3) raised ValueError('bad value 0')")
+        assert first.exc_info[0] is ValueError
+        assert "in buggy_pre" in _traceback(first)
+        assert 'raise ValueError(f"bad value {regs.di}")' in _traceback(first)
+        (other,) = _logged(caplog, "probe at kprobe_target_traced+0x0")
+        assert other.getMessage().endswith("raised ValueError('bad value 0')")
+        now[0] += RATELIMIT_INTERVAL - 0.5
+        loop(kernel, 2)
+        assert len(_logged(caplog, "probe at kprobe_target+0x0")) == 1
+        now[0] += 0.5
+        loop(kernel, 1)
+        _, later = _logged(caplog, "probe at kprobe_target+0x0")
+    assert later.getMessage() == ("handler of probe at kprobe_target+0x0 (trap 3) raised "
+                                  "ValueError('bad value 0') (5 more not logged)")
+    assert "in buggy_pre" in _traceback(later)
+    assert (p.nmissed, q.nmissed) == (7, 3)
+
+
+def test_fprobe_handler_errors_are_missed_and_logged(kernel, caplog):
+    def entry(fp, ip, regs, data):
+        raise KeyError("no entry")
+
+    def exit_handler(fp, ip, regs, data):
+        raise LookupError("no exit")
+
+    entries = Fprobe(entry_handler=entry)
+    exits = Fprobe(entry_handler=lambda *a: 0, exit_handler=exit_handler)
+    kernel.register_fprobe(entries, "kprobe_target_traced")
+    kernel.register_fprobe(exits, "kprobe_target_traced")
+    with caplog.at_level(logging.WARNING, logger="kprobefs.kprobes"):
+        assert loop(kernel, 3, traced=1) == expected_loop(3)
+    assert (entries.nmissed, exits.nmissed) == (3, 3)
+    (e,) = _logged(caplog, "entry handler of fprobe")
+    assert e.getMessage() == ("entry handler of fprobe on kprobe_target_traced raised "
+                              "KeyError('no entry')")
+    assert "in entry" in _traceback(e)
+    (x,) = _logged(caplog, "exit handler of fprobe")
+    assert x.getMessage() == ("exit handler of fprobe on kprobe_target_traced raised "
+                              "LookupError('no exit')")
+    assert "in exit_handler" in _traceback(x)
+
+
+UNMAPPED, NON_CANONICAL = 0xFFFFC90000000000, 0x8000000000000000
+
+
+@pytest.mark.parametrize("where", [
+    "kprobe_target",              # an int3, boosted
+    "kprobe_target_traced",       # an ftrace site
+    "kprobe_target_traced+5",     # jump-optimized
+])
+def test_fault_handler_gets_the_trap_number(kernel, where):
+    """A pre-handler runs in the probe's breakpoint (3), a post-handler in the
+    single-step trap (1); a page fault (14) or general protection fault (13) the CPU
+    takes while a handler runs comes with its own number.  Each reaches the probe whose
+    handler failed, also when probes share the address."""
+    name, _, offset = where.partition("+")
+    traps = {"raises": [], "faults": [], "post": []}
+
+    def recorder(key):
+        return lambda p, regs, trapnr: traps[key].append(trapnr) or 1
+
+    def raises(p, regs):
+        raise RuntimeError("pre")
+
+    def faults(p, regs):
+        # copy_from_kernel_nofault's exception table fixes both faults up.
+        assert kernel.call("copy_from_kernel_nofault", bytes(8), UNMAPPED, 8) == -errno.EFAULT
+        assert kernel.call("copy_from_kernel_nofault", bytes(8), NON_CANONICAL, 8) \
+            == -errno.EFAULT
+        return 0
+
+    probes = [Kprobe(symbol_name=name, offset=int(offset or "0"), pre_handler=raises,
+                     fault_handler=recorder("raises"))]
+    if not offset:
+        probes.append(Kprobe(symbol_name=name, pre_handler=faults,
+                             fault_handler=recorder("faults")))
+    for p in probes:
+        kernel.register_kprobe(p)
+    kernel.wait_for_kprobe_optimizer()
+    if offset:
+        assert kernel.kprobes.get_kprobe(probes[0].addr).is_optimized()
+    loop(kernel, 2, traced=name != "kprobe_target")
+    assert traps["raises"] == [3, 3]
+    assert traps["faults"] == ([14, 13] * 2 if not offset else [])
+    if name == "kprobe_target":
+        # Alone at the address (the fast path), then beside a post-handler.
+        kernel.unregister_kprobe(probes[0])
+        loop(kernel, 1)
+        assert traps["faults"][-2:] == [14, 13]
+        post = Kprobe(symbol_name=name, post_handler=lambda p, regs, flags: 1 / 0,
+                      fault_handler=recorder("post"))
+        kernel.register_kprobe(post)
+        loop(kernel, 2)
+        assert traps["post"] == [1, 1] and traps["faults"][-4:] == [14, 13] * 2
+    assert all(p.nmissed == 0 for p in probes)
 
 
 def test_disabled_flag_and_enable_disable(kernel):

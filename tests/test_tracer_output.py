@@ -179,8 +179,12 @@ def test_trace_clock_counter_and_uptime(t):
     assert lines[1].endswith("           2: tracing_mark_write: b")
     echo(t.root, "trace_clock", "uptime")
     echo(t.root, "trace_marker", "u")
-    assert cat(t.root, "trace").splitlines()[-1].endswith(
-        f" {1_234_567_891_000 // 4_000_000:12d}: tracing_mark_write: u")
+    jiffies = 1_234_567_891_000 // 4_000_000                # HZ = 250
+    assert cat(t.root, "trace").splitlines()[-1].endswith(  # as clock_t: USER_HZ = 100
+        f" {jiffies * 100 // 250:12d}: tracing_mark_write: u")
+    echo(t.root, "trace_clock", "counter")
+    echo(t.root, "trace_marker", "c")                       # Linux never resets it
+    assert cat(t.root, "trace").splitlines()[-1].endswith("           3: tracing_mark_write: c")
     assert write_errno(t.root, "trace_clock", "nosuch") == errno.EINVAL
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import bisect
 import errno
-import logging
 import struct
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..errors import ProbeError
+from .faults import TRAP_BP, TRAP_DB, HandlerErrorLog
 from .ftrace import Ftrace, FtraceOps
 from .probes import (
     KPROBE_FLAG_DISABLED, KPROBE_FLAG_FTRACE, KPROBE_FLAG_GONE, KPROBE_FLAG_OPTIMIZED,
@@ -26,8 +26,6 @@ from .probes import (
 )
 
 __all__ = ["KprobeEngine", "KprobeCtlblk", "ListEntry", "OPTIMIZE_DELAY"]
-
-log = logging.getLogger("kprobefs.kprobes")
 
 #: The optimizer runs this long after a probe is queued (5 jiffies at HZ=250).
 OPTIMIZE_DELAY = 0.020
@@ -66,16 +64,22 @@ class AggrKprobe(Kprobe):
     kernel: the enabled child's own native handler when that is the only one, the
     kernel's aggregate handler over a list of them when every enabled child has one, or
     ``None`` (the host runs the handlers).  The engine keeps it current.
+
+    A child's handler that raises is reported to ``fault(child, regs, trapnr, exc)``
+    and the other children still run.  ``running`` is the child whose handler runs
+    (Linux's kprobe_instance), for a fault the CPU takes meanwhile.
     """
 
-    def __init__(self, addr: int, symbol, flags: int):
+    def __init__(self, addr: int, symbol, flags: int, fault: Callable):
         super().__init__(addr=addr, flags=flags)
         self.symbol = symbol
+        self._fault = fault
         self.children: list[Kprobe] = []
         self.detour = None            # the arch's Detour once optimized (or queued)
         self.native_slot = None       # its struct kprobe_native_aggr, if it uses one
         self.armed = False
         self.active: tuple = ()
+        self.running: Kprobe | None = None
         self.pre_handler = self._aggr_pre_handler
         self.fault_handler = None
 
@@ -92,21 +96,27 @@ class AggrKprobe(Kprobe):
         for child in self.active:
             if child.flags & (KPROBE_FLAG_DISABLED | KPROBE_FLAG_GONE):
                 continue
+            self.running = child
             try:
                 if child.pre_handler(child, regs):
                     return 1
             except Exception as e:
-                _child_fault(child, regs, e)
+                self._fault(child, regs, TRAP_BP, e)
+            finally:
+                self.running = None
         return 0
 
     def _aggr_post_handler(self, _p, regs, flags) -> None:
         for child in self.children:
             if child.is_disabled() or child.post_handler is None:
                 continue
+            self.running = child
             try:
                 child.post_handler(child, regs, flags)
             except Exception as e:
-                _child_fault(child, regs, e)
+                self._fault(child, regs, TRAP_DB, e)
+            finally:
+                self.running = None
 
 
 class _NativeAggrs:
@@ -138,20 +148,6 @@ class _NativeAggrs:
         self._kernel.write(slot, struct.pack(f"<Q{2 * len(natives)}Q", len(natives),
                                              *(v for pair in natives for v in pair)))
         return self.handler, slot
-
-
-def _child_fault(p: Kprobe, regs, exc: Exception) -> None:
-    """A handler raised: give its fault_handler the chance kprobes.txt describes, count
-    the miss, and log it; the kernel goes on."""
-    handled = False
-    if p.fault_handler is not None:
-        try:
-            handled = bool(p.fault_handler(p, regs, 14))
-        except Exception:
-            log.exception("fault_handler of probe at %#x raised", p.addr or 0)
-    if not handled:
-        p.nmissed += 1
-        log.warning("handler of probe at %s raised %r", _where(p), exc)
 
 
 def _where(p: Kprobe) -> str:
@@ -202,6 +198,7 @@ class KprobeEngine:
         self._optimizing: list[tuple[float, AggrKprobe]] = []
         self._task_instances: dict[int, list[KretprobeInstance]] = {}
         self._native_aggrs = _NativeAggrs(kernel)
+        self.handler_errors = HandlerErrorLog()
         self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler,
                                             site_func=self._kprobe_ftrace_site_handler,
                                             site_native=self._kprobe_ftrace_native)
@@ -233,8 +230,27 @@ class KprobeEngine:
         else:
             p.nmissed += 1
 
-    def handle_fault(self, p: Kprobe, regs, trapnr: int) -> None:
-        _child_fault(p, regs, RuntimeError(f"trap {trapnr}"))
+    def handle_fault(self, p: Kprobe, regs, trapnr: int, exc: Exception | None = None
+                     ) -> None:
+        """p's handler raised ``exc`` in trap ``trapnr``, or (``exc`` None) the CPU took
+        fault ``trapnr`` while it ran: p's fault_handler gets its chance (kprobes.txt),
+        and unless it takes the fault, p counts a miss and the failure is logged
+        (rate-limited per probe).  The kernel goes on either way.  An aggregate stands
+        for the child whose handler runs (its only active child, on the fast paths)."""
+        if isinstance(p, AggrKprobe):
+            p = p.running or (p.active[0] if len(p.active) == 1 else p)
+        if p.fault_handler is not None:
+            try:
+                if p.fault_handler(p, regs, trapnr):
+                    return
+            except Exception as e:
+                self.handler_errors.report(p, "fault_handler",
+                                           f"fault_handler of probe at {_where(p)}", e)
+        p.nmissed += 1
+        what = f"handler of probe at {_where(p)}"
+        self.handler_errors.report(
+            p, "handler", f"{what} (trap {trapnr})" if exc is not None
+            else f"{what} took fault {trapnr}", exc)
 
     # ==== address resolution and safety checks ==============================================
     def _resolve(self, symbol_name: str | None, addr: int | None, offset: int):
@@ -286,7 +302,8 @@ class KprobeEngine:
         if ap is not None:
             self._register_aggr(ap, p)
         else:
-            ap = AggrKprobe(addr, sym, KPROBE_FLAG_FTRACE if ftrace else 0)
+            ap = AggrKprobe(addr, sym, KPROBE_FLAG_FTRACE if ftrace else 0,
+                            self.handle_fault)
             if not ftrace:
                 # Arming a probe inside an optimized probe's jump needs its bytes back.
                 self._unoptimize_covering(addr)
@@ -536,11 +553,12 @@ class KprobeEngine:
             return
         kcb.current = ap
         regs.ip = site + 1                      # as if an int3 at the site had trapped
-        try:
+        failed = ap                             # whose handler runs (the aggregate's
+        try:                                    # report its children's own failures)
             active = ap.active
             if len(active) == 1 and ap.post_handler is None:
-                child = active[0]
-                redirected = not child.is_disabled() and child.pre_handler(child, regs)
+                failed = active[0]
+                redirected = not failed.is_disabled() and failed.pre_handler(failed, regs)
             else:
                 redirected = ap.pre_handler(ap, regs)
             if not redirected:
@@ -549,7 +567,8 @@ class KprobeEngine:
                     kcb.status = "hit_ssdone"
                     ap.post_handler(ap, regs, 0)
         except Exception as e:
-            _child_fault(ap.children[0], regs, e)
+            self.handle_fault(failed, regs, TRAP_DB if kcb.status == "hit_ssdone" else TRAP_BP,
+                              e)
             regs.ip = site + 5
         finally:
             kcb.current = None
@@ -580,7 +599,7 @@ class KprobeEngine:
                 if not child.pre_handler(child, regs):
                     regs.ip = ip5
             except Exception as e:
-                _child_fault(child, regs, e)
+                self.handle_fault(child, regs, TRAP_BP, e)
                 regs.ip = ip5
             kcb.current = None
 
@@ -686,7 +705,7 @@ class KprobeEngine:
             try:
                 skip = rp.entry_handler(ri, regs)
             except Exception as e:
-                _child_fault(p, regs, e)
+                self.handle_fault(p, regs, TRAP_BP, e)
                 skip = True
             if skip:
                 rp.free_instances.append(ri)
@@ -723,7 +742,7 @@ class KprobeEngine:
                 try:
                     rp.handler(ri, regs)
                 except Exception as e:
-                    _child_fault(rp.kp, regs, e)
+                    self.handle_fault(rp.kp, regs, TRAP_BP, e)
                 finally:
                     kcb.reset()
             rp.free_instances.append(ri)

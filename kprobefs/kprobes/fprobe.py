@@ -133,8 +133,8 @@ class FprobeManager:
             kcb.current, kcb.status = ops, "fprobe"
         try:
             cancel = fp.entry_handler(fp, site, regs, data) if fp.entry_handler else 0
-        except Exception:
-            fp.nmissed += 1
+        except Exception as e:
+            self._handler_failed(fp, "entry", site, e)
             cancel = 1
         finally:
             self._busy[cpu] = False
@@ -167,10 +167,19 @@ class FprobeManager:
                 data = node.data if fp.entry_data_size else None
                 try:
                     fp.exit_handler(fp, node.entry_ip, regs, data)
-                except Exception:
-                    fp.nmissed += 1
+                except Exception as e:
+                    self._handler_failed(fp, "exit", node.entry_ip, e)
             fp.free_instances.append(node)
         return node.ret_addr
+
+    def _handler_failed(self, fp: Fprobe, which: str, site: int, exc: Exception) -> None:
+        """fp's entry or exit handler raised at the function of ``site``: a miss, logged
+        (rate-limited per fprobe) with the exception's traceback."""
+        fp.nmissed += 1
+        sym = self.kernel.image.symbol_at(site)
+        where = sym.name if sym is not None else f"{site:#x}"
+        self.engine.handler_errors.report(fp, which, f"{which} handler of fprobe on {where}",
+                                          exc)
 
 
 def _glob_any(name: str, patterns: str) -> bool:

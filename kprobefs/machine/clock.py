@@ -1,11 +1,11 @@
-"""The trace clock: the host's time-stamp counter scaled to nanoseconds, as Linux's
-sched_clock scales the TSC.
+"""The TSC clocks: the host's time-stamp counter scaled to nanoseconds, as Linux's
+sched_clock scales the TSC, or taken as raw cycles.
 
 Unicorn's ``rdtsc`` returns the host's TSC, so kernel code (kernel/trace_native.c's
-``trace_clock_local``) and the host read one counter.  The host reads it through a
+``trace_clock_read``) and the host read one counter.  The host reads it through a
 ten-byte function in an executable page; both sides apply the same ``mult``/``shift``
-from the same base, so a record stamped in the kernel and one stamped by the host fall
-on one timeline, in order.
+and ``offset`` from the same base, so a record stamped in the kernel and one stamped by
+the host fall on one timeline, in order.
 """
 
 from __future__ import annotations
@@ -50,22 +50,40 @@ def _calibrate() -> float:
 
 
 class TscClock:
-    """Nanoseconds since the clock was made, from the TSC.  :meth:`ns` is the host's
-    reading; :meth:`kernel_layout` the ``struct trace_clock_tsc`` the kernel reads."""
+    """A clock the TSC drives: ``offset + ((tsc - tsc_base) * mult >> shift)``.  Made
+    with no arguments, nanoseconds since it was made (the scale calibrated once per
+    process); :meth:`cycles` is the raw counter and :meth:`shifted` the same clock
+    moved by an offset.  :meth:`read` is the host's reading; :meth:`kernel_layout` the
+    ``struct trace_clock_tsc`` the kernel reads."""
 
-    _LAYOUT = struct.Struct("<QII")
+    _LAYOUT = struct.Struct("<QIIq")
 
-    def __init__(self):
-        self.mult = round(_calibrate() * (1 << _SHIFT))
-        if not 0 < self.mult < 1 << 32:
-            raise ValueError(f"TSC scale out of range: {self.mult}")
-        self.shift = _SHIFT
-        self.tsc_base = read_tsc()
+    def __init__(self, *, tsc_base: int | None = None, mult: int | None = None,
+                 shift: int = _SHIFT, offset: int = 0):
+        if mult is None:
+            mult = round(_calibrate() * (1 << shift))
+        if not 0 < mult < 1 << 32:
+            raise ValueError(f"TSC scale out of range: {mult}")
+        self.mult, self.shift, self.offset = mult, shift, offset
+        self.tsc_base = read_tsc() if tsc_base is None else tsc_base
 
-    def ns(self) -> int:
-        """Return nanoseconds since the clock was made."""
-        return (read_tsc() - self.tsc_base) * self.mult >> _SHIFT
+    @classmethod
+    def cycles(cls) -> "TscClock":
+        """The counter itself (x86-tsc): base 0, no scaling."""
+        return cls(tsc_base=0, mult=1, shift=0)
+
+    def shifted(self, offset: int) -> "TscClock":
+        """This clock plus ``offset``."""
+        return TscClock(tsc_base=self.tsc_base, mult=self.mult, shift=self.shift,
+                        offset=self.offset + offset)
+
+    def read(self) -> int:
+        """Return the clock's value now (nanoseconds, or cycles for :meth:`cycles`)."""
+        return self.offset + ((read_tsc() - self.tsc_base) * self.mult >> self.shift)
+
+    #: The machine's name for reading the nanosecond clock it makes at boot.
+    ns = read
 
     def kernel_layout(self) -> bytes:
         """Return struct trace_clock_tsc (include/trace_native.h) for this clock."""
-        return self._LAYOUT.pack(self.tsc_base, self.mult, self.shift)
+        return self._LAYOUT.pack(self.tsc_base, self.mult, self.shift, self.offset)

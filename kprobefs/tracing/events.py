@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import hashlib
-import itertools
 import logging
 import operator
 import struct
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from kprobefs.errors import MachineError, ProbeParseError
+from kprobefs.tracing.clocks import trace_clocks
 from kprobefs.tracing.error_log import ErrorLog
 from kprobefs.tracing.fetch import (
     KPROBE_HEADER_SIZE, KRETPROBE_HEADER_SIZE, FetchArg, FetchFault, FetchImm, FetchReg,
@@ -54,7 +54,6 @@ __all__ = [
     "TraceEvent",
     "TraceProbe",
     "KernelSymbols",
-    "TRACE_CLOCKS",
     "OPTION_DEFAULTS",
     "FIRST_EVENT_ID",
     "MAX_DYNAMIC_EVENTS",
@@ -75,11 +74,6 @@ _PAGE = 4096
 _KPROBE_FLAG_GONE = 1
 _KPROBE_FLAG_DISABLED = 2
 
-# trace_clock: name -> whether timestamps are nanoseconds.
-TRACE_CLOCKS = {"local": True, "global": True, "counter": False, "uptime": False,
-                "perf": True, "mono": True, "mono_raw": True, "boot": True, "tai": True,
-                "x86-tsc": False}
-_JIFFY_NS = 4_000_000            # HZ = 250
 
 # The options this tracer implements (options/<name>), with their defaults.
 OPTION_DEFAULTS = {
@@ -320,8 +314,6 @@ class _HitContext:
 #: The largest event payload (common fields included) a ring-buffer page holds, with
 #: its 4-byte header and length word (BUF_MAX_DATA_SIZE); a larger event is dropped.
 MAX_EVENT_PAYLOAD = PAGE_DATA_SIZE - 8
-#: Trace clocks the host keeps itself (the kernel's recorder stamps with the TSC clock).
-_HOST_CLOCKS = ("counter", "uptime")
 _FAST_REGS = {FetchReg: lambda insn: insn.name,
               FetchStackPointer: lambda insn: "sp",
               FetchRetval: lambda insn: "ax"}
@@ -521,10 +513,13 @@ class Tracer:
 
     ``engine`` has Linux's kprobe API (``register_kprobe`` … ``disable_kretprobe``);
     ``kernel`` offers ``read``, ``current_pid``, ``current_comm``, ``cpu.index``,
-    ``nr_cpus`` and ``image``.  ``clock()`` returns nanoseconds since boot (default:
-    ``time.monotonic_ns`` since construction).  ``create_dir_hook(name, parent)`` makes
-    a tracefs directory in the emulated kernel and returns a handle (``parent`` is
-    ``None`` for a group directory under ``events/``, else the group's handle);
+    ``nr_cpus`` and ``image``.  ``clock()`` returns nanoseconds since boot, the
+    ``local`` trace clock (default: the kernel's TSC clock ``trace_clock``, which its
+    recorder reads too, else ``time.monotonic_ns`` since construction); the others
+    (tracing/clocks.py) follow the kernel's ``clock_ns`` (ktime), or this one.
+    ``create_dir_hook(name, parent)`` makes a tracefs directory in the emulated kernel
+    and returns a handle (``parent`` is ``None`` for a group directory under
+    ``events/``, else the group's handle);
     ``remove_dir_hook(handle)`` undoes it.  ``kprobe_factory`` / ``kretprobe_factory``
     build engine probe objects (default: :mod:`kprobefs.kprobes`' classes).
     """
@@ -539,8 +534,12 @@ class Tracer:
                  reserved_events: Iterable[tuple[str, str]] = _RESERVED_EVENTS):
         self.engine = engine
         self.kernel = kernel
-        native_clock = getattr(kernel, "trace_clock_ns", None)
-        self.clock = clock or native_clock or _default_clock()
+        tsc = getattr(kernel, "trace_clock", None)
+        if not callable(getattr(tsc, "shifted", None)):
+            tsc = None                            # not the machine's TSC clock
+        self.clock = clock or (tsc.read if tsc is not None else _default_clock())
+        self.clocks = trace_clocks(self.clock, getattr(kernel, "clock_ns", None) or self.clock,
+                                   tsc)
         self.create_dir_hook = create_dir_hook
         self.remove_dir_hook = remove_dir_hook
         self.nr_cpus = nr_cpus or int(getattr(kernel, "nr_cpus", 1) or 1)
@@ -567,7 +566,6 @@ class Tracer:
         self.options = dict(OPTION_DEFAULTS)
         self.tracer_name = "nop"
         self.trace_clock = "local"
-        self._counter = itertools.count(1)
         self._now = self.clock
         self.tracing_on = True
         self._stop_count = 0
@@ -583,7 +581,7 @@ class Tracer:
         # on the real machine, when records share its clock.
         self.native: NativeRecorder | None = None
         regs = getattr(engine, "pt_regs_fields", None)
-        if NativeRecorder.available(kernel) and regs and self.clock == native_clock:
+        if NativeRecorder.available(kernel) and regs and self.clocks["local"].tsc:
             try:
                 self.native = NativeRecorder(kernel, regs, self._hit_context,
                                              self._events_by_id.get)
@@ -1205,20 +1203,16 @@ class Tracer:
 
     def set_trace_clock(self, name: str) -> None:
         """Select a trace clock (clears the buffer); EINVAL for an unknown name."""
-        if name not in TRACE_CLOCKS:
+        clock = self.clocks.get(name)
+        if clock is None:
             raise OSError(errno.EINVAL, "unknown clock")
         with self.lock:
             self.trace_clock = name
-            if name == "counter":
-                counter = itertools.count(1)
-                self._now = lambda: next(counter)
-            elif name == "uptime":
-                clock = self.clock
-                self._now = lambda: clock() // _JIFFY_NS
-            else:
-                self._now = self.clock
-            self.buffer.reset()
-            self._native_sync(self.probes)      # the kernel stamps with self.clock only
+            self._now = clock.read
+            if self.native is not None and clock.tsc is not None:
+                self.native.set_clock(clock.tsc)
+            self.buffer.reset()                 # what the kernel staged goes too
+            self._native_sync(self.probes)      # the kernel stamps with TSC clocks only
 
     def set_current_tracer(self, name: str) -> None:
         """Switch tracers; a switch to another tracer resets the buffer (tracer_init)."""
@@ -1244,7 +1238,7 @@ class Tracer:
     def trace_options(self) -> TraceOptions:
         return TraceOptions(self.options["context-info"], self.options["irq-info"],
                             self.options["sym-offset"], self.options["sym-addr"],
-                            TRACE_CLOCKS[self.trace_clock])
+                            self.clocks[self.trace_clock].in_ns)
 
     # ================================================================ trace_marker
     def write_marker(self, data: bytes, pid: int, comm: str) -> int:
@@ -1302,7 +1296,7 @@ class Tracer:
         native = self.native
         if native is None:
             return
-        usable = not self.stacktrace and self.trace_clock not in _HOST_CLOCKS
+        usable = not self.stacktrace and self.clocks[self.trace_clock].tsc is not None
         for tp in probes:
             np, kp = tp.native, tp.entry_kprobe
             if np is None or kp is None:

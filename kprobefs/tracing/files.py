@@ -19,7 +19,7 @@ import errno
 import os
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from kprobefs.tracing.events import OPTION_DEFAULTS, TRACE_CLOCKS, TraceEvent, Tracer
+from kprobefs.tracing.events import OPTION_DEFAULTS, TraceEvent, Tracer
 from kprobefs.tracing.output import TraceOptions
 from kprobefs.tracing.ring_buffer import DEFAULT_BUFFER_BYTES
 
@@ -402,7 +402,7 @@ class _Root:
     def _clock_text(self) -> str:
         current = self.tracer.trace_clock
         return " ".join(f"[{name}]" if name == current else name
-                        for name in TRACE_CLOCKS) + "\n"
+                        for name in self.tracer.clocks) + "\n"
 
     def _write_clock(self, data: bytes, pid: int, comm: str) -> int:
         name = _c_string(data[:63]).decode("latin-1").strip(_BLANKS)

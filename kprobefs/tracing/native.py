@@ -253,6 +253,7 @@ class NativeRecorder:
         self._zombies: list[NativeProbe] = []     # freed with returns still pending
         self._save_comm = save_comm
         self._event_of = event_of
+        self._clock_at = sym("trace_clock_tsc")
         self.buffer = None
         kernel.add_hypercall("TRACE_COMM", self._hc_comm)
         kernel.add_hypercall("TRACE_PAGE_FULL", self._hc_page_full)
@@ -265,6 +266,11 @@ class NativeRecorder:
         image = getattr(kernel, "image", None)
         return (callable(getattr(kernel, "add_hypercall", None))
                 and image is not None and image.symbol_value("trace_native_probe") is not None)
+
+    def set_clock(self, tsc) -> None:
+        """Stamp records with ``tsc`` (machine/clock.py's TscClock: the trace clock
+        selected, when the TSC drives it)."""
+        self.kernel.write(self._clock_at, tsc.kernel_layout())
 
     # ---------------------------------------------------------------- probes
     def new_probe(self, event_id: int, ip: int, programs: Sequence[FetchProgram],

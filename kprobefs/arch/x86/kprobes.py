@@ -38,6 +38,7 @@ __all__ = ["X86Kprobes", "ArchKprobe", "Detour", "KprobeCore", "InsnSlots"]
 log = logging.getLogger("kprobefs.arch")
 
 INT3 = 0xCC
+X86_TRAP_DB, X86_TRAP_BP, X86_TRAP_GP, X86_TRAP_PF = 1, 3, 13, 14
 FENTRY_NOP = bytes.fromhex("0f1f440000")
 _Q = struct.Struct("<Q")
 _SKIP = 1 | 2       # KPROBE_FLAG_GONE | KPROBE_FLAG_DISABLED: a child that must not run
@@ -52,7 +53,7 @@ class KprobeCore(Protocol):
     def get_kprobe(self, addr: int): ...
     def kprobe_ctlblk(self, cpu: int): ...
     def kprobes_inc_nmissed_count(self, p) -> None: ...
-    def handle_fault(self, p, regs, trapnr: int) -> None: ...
+    def handle_fault(self, p, regs, trapnr: int, exc: Exception | None = None) -> None: ...
     def ftrace_dispatch(self, site: int, regs: ProbeRegs) -> None: ...
     def kretprobe_trampoline_handler(self, regs: ProbeRegs, slot: int) -> int: ...
     def rethook_trampoline_handler(self, regs: ProbeRegs, slot: int) -> int: ...
@@ -179,9 +180,10 @@ class X86Kprobes:
         # In an ftrace callback the trampoline's return address sits on the stack.
         self._ftrace_regs = [ProbeRegs(self._fast, self._mem, 0, sp_offset=8, trapped=False)
                              for _ in range(kernel.nr_cpus)]
-        kernel.add_trap_handler(3, self._int3)
-        kernel.add_trap_handler(14, self._fault)
-        kernel.add_trap_handler(13, self._fault)
+        kernel.add_trap_handler(X86_TRAP_BP, self._int3)
+        for trapnr in (X86_TRAP_PF, X86_TRAP_GP):
+            kernel.add_trap_handler(
+                trapnr, lambda k, cpu, ip, trapnr=trapnr: self._fault(cpu, ip, trapnr))
         self._hooks = [
             kernel.hook_code_raw(self._sym(name), self._sym(name), callback)
             for name, callback in (("kretprobe_trampoline_call", self._on_kretprobe_tramp),
@@ -315,8 +317,8 @@ class X86Kprobes:
             regs.ip = ip
             try:
                 redirected = not child.flags & _SKIP and child.pre_handler(child, regs)
-            except Exception:
-                self.core.handle_fault(child, regs, 3)
+            except Exception as e:
+                self.core.handle_fault(child, regs, X86_TRAP_BP, e)
                 redirected = False
             kcb.current = None
             fast.set(UC_X86_REG_RIP, regs.ip if redirected else a.boost_addr)
@@ -366,8 +368,8 @@ class X86Kprobes:
         kcb.status = "hit_active"
         try:
             redirected = p.pre_handler is not None and p.pre_handler(p, regs)
-        except Exception:
-            self.core.handle_fault(p, regs, 3)
+        except Exception as e:
+            self.core.handle_fault(p, regs, X86_TRAP_BP, e)
             redirected = False
         if redirected:
             kcb.reset()
@@ -422,8 +424,8 @@ class X86Kprobes:
             kcb.status = "hit_ssdone"
             try:
                 p.post_handler(p, regs, 0)
-            except Exception:
-                self.core.handle_fault(p, regs, 1)
+            except Exception as e:
+                self.core.handle_fault(p, regs, X86_TRAP_DB, e)
         kcb.reset()
 
     def _emulate(self, insn: Insn) -> None:
@@ -439,17 +441,21 @@ class X86Kprobes:
             fast.set(UC_X86_REG_RCX, r.cx)
         fast.set(UC_X86_REG_RIP, ip)
 
-    def _fault(self, kernel, cpu, ip: int) -> bool:
-        """A fault while a copied instruction runs: put ip back on the probed address so
-        the kernel's own fixup (exception table) applies there, then let it handle it."""
+    def _fault(self, cpu, ip: int, trapnr: int) -> bool:
+        """Fault ``trapnr`` (a page fault or #GP) at ip.  While a copied instruction
+        runs: put ip back on the probed address so the kernel's own fixup (exception
+        table) applies there, then let it handle it.  While a handler runs: tell the
+        engine (the probe's fault_handler), then let the kernel handle it."""
         kcb = self.core.kprobe_ctlblk(cpu.index)
         p = kcb.current
-        if p is None or kcb.status not in ("hit_ss", "reenter") or p.ainsn.slot is None:
-            if p is not None and kcb.status == "hit_active":
-                regs = ProbeRegs(self._fast, self._mem, ip)
-                self.core.handle_fault(p, regs, 14)
+        if p is None:
             return False
-        if not p.ainsn.slot <= ip < p.ainsn.slot + _SLOT:
+        if kcb.status not in ("hit_ss", "reenter"):
+            # None: a fast path runs its handler (int3, detour, ftrace site)
+            if kcb.status in (None, "hit_active", "hit_ssdone"):
+                self.core.handle_fault(p, ProbeRegs(self._fast, self._mem, ip), trapnr)
+            return False
+        if p.ainsn.slot is None or not p.ainsn.slot <= ip < p.ainsn.slot + _SLOT:
             return False
         self._fast.set(UC_X86_REG_RIP, p.addr)
         if kcb.status == "reenter":
@@ -558,17 +564,18 @@ class X86Kprobes:
             kcb.current = p
             regs = regs_of[cpu]
             regs.ip = ip
+            failed = p      # whose handler runs (the aggregate reports its children's)
             try:
                 # An optimized probe cannot redirect: a changed regs.ip is dropped.
                 active = p.active
                 if len(active) == 1:
-                    child = active[0]
-                    if not child.flags & _SKIP:
-                        child.pre_handler(child, regs)
+                    failed = active[0]
+                    if not failed.flags & _SKIP:
+                        failed.pre_handler(failed, regs)
                 else:
                     p.pre_handler(p, regs)
-            except Exception:
-                core.handle_fault(p, regs, 3)
+            except Exception as e:
+                core.handle_fault(failed, regs, X86_TRAP_BP, e)
             kcb.current = None
 
         return optimized_callback

@@ -5,11 +5,15 @@
 #include "kernel.h"
 #include "sched.h"
 
-/* ---- the trace clock: the TSC scaled to ns, as sched_clock does.  The host sets the
- * scale at boot and reads the TSC the same way, so host and kernel records agree. */
+/* ---- the trace clock, when trace_clock selects one the TSC drives: local (the TSC
+ * scaled to ns, as sched_clock does), global and perf (the same, moved onto ktime by
+ * sched_clock's offset), x86-tsc (raw cycles: base 0, mult 1, shift 0).  The host
+ * writes the selected one and reads the TSC the same way, so host and kernel records
+ * agree.  The other clocks are the host's timekeeping: the host records them. */
 struct trace_clock_tsc {
 	u64 tsc_base;		/* TSC at boot */
-	u32 mult, shift;	/* ns = (tsc - tsc_base) * mult >> shift */
+	u32 mult, shift;	/* value = offset + ((tsc - tsc_base) * mult >> shift) */
+	s64 offset;
 };
 extern struct trace_clock_tsc trace_clock_tsc;
 
@@ -141,5 +145,5 @@ void trace_native_ret_entry(struct trace_native_probe *tp, struct pt_regs *regs)
 unsigned long trace_native_ret_handler(struct pt_regs *regs);
 void trace_native_task_free(struct task_struct *task);
 extern const char trace_native_ret_trampoline[];
-u64 trace_clock_local(void);
+u64 trace_clock_read(void);
 #endif

@@ -32,12 +32,13 @@ static __always_inline u64 rdtsc(void)
 	return ((u64)hi << 32) | lo;
 }
 
-u64 __kprobes trace_clock_local(void)
+/* The selected trace clock's value, for a record's timestamp. */
+u64 __kprobes trace_clock_read(void)
 {
 	const struct trace_clock_tsc *c = &trace_clock_tsc;
 	u64 delta = rdtsc() - c->tsc_base;
 
-	return (u64)(((unsigned __int128)delta * c->mult) >> c->shift);
+	return c->offset + (u64)(((unsigned __int128)delta * c->mult) >> c->shift);
 }
 
 struct tn_cpu trace_native_cpu[NR_CPUS];
@@ -427,7 +428,7 @@ static __always_inline void record(struct trace_native_probe *tp, struct pt_regs
 		hypercall(HC_TRACE_COMM, cpu, 0, 0, 0);
 		c->comm_task = task;
 	}
-	ts = trace_clock_local();
+	ts = trace_clock_read();
 	for (;;) {
 		/* A page of records never fills the stage, so there is always room for the
 		 * largest record after the staged ones (the check is only a safeguard). */
