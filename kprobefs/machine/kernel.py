@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import re
 import struct
 import threading
 import time
@@ -48,7 +47,10 @@ from ._quirks import clear_exception_state
 from .image import FENTRY_NOP, KernelImage
 from .module import ModuleLoader
 from .hostwork import WORK_POINTS, HostWork, KernelCall
-from .task import Cpu, ProcessExited, SyscallRequest, Task, UserBuffer, _Upcall
+from .printk import oops_report, read_log_buf
+from .task import (
+    Cpu, ProcessExited, SyscallRequest, Task, UserBuffer, _Upcall, check_syscall_args, marshal,
+)
 from .watchdog import MachineLock, Watchdog
 from .memory import (
     EFER_NXE, PAGE, PAGE_OFFSET, USER_WINDOW_BASE, USER_WINDOW_SIZE, AddressSpace, FaultError,
@@ -67,8 +69,6 @@ _VECTOR_STUB = {0: "asm_exc_divide_error", 1: "asm_exc_debug", 2: "asm_exc_nmi",
 _HAS_ERROR_CODE = {2, 13, 14}
 #: The watchdog's NMI: the kernel reports a lockup and kills the current task.
 NMI_VECTOR = 2
-_RIP_LINE = re.compile(r"RIP: ([0-9a-f]{16})")
-_LEVEL_PREFIX = re.compile(r"^<[0-7]>", re.M)
 #: Vectors after which QEMU records an exception in progress (see _quirks).
 _CONTRIBUTORY = {0, 8, 10, 11, 12, 13, 14}
 HZ = 250
@@ -726,7 +726,7 @@ class Kernel:
         task.exit_code = _signed(code)
         oops = self.mem.read(self._current_task_ptr() + self.kabi["task.oops"], 4) != bytes(4)
         if oops:
-            report = self._oops_report()
+            report = oops_report(self.console, self.image.format_address)
             log.error("oops: task %d (%s) killed%s\n%s", pid, task.comm,
                       f" in {task.active.name}" if task.active else "", report)
             self.incidents.append((time.monotonic(), f"oops: task {pid} ({task.comm}): "
@@ -746,22 +746,6 @@ class Kernel:
         for listener in self.exit_listeners:
             listener(pid)
         return 0
-
-    def _oops_report(self) -> str:
-        """The kernel's report of the oops it just printed (from the line that starts it
-        to the registers), with RIP as function+offset."""
-        lines = self.console[-12:]
-        start = max((i for i, line in enumerate(lines) if "Oops: " in line), default=0)
-        while start > 0 and not lines[start - 1].startswith(("RIP:", "RAX:", "RDX:")) \
-                and ("BUG" in lines[start - 1] or "bug" in lines[start - 1]):
-            start -= 1
-        out = []
-        for line in lines[start:]:
-            m = _RIP_LINE.match(line)
-            if m:
-                line += f" ({self.image.format_address(int(m.group(1), 16))})"
-            out.append(line)
-        return "\n".join(out)
 
     def _current_task_ptr(self) -> int:
         return struct.unpack_from("<Q", self.mem.ram, self.cpu.current_pa)[0]
@@ -801,40 +785,12 @@ class Kernel:
         self._cond.notify_all()
 
     # ---- system calls --------------------------------------------------------------------
-    def _marshal(self, task: Task, req: SyscallRequest) -> list[int]:
-        """Copy arguments into the task's user window; returns the register values."""
-        cursor = task.window + PAGE
-        out = []
-        for a in req.args:
-            if isinstance(a, str):
-                a = a.encode() + b"\0"
-            if isinstance(a, (bytes, bytearray, memoryview)):
-                data = bytes(a)
-                self.mem.ensure_user_pages(cursor, len(data))
-                self.mem.write(cursor, data)
-                out.append(cursor)
-                cursor += (len(data) + 15) & ~15
-            elif isinstance(a, UserBuffer):
-                self.mem.ensure_user_pages(cursor, a.size)
-                self.mem.write(cursor, a.data)
-                a.addr = cursor
-                req.outputs.append(a)
-                out.append(cursor)
-                cursor += (a.size + 15) & ~15
-            elif isinstance(a, int):
-                out.append(a & _U64)
-            else:
-                raise TypeError(f"cannot pass {type(a).__name__} to a system call")
-            if cursor > task.window + USER_WINDOW_SIZE:
-                raise KernelError(7, "system call arguments exceed the user window")
-        return out
-
     def _load_request(self, task: Task, req: SyscallRequest) -> bool:
         """Make req the task's system call (its arguments in the user window, its
         registers in the task's pt_regs).  False, with req failed, when its arguments
         do not fit."""
         try:
-            values = self._marshal(task, req)
+            values = marshal(self.mem, task, req)
         except KernelError as e:
             req.error = e
             self._finish(req)
@@ -859,9 +815,7 @@ class Kernel:
             nr = abi.SYSCALLS[name] if isinstance(name, str) else int(name)
         except KeyError:
             raise ValueError(f"unknown system call {name!r}") from None
-        for a in args:
-            if not isinstance(a, (str, bytes, bytearray, memoryview, UserBuffer, int)):
-                raise TypeError(f"cannot pass {type(a).__name__} to a system call")
+        check_syscall_args(args)
         if task.state == "dead":
             raise ProcessExited(task.pid, task.exit_code)
         if self.stuck is not None:
@@ -1093,16 +1047,8 @@ class Kernel:
         return self.mem.view(addr, size)
 
     def dmesg(self) -> str:
-        """The kernel log buffer (log_buf) as dmesg prints it: "[seconds] text" lines,
-        oldest first (the lines keep their level, "<N>", for /dev/kmsg)."""
-        size = 64 * 1024
-        first, end = self.mem.read_u64(self._sym("log_first")), \
-            self.mem.read_u64(self._sym("log_next"))
-        data = self.mem.read(self._sym("log_buf"), size)
-        start = first % size
-        text = data[start:start + (end - first)] if start + (end - first) <= size else \
-            data[start:] + data[:(end - first) - (size - start)]
-        return _LEVEL_PREFIX.sub("", text.decode("utf-8", "replace"))
+        """The kernel log buffer (log_buf) as dmesg prints it, oldest line first."""
+        return read_log_buf(self.mem, self._sym)
 
     def inject_packet(self, packet: bytes) -> None:
         """Put a frame in the NIC's receive ring and wake a CPU to process it."""

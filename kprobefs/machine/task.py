@@ -8,8 +8,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import KernelError
+from .memory import PAGE, USER_WINDOW_SIZE
 
-__all__ = ["UserBuffer", "Task", "SyscallRequest", "Cpu", "ProcessExited"]
+__all__ = ["UserBuffer", "Task", "SyscallRequest", "Cpu", "ProcessExited", "marshal",
+           "check_syscall_args"]
+
+_U64 = 0xFFFFFFFFFFFFFFFF
+_ARG_TYPES = (str, bytes, bytearray, memoryview, int)
 
 
 class UserBuffer:
@@ -85,3 +90,40 @@ class ProcessExited(KernelError):
         super().__init__(3, f"task {pid} exited")  # ESRCH
         self.pid = pid
         self.exit_code = exit_code
+
+
+def check_syscall_args(args) -> None:
+    """TypeError for an argument a system call cannot take (checked before it is queued:
+    marshalling happens later, on the machine's thread)."""
+    for a in args:
+        if not isinstance(a, _ARG_TYPES + (UserBuffer,)):
+            raise TypeError(f"cannot pass {type(a).__name__} to a system call")
+
+
+def marshal(mem, task: Task, req: SyscallRequest) -> list[int]:
+    """Copy req's arguments into the task's user window (str as NUL-terminated strings,
+    bytes as buffers, UserBuffer as output buffers); returns the register values.
+    KernelError(E2BIG) when they do not fit."""
+    cursor = task.window + PAGE
+    out = []
+    for a in req.args:
+        if isinstance(a, str):
+            a = a.encode() + b"\0"
+        if isinstance(a, (bytes, bytearray, memoryview)):
+            data = bytes(a)
+            mem.ensure_user_pages(cursor, len(data))
+            mem.write(cursor, data)
+            out.append(cursor)
+            cursor += (len(data) + 15) & ~15
+        elif isinstance(a, UserBuffer):
+            mem.ensure_user_pages(cursor, a.size)
+            mem.write(cursor, a.data)
+            a.addr = cursor
+            req.outputs.append(a)
+            out.append(cursor)
+            cursor += (a.size + 15) & ~15
+        else:
+            out.append(a & _U64)
+        if cursor > task.window + USER_WINDOW_SIZE:
+            raise KernelError(7, "system call arguments exceed the user window")
+    return out
