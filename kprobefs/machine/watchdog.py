@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 
 from ..errors import KernelOops
 
@@ -87,21 +88,32 @@ class Watchdog:
     """Samples the machine every ``interval`` seconds from a thread of its own."""
 
     def __init__(self, kernel, interval: float = 0.1):
-        self.kernel = kernel
+        self._kernel = weakref.ref(kernel)
         self.interval = interval
         self._stop_asked: tuple[int, float] | None = None   # (turn id, when)
-        self._thread = threading.Thread(target=self._run, name="kprobefs-watchdog",
-                                        daemon=True)
-        self._thread.start()
+        # The thread holds the watchdog, which holds the kernel weakly: a kernel nobody
+        # uses any more is collected, and its watchdog ends.
+        threading.Thread(target=Watchdog._run, args=(weakref.ref(self),),
+                         name="kprobefs-watchdog", daemon=True).start()
 
-    def _run(self) -> None:
-        k = self.kernel
-        while not k._closing:
-            time.sleep(self.interval)
+    @property
+    def kernel(self):
+        return self._kernel()
+
+    @staticmethod
+    def _run(watchdog_ref) -> None:
+        while True:
+            watchdog = watchdog_ref()
+            kernel = watchdog.kernel if watchdog is not None else None
+            if kernel is None or kernel._closing:
+                return
+            interval = watchdog.interval
             try:
-                self.check(time.monotonic())
+                watchdog.check(time.monotonic())
             except Exception:   # the watchdog itself must outlive anything it sees
                 log.exception("watchdog check failed")
+            del watchdog, kernel
+            time.sleep(interval)
 
     def check(self, now: float) -> None:
         """One look at the turn in progress (if any)."""
