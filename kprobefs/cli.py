@@ -1,5 +1,5 @@
-"""The command line: ``kprobefs mount [MOUNTPOINT]``, ``kprobefs umount [MOUNTPOINT]`` and
-``kprobefs status [MOUNTPOINT]``.
+"""The command line: ``kprobefs mount [MOUNTPOINT]``, ``kprobefs umount [MOUNTPOINT]``,
+``kprobefs status [MOUNTPOINT]`` and ``kprobefs exec [MOUNTPOINT] [-- COMMAND [ARG...]]``.
 
 ``mount`` returns once every file is ready: it forks, the child boots the kernel and
 serves, and the parent waits on a readiness pipe, then exits 0 (or non-zero with a
@@ -8,7 +8,9 @@ syslog through ``/dev/log``, else to ``/var/log/kprobefs.log``.  ``--foreground`
 in the calling process and logs to stderr (for systemd, which hears READY=1 on
 $NOTIFY_SOCKET and keeps stderr in the journal).  ``status`` prints the daemon's health
 (``MNT/kprobefs/status``) and exits 0 when it is ok, 1 when degraded, 2 when it does not
-answer.
+answer.  ``exec`` runs COMMAND (default: $SHELL) with the mount where Linux tools look
+for tracefs, debugfs and the kernel's /proc files (kprobefs.execns); its exit status is
+the command's.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Callable, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from .daemon import (
     DEFAULT_MOUNTPOINT, Daemon, StartupError, check_fuse, is_stale_mount,
@@ -106,6 +108,20 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                     help="how long to wait for an answer (default 5)")
     _log_level_option(st)
+
+    ex = sub.add_parser("exec", help="run a tracing tool against the mount",
+                        usage="%(prog)s [-h] [--log-level L] [MOUNTPOINT] "
+                              "[-- COMMAND [ARG...]]",
+                        description="Run COMMAND (default: $SHELL) in a private mount "
+                                    "namespace where MOUNTPOINT/tracing is "
+                                    "/sys/kernel/tracing (a tracefs line in /proc/mounts),"
+                                    " MOUNTPOINT is /sys/kernel/debug, and the emulated "
+                                    "kernel's kallsyms, version and modules replace the "
+                                    "host's /proc files.  Exit status: the command's.")
+    ex.add_argument("mountpoint", nargs="?", default=DEFAULT_MOUNTPOINT,
+                    help=f"the mount point (default {DEFAULT_MOUNTPOINT})")
+    ex.set_defaults(program=[])     # what follows --, see _parse
+    _log_level_option(ex)
     return parser
 
 
@@ -326,11 +342,32 @@ def _umount(args) -> int:
     return 0
 
 
+# ==== exec ================================================================================
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """parse_args, except that everything after the first ``--`` is exec's command
+    (argparse would give its first word to MOUNTPOINT)."""
+    if "--" not in argv:
+        return parser.parse_args(argv)
+    cut = argv.index("--")
+    args = parser.parse_args(argv[:cut])
+    if args.command != "exec":
+        parser.error("-- is for exec's command: kprobefs exec [MOUNTPOINT] -- COMMAND")
+    args.program = argv[cut + 1:]
+    return args
+
+
+def _exec(args) -> NoReturn:
+    from .execns import exec_in_view
+    exec_in_view(args.mountpoint, args.program or [os.environ.get("SHELL") or "/bin/sh"])
+
+
 def main(argv: Sequence[str] | None = None, kernel_factory: Callable | None = None,
          tracer_factory: Callable | None = None) -> int:
-    """The CLI; returns the exit status.  The factories replace the bundled kernel and
-    plug in a tracer (see :class:`~kprobefs.daemon.Daemon`)."""
-    args = build_parser().parse_args(argv)
+    """The CLI; returns the exit status (``exec`` does not return: it becomes the
+    command).  The factories replace the bundled kernel and plug in a tracer (see
+    :class:`~kprobefs.daemon.Daemon`)."""
+    parser = build_parser()
+    args = _parse(parser, list(sys.argv[1:] if argv is None else argv))
     factories = dict(kernel_factory=kernel_factory, tracer_factory=tracer_factory)
     default = "INFO" if getattr(args, "foreground", False) else "WARNING"
     _setup_logging(args.sub_log_level or args.log_level or default)
@@ -338,6 +375,8 @@ def main(argv: Sequence[str] | None = None, kernel_factory: Callable | None = No
         return _umount(args)
     if args.command == "status":
         return _status(args)
+    if args.command == "exec":
+        return _exec(args)
     if args.foreground:
         return _mount_foreground(args, factories)
     return _mount_daemon(args, factories)

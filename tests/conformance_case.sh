@@ -6,12 +6,15 @@
 # Usage: conformance_case.sh MOUNT SELFTEST_DIR CASE_FILE LOG_FILE
 # (MOUNT, SELFTEST_DIR and CASE_FILE outside /tmp, which the case sees replaced.)
 #
-# Run it inside a private mount namespace (unshare -m): the mount's proc/kallsyms and
-# proc/version are bound over the host's /proc/kallsyms and /proc/version, because the
-# cases read those absolute paths to find the kernel's symbols and banner; the emulated
-# kernel's /dev/null and /tmp (the mount's dev/null and tmp) are bound over the host's,
-# so the files a case opens there (echo > /dev/null, ln -s in $TMPDIR) are opened by the
-# emulated kernel, as on the machine the case was written for.
+# Run it under `kprobefs exec MOUNT --`: in its private mount namespace the mount is
+# /sys/kernel/tracing, listed as tracefs in /proc/mounts, where this script finds it as
+# ftracetest does; the emulated kernel's kallsyms and version are /proc/kallsyms and
+# /proc/version, which the cases read for the kernel's symbols and banner.  In that
+# namespace this script also binds the emulated kernel's /dev/null and /tmp (the mount's
+# dev/null and tmp) over the host's, so that the files a case opens there to trace its
+# own opens (kprobe_args_user.tc: echo > /dev/null, ln -s in $TMPDIR) are opened by the
+# emulated kernel, as on the machine the case was written for.  kprobefs exec leaves
+# them alone: a tool's redirections and scratch files are not the traced kernel's.
 #
 # The case helpers (exit_unsupported and friends) report a result by sending this shell
 # the real-time signal 36 + code and then exiting 0; a case that exits non-zero fails.
@@ -24,11 +27,12 @@ CASE=$3
 exec 9>&1 >>"$4" 2>&1
 testlog=/proc/self/fd/1
 
-for f in proc/kallsyms proc/version dev/null tmp; do
+for f in dev/null tmp; do
     mount --bind "$MOUNT/$f" "/$f" || exit 97
 done
 
-TRACING_DIR=$MOUNT/tracing
+TRACING_DIR=`grep tracefs /proc/mounts | cut -f2 -d' ' | head -1`
+[ -n "$TRACING_DIR" ] || { echo "no tracefs in /proc/mounts"; exit 96; }
 export TMPDIR="$(mktemp -d /tmp/kprobefs-ftracetest.XXXXXX)"
 export FTRACETEST_ROOT=$SELFTEST_DIR
 

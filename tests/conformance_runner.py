@@ -9,9 +9,11 @@ repository.
 Each case runs as the kernel's runner runs it (``tests/conformance_case.sh``): in the
 tracing directory, with ``test.d/functions`` sourced, the ``# requires:`` line checked,
 ``initialize_ftrace``, then the case sourced under ``set -e``; results by the same codes
-and real-time signals.  Each case runs in a private mount namespace (``unshare -m``) where
-the mount's ``proc/kallsyms``, ``proc/version``, ``dev/null`` and ``tmp`` are bound over
-the host's ``/proc/kallsyms``, ``/proc/version``, ``/dev/null`` and ``/tmp``.
+and real-time signals.  Each case runs under ``kprobefs exec``, in a private mount
+namespace where the mount is ``/sys/kernel/tracing`` (the case script finds it as
+ftracetest does, by the ``tracefs`` line of ``/proc/mounts``) and the emulated kernel's
+``kallsyms`` and ``version`` replace the host's ``/proc`` files; the case script binds
+the emulated kernel's ``/dev/null`` and ``/tmp`` there too (see conformance_case.sh).
 
 Torture mode (``--all``, tests/test_torture.py): every case of ``test.d`` but
 ``selftest/``, against one daemon, in ftracetest's order or shuffled by a seed.  Each case
@@ -160,7 +162,7 @@ def cannot_run() -> str | None:
         return "/dev/fuse is missing"
     if not ctypes.util.find_library("fuse"):
         return "libfuse2 is missing (apt-get install fuse libfuse2)"
-    for tool in ("unshare", "mount", "sh", "cat", "dpkg-query", "fusermount"):
+    for tool in ("mount", "sh", "cat", "dpkg-query", "fusermount"):
         if shutil.which(tool) is None:
             return f"{tool} is missing"
     return None
@@ -446,16 +448,19 @@ def _run_limited(argv: list[str], out: Path, timeout: float, env: dict | None = 
 
 def run_case(mount: Path, selftests: Path, case: str, log_dir: Path,
              timeout: float = CASE_TIMEOUT) -> CaseResult:
-    """Runs one case (``DIR/NAME.tc``) in its own mount namespace and session, killed
-    with all it started when it runs past timeout seconds (a HANG problem)."""
+    """Runs one case (``DIR/NAME.tc``) under ``kprobefs exec`` (its own mount namespace)
+    in its own session, killed with all it started when it runs past timeout seconds (a
+    HANG problem)."""
     stem = case.replace("/", "-")
     log_file = log_dir / (stem + ".log")
     out_file = log_dir / (stem + ".out")
-    argv = ["unshare", "-m", "--propagation", "private", "sh", str(CASE_SCRIPT), str(mount),
-            str(selftests), str(selftests / "test.d" / case), str(log_file)]
+    argv = [sys.executable, "-m", "kprobefs", "exec", str(mount), "--", "sh",
+            str(CASE_SCRIPT), str(mount), str(selftests), str(selftests / "test.d" / case),
+            str(log_file)]
     # modprobe/rmmod shims that load the project's modules through the mount's control.
-    env = dict(os.environ, KPROBEFS_MOUNT=str(mount),
-               PATH=str(shim_dir()) + os.pathsep + os.environ.get("PATH", ""))
+    env = _cli_env()
+    env.update(KPROBEFS_MOUNT=str(mount),
+               PATH=str(shim_dir()) + os.pathsep + env.get("PATH", ""))
     started = time.monotonic()
     status, stuck = _run_limited(argv, out_file, timeout, env)
     elapsed = time.monotonic() - started

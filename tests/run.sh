@@ -4,8 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# trace-cmd, linux-perf and perf-tools-unstable: the unmodified tools tests/test_exec.py
+# runs through `kprobefs exec`.
 need=()
-for pkg in gcc make binutils fuse libfuse2 systemd; do
+for pkg in gcc make binutils fuse libfuse2 systemd trace-cmd linux-perf perf-tools-unstable; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

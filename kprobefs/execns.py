@@ -1,0 +1,232 @@
+"""``kprobefs exec``: runs an unmodified tracing tool (trace-cmd, perf, ftracetest, the
+perf-tools scripts) against a kprobefs mount, in a private mount namespace in which the
+mount is where Linux tools look for the kernel's tracing files.
+
+In that namespace only (the host's mounts are left alone):
+
+- ``MNT/tracing`` is bound over ``/sys/kernel/tracing``, tracefs's place since 4.1;
+- ``MNT``, the debugfs view (``kprobes/``, ``tracing/``), over ``/sys/kernel/debug``,
+  where older tools (the perf-tools scripts) find ``/sys/kernel/debug/tracing``;
+- every file the daemon serves under ``MNT/proc`` (``kallsyms``, ``version``,
+  ``modules``, the ``sys/`` knobs) over the host's file of that name, so that perf and
+  ftracetest read the emulated kernel's symbols and banner.  procfs cannot grow a file,
+  so one the host kernel lacks (``/proc/modules`` without CONFIG_MODULES) stays absent;
+- ``/dev/null`` over the host kernel's ``/sys/kernel/notes`` and ``/proc/kcore``
+  (MASKED), which the emulated kernel has no counterpart of.
+
+How the tools find it.  libtracefs (trace-cmd) takes the first line of ``/proc/mounts``
+whose type is ``tracefs`` and has no other override; perf takes ``$TRACEFS_PATH``, else a
+known path whose statfs() says TRACEFS_MAGIC, else that same line; ftracetest greps
+``/proc/mounts`` for ``tracefs``.  A bind of a FUSE mount is listed as ``fuse.kprobefs``
+and statfs() says FUSE_SUPER_MAGIC, whatever the daemon passes, so none of them would
+find it, and libtracefs and perf would then mount the host's tracefs themselves.  So
+the host kernel's own tracefs (and debugfs) is placed first, and the mount is bound on
+top of it: ``/proc/mounts`` has the ``tracefs`` line at ``/sys/kernel/tracing``, and
+every lookup under that path reaches the mount, which hides the host's files
+completely.  Mounts of either type elsewhere are detached, so that line is the first.
+An existing mount is bound rather than a new one made: a new mount may reset the one
+superblock's mode, uid and gid (kernels before 6.7 did).
+
+The command then replaces this process (execvp), so its exit status, its signals and
+its place in the terminal's foreground are its own.  /dev/null and /tmp stay the
+host's: a tool's scratch files and redirections are no business of the emulated kernel,
+and through it every ``2>/dev/null`` would cost a FUSE round trip and hang with a
+stuck daemon (the conformance cases, written to run on the kernel they trace, bind
+those themselves).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import sys
+from typing import NoReturn, Sequence
+
+from .errors import KprobefsError
+
+__all__ = ["ExecError", "exec_in_view", "prepare_view"]
+
+#: Where Linux mounts its tracing filesystems, and which part of the mount goes on top.
+VIEWS = (("tracefs", "/sys/kernel/tracing", "tracing"),
+         ("debugfs", "/sys/kernel/debug", ""))
+#: The mount's directory of emulated /proc files.
+PROC_DIR = "proc"
+#: Host files about the running kernel that the emulated one has no counterpart of,
+#: masked with an empty file: /sys/kernel/notes holds the build id under which perf
+#: files what it learns of the kernel (its kallsyms, its probes) in ~/.debug; perf
+#: reads the kernel's text from /proc/kcore, the host kernel's memory.
+MASKED = ("/sys/kernel/notes", "/proc/kcore")
+#: The type /proc/mounts gives a kprobefs mount (fuse.SUBTYPE; fs/fuse_ops.py).
+FSTYPE = "fuse.kprobefs"
+
+_CLONE_NEWNS = 0x00020000
+_MS_BIND = 0x1000
+_MS_REC = 0x4000
+_MS_PRIVATE = 1 << 18
+_MNT_DETACH = 2
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+
+class ExecError(KprobefsError):
+    """The view cannot be made: MNT is not a kprobefs mount, or a namespace or bind
+    operation failed.  The message is the one-line reason shown to the user."""
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise ExecError(f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int,
+           what: str | None = None) -> None:
+    _check(_libc.mount(source and os.fsencode(source), os.fsencode(target),
+                       fstype and fstype.encode(), flags, None),
+           what or f"mount {source or fstype} on {target}")
+
+
+def _detach(target: str) -> None:
+    _check(_libc.umount2(os.fsencode(target), _MNT_DETACH), f"umount -l {target}")
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path, whose blanks and backslashes are octal escapes (``\\040``)."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def _mounts() -> list[tuple[str, str]]:
+    """(mount point, type) of this namespace's mounts, in /proc/mounts order."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            fstype = fields[fields.index("-") + 1]
+            out.append((_unescape(fields[4]), fstype))
+    return out
+
+
+def _kprobefs_mounts() -> list[str]:
+    """The mount points of the kprobefs mounts this process sees."""
+    return [where for where, fstype in _mounts() if fstype == FSTYPE]
+
+
+def _raise(error: OSError) -> NoReturn:
+    raise error
+
+
+def _proc_files(mount: str) -> list[str]:
+    """The files under MNT/proc, as paths relative to it.  Raises OSError when the
+    daemon does not answer (ENOTCONN: it is gone)."""
+    root = os.path.join(mount, PROC_DIR)
+    found = []
+    for parent, _dirs, files in os.walk(root, onerror=_raise):
+        found += [os.path.relpath(os.path.join(parent, name), root) for name in files]
+    return sorted(found)
+
+
+def _place_host_fs(fstype: str, target: str) -> str | None:
+    """Makes target a mount of the host kernel's fstype (bound from an existing one, or
+    a new mount); returns why it could not, None when it is there."""
+    mounts = _mounts()
+    if (target, fstype) in mounts:
+        return None
+    existing = [where for where, kind in mounts if kind == fstype]
+    try:
+        if existing:
+            _mount(existing[0], target, None, _MS_BIND)
+        else:
+            _mount("nodev", target, fstype, 0)
+    except ExecError as e:
+        return str(e)
+    return None
+
+
+def _detach_elsewhere(fstype: str, keep: str) -> None:
+    """Detaches every mount of fstype but the one at keep, the latest first (a mount
+    comes after its parent)."""
+    for where, kind in reversed(_mounts()):
+        if kind == fstype and where != keep:
+            try:
+                _detach(where)
+            except ExecError:
+                pass    # already gone with its parent
+
+
+def prepare_view(mount: str) -> list[str]:
+    """Enters a private mount namespace and binds the mount where Linux tools look (the
+    module docstring says what goes where).  Returns warnings: host filesystems that
+    could not be placed under the binds, which leaves the tools that look for them in
+    /proc/mounts blind.  Raises ExecError when mount is not a kprobefs mount or a bind
+    fails.  Precondition: this process has one thread (unshare(CLONE_NEWNS))."""
+    mount = os.path.realpath(mount)
+    if mount not in _kprobefs_mounts():
+        raise ExecError(f"{mount}: not a kprobefs mount")
+    try:
+        proc_files = _proc_files(mount)
+    except OSError as e:
+        raise ExecError(f"{e.filename}: {e.strerror}") from e
+    binds = [(os.path.join(mount, part), target) for _fstype, target, part in VIEWS]
+    binds += [(os.path.join(mount, PROC_DIR, rel), os.path.join("/proc", rel))
+              for rel in proc_files if os.path.isfile(os.path.join("/proc", rel))]
+    _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    # Bound through descriptors opened now, in the new namespace (a bind's source must
+    # be there): the mount may be where a host filesystem is about to be placed
+    # (kprobefs mount /sys/kernel/debug).
+    sources = [_open_path(source) for source, _target in binds]
+    warnings = []
+    for fstype, target, _part in VIEWS:
+        why = _place_host_fs(fstype, target)
+        if why is not None:
+            warnings.append(f"no {fstype} under {target} ({why}): tools that look for "
+                            f"it in /proc/mounts will not find the mount")
+    for fstype, target, _part in VIEWS:
+        _detach_elsewhere(fstype, target)
+    for (source, target), fd in zip(binds, sources):
+        _mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND,
+               what=f"mount --bind {source} {target}")
+        os.close(fd)
+    for target in MASKED:
+        if os.path.exists(target):
+            _mount(os.devnull, target, None, _MS_BIND)
+    return warnings
+
+
+def _open_path(path: str) -> int:
+    try:
+        return os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError as e:
+        raise ExecError(f"{path}: {e.strerror}") from e
+
+
+def exec_in_view(mount: str, argv: Sequence[str]) -> NoReturn:
+    """Runs argv in the view of mount: prepare_view, then execvp.  Does not return: on
+    a failure before the command runs, prints the reason and exits 1 (ExecError), 127
+    (no such command) or 126 (not executable), as shells do."""
+    try:
+        for warning in prepare_view(mount):
+            print(f"kprobefs: warning: {warning}", file=sys.stderr)
+    except ExecError as e:
+        print(f"kprobefs: {e}", file=sys.stderr)
+        sys.exit(1)
+    # Python ignores SIGPIPE and SIGXFSZ, and ignored signals stay ignored across exec.
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(argv[0], list(argv))
+    except OSError as e:
+        print(f"kprobefs: {argv[0]}: {e.strerror}", file=sys.stderr)
+        sys.exit(127 if isinstance(e, FileNotFoundError) else 126)

@@ -1,0 +1,314 @@
+"""``kprobefs exec``: unmodified tracing tools against a real mount, in the private mount
+namespace that puts it where Linux tools look (kprobefs/execns.py).
+
+The view itself (the first tracefs line of /proc/mounts, /sys/kernel/debug, the
+emulated kernel's /proc files, the host left alone), the command's exit status and
+signals, then Debian's own tools: trace-cmd (``list -e/-t/-o``, ``stat``, ``show``,
+``reset``), perf (``perf probe -a/-l/-d``), perf-tools' ``kprobe`` script, and
+ftracetest itself.  The FUSE tests are skipped without /dev/fuse, a missing tool is
+skipped, except under CI=true (tests/run.sh installs them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import conformance_runner as runner
+from kprobefs.cli import build_parser, _parse
+from robust_mount import need_fuse
+
+CI = os.environ.get("CI") == "true"
+EXEC = [sys.executable, "-m", "kprobefs", "exec"]
+#: Debian packages of the tools tested here (tests/run.sh installs them).
+PACKAGES = {"trace-cmd": "trace-cmd", "perf": "linux-perf",
+            "kprobe-perf": "perf-tools-unstable"}
+
+
+def need_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        reason = f"{name} is missing (apt-get install {PACKAGES[name]})"
+        if CI:
+            pytest.fail(f"cannot run under CI=true: {reason}")
+        pytest.skip(reason)
+    return path
+
+
+@pytest.fixture(scope="module")
+def mnt() -> Path:
+    """One daemon for the module (the CLI's, in the foreground, in a child)."""
+    need_fuse()
+    with runner.Mount() as mount:
+        yield mount.path
+
+
+@pytest.fixture
+def tracing(mnt) -> Path:
+    """MNT/tracing, with no event enabled, no probe and an empty buffer afterwards."""
+    yield mnt / "tracing"
+    (mnt / "tracing" / "events" / "enable").write_text("0\n")
+    (mnt / "tracing" / "kprobe_events").write_text("")
+    (mnt / "tracing" / "trace").write_text("")
+
+
+def run_exec(mnt: Path, *argv: str, **kw) -> subprocess.CompletedProcess:
+    """``kprobefs exec MNT -- argv``, its output as text."""
+    return subprocess.run(EXEC + [str(mnt), "--", *argv], capture_output=True, text=True,
+                          timeout=120, env=runner._cli_env(), cwd="/", **kw)
+
+
+def sh(mnt: Path, script: str) -> str:
+    done = run_exec(mnt, "sh", "-c", script)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def host_mounts_at(paths) -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [line for line in f if line.split()[4] in paths]
+
+
+# ---- the command line --------------------------------------------------------------------
+@pytest.mark.parametrize("argv, mountpoint, program", [
+    (["exec", "--", "trace-cmd", "list"], "/run/kprobefs", ["trace-cmd", "list"]),
+    (["exec", "/mnt", "--", "sh", "-c", "x", "--", "y"], "/mnt",
+     ["sh", "-c", "x", "--", "y"]),
+    (["--log-level", "debug", "exec", "/mnt"], "/mnt", []),
+    (["exec"], "/run/kprobefs", []),
+])
+def test_exec_arguments(argv, mountpoint, program):
+    args = _parse(build_parser(), argv)
+    assert (args.command, args.mountpoint, args.program) == ("exec", mountpoint, program)
+
+
+def test_double_dash_is_only_for_exec(capsys):
+    with pytest.raises(SystemExit) as e:
+        _parse(build_parser(), ["status", "--", "x"])
+    assert e.value.code == 2 and "-- is for exec" in capsys.readouterr().err
+
+
+def test_exec_refuses_a_directory_that_is_no_kprobefs_mount(tmp_path):
+    done = subprocess.run(EXEC + [str(tmp_path), "--", "true"], capture_output=True,
+                          text=True, timeout=60, env=runner._cli_env())
+    assert done.returncode == 1
+    assert done.stderr == f"kprobefs: {tmp_path}: not a kprobefs mount\n"
+
+
+# ---- the view ----------------------------------------------------------------------------
+def test_the_tracing_dir_is_the_first_tracefs_line(mnt):
+    out = sh(mnt, "grep -m1 ' tracefs ' /proc/mounts | cut -d' ' -f2,3; "
+                  "grep -m1 ' debugfs ' /proc/mounts | cut -d' ' -f2,3; "
+                  "cat /sys/kernel/tracing/README | md5sum; "
+                  "cat /sys/kernel/debug/tracing/README | md5sum; ls /sys/kernel/debug")
+    readme = subprocess.run(["md5sum"], input=(mnt / "tracing" / "README").read_bytes(),
+                            capture_output=True).stdout.decode()
+    lines = out.splitlines()
+    assert lines[:4] == ["/sys/kernel/tracing tracefs", "/sys/kernel/debug debugfs",
+                         readme.strip(), readme.strip()]
+    assert sorted(lines[4:]) == sorted(os.listdir(mnt))
+
+
+def test_the_proc_files_are_the_emulated_kernels(mnt):
+    out = sh(mnt, "md5sum /proc/kallsyms /proc/version; wc -c < /sys/kernel/notes; "
+                  "[ -e /proc/kcore ] && wc -c < /proc/kcore || echo 0")
+    sums = subprocess.run(["md5sum", str(mnt / "proc" / "kallsyms"),
+                           str(mnt / "proc" / "version")], capture_output=True, text=True)
+    expected = [line.split()[0] for line in sums.stdout.splitlines()]
+    lines = out.split("\n")
+    assert [line.split()[0] for line in lines[:2]] == expected
+    assert lines[2:4] == ["0", "0"]     # no build id, no kcore: the host's are masked
+
+
+def test_a_proc_file_the_host_has_is_bound(mnt):
+    """Every file under MNT/proc replaces the host's of that name, when there is one."""
+    for rel in ("modules", "sys/debug/kprobes-optimization",
+                "sys/kernel/stack_tracer_enabled"):
+        host_has = os.path.isfile(f"/proc/{rel}")
+        out = sh(mnt, f"cat /proc/{rel} 2>/dev/null || echo absent")
+        assert out == ((mnt / "proc" / rel).read_text() if host_has else "absent\n"), rel
+
+
+def test_the_host_mounts_are_untouched(mnt):
+    places = {"/sys/kernel/tracing", "/sys/kernel/debug", "/proc/kallsyms",
+              "/proc/version", "/sys/kernel/notes"}
+    before = host_mounts_at(places)
+    sh(mnt, "ls /sys/kernel/tracing > /dev/null")
+    assert host_mounts_at(places) == before
+
+
+# ---- the command's process ---------------------------------------------------------------
+def test_the_exit_status_is_the_commands(mnt):
+    assert run_exec(mnt, "sh", "-c", "exit 7").returncode == 7
+    assert run_exec(mnt, "sh", "-c", "kill -TERM $$").returncode == -signal.SIGTERM
+    missing = run_exec(mnt, "no-such-command")
+    assert missing.returncode == 127
+    assert missing.stderr == "kprobefs: no-such-command: No such file or directory\n"
+
+
+def test_sigpipe_ends_the_command(mnt):
+    # Python ignores SIGPIPE; the command must not inherit that.
+    p = subprocess.Popen(EXEC + [str(mnt), "--", "yes"], stdout=subprocess.PIPE,
+                         env=runner._cli_env(), cwd="/")
+    p.stdout.read(10)
+    p.stdout.close()
+    assert p.wait(60) == -signal.SIGPIPE
+
+
+def test_the_command_is_the_process_signals_reach(mnt):
+    p = subprocess.Popen(EXEC + [str(mnt), "--", "sleep", "60"], env=runner._cli_env(),
+                         cwd="/")
+    try:
+        comm = Path(f"/proc/{p.pid}/comm")
+        deadline = time.monotonic() + 30
+        while comm.read_text().strip() != "sleep":
+            assert time.monotonic() < deadline, "the command never replaced kprobefs exec"
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        assert p.wait(30) == -signal.SIGINT
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_without_a_command_it_runs_the_shell(mnt):
+    done = subprocess.run(EXEC + [str(mnt)], input="head -c 5 /proc/version; exit 3\n",
+                          capture_output=True, text=True, timeout=60, cwd="/",
+                          env=dict(runner._cli_env(), SHELL="/bin/sh"))
+    assert (done.returncode, done.stdout) == (3, "Linux")
+
+
+# ---- trace-cmd ---------------------------------------------------------------------------
+def test_trace_cmd_lists_events_tracers_and_options(mnt, tracing):
+    need_tool("trace-cmd")
+    (tracing / "kprobe_events").write_text("p:myprobe vfs_read count=%dx:u32\n")
+    events = run_exec(mnt, "trace-cmd", "list", "-e")
+    assert (events.returncode, events.stdout) == (0, "kprobes:myprobe\n")
+    tracers = run_exec(mnt, "trace-cmd", "list", "-t")
+    assert (tracers.returncode, tracers.stdout.split()) == (
+        0, (tracing / "available_tracers").read_text().split())
+    options = run_exec(mnt, "trace-cmd", "list", "-o")
+    expected = [name if (tracing / "options" / name).read_text().strip() == "1"
+                else "no" + name for name in sorted(os.listdir(tracing / "options"))]
+    assert (options.returncode, sorted(options.stdout.split())) == (0, sorted(expected))
+
+
+def test_trace_cmd_stat_show_and_reset(mnt, tracing):
+    need_tool("trace-cmd")
+    (tracing / "kprobe_events").write_text("p:myprobe vfs_read count=%dx:u32\n"
+                                           "r:myretprobe vfs_write $retval\n")
+    (tracing / "events" / "kprobes" / "myprobe" / "enable").write_text("1\n")
+    (mnt / "proc" / "version").read_text()      # a vfs_read
+    stat = run_exec(mnt, "trace-cmd", "stat")
+    assert stat.returncode == 0, stat.stderr
+    assert "\nEvents:\n Individual events:\n    kprobes\n        myprobe\n\n" in stat.stdout
+    # r10: register_kretprobe's default maxactive on 2 CPUs, as Linux shows it
+    assert ("\nKprobe events:\n   p:kprobes/myprobe vfs_read count=%dx:u32\n"
+            "   r10:kprobes/myretprobe vfs_write arg1=$retval\n\n") in stat.stdout
+
+    show = run_exec(mnt, "trace-cmd", "show")
+    assert show.returncode == 0, show.stderr
+    assert show.stdout.startswith("# tracer: nop\n")
+    assert re.search(r"\bmyprobe: \(vfs_read\+0x0/0x[0-9a-f]+\) count=\d+", show.stdout)
+
+    reset = run_exec(mnt, "trace-cmd", "reset")
+    assert reset.returncode == 0, reset.stderr
+    assert (tracing / "kprobe_events").read_text() == ""
+    assert not [line for line in (tracing / "trace").read_text().splitlines()
+                if not line.startswith("#")]
+    assert run_exec(mnt, "trace-cmd", "list", "-e").stdout == ""
+
+
+# ---- perf --------------------------------------------------------------------------------
+def _kallsyms(mnt: Path) -> dict[str, int]:
+    out = {}
+    for line in (mnt / "proc" / "kallsyms").read_text().splitlines():
+        address, _kind, name = line.split()[:3]
+        out.setdefault(name, int(address, 16))
+    return out
+
+
+def test_perf_probe_adds_lists_and_deletes(mnt, tracing):
+    need_tool("perf")
+    added = run_exec(mnt, "perf", "probe", "-a", "vfs_read")
+    assert added.returncode == 0, added.stderr
+    assert "probe:vfs_read" in added.stderr
+    added = run_exec(mnt, "perf", "probe", "-a", "vfs_write%return $retval")
+    assert added.returncode == 0, added.stderr
+    added = run_exec(mnt, "perf", "probe", "-a", "do_sys_open %di %si:u64")
+    assert added.returncode == 0, added.stderr
+
+    # perf writes a symbol as an offset from _text, read from the emulated kallsyms.
+    symbols = _kallsyms(mnt)
+    defined = {}
+    for line in (tracing / "kprobe_events").read_text().splitlines():
+        m = re.fullmatch(r"([pr])\d*:probe/(\w+) _text\+(\d+)(.*)", line)
+        assert m, line
+        assert symbols["_text"] + int(m[3]) == symbols[m[2].removesuffix("__return")]
+        defined[m[2]] = (m[1], m[4])
+    assert defined == {"vfs_read": ("p", ""), "vfs_write__return": ("r", " arg1=$retval"),
+                       "do_sys_open": ("p", " arg1=%di arg2=%si:u64")}
+
+    listed = run_exec(mnt, "perf", "probe", "-l")
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(line.split()[0] for line in listed.stdout.splitlines()) == [
+        "probe:do_sys_open", "probe:vfs_read", "probe:vfs_write__return"]
+    assert "(on vfs_read)" in listed.stdout
+
+    (tracing / "events" / "probe" / "vfs_read" / "enable").write_text("1\n")
+    (mnt / "proc" / "version").read_text()
+    assert re.search(r"\bvfs_read: \(vfs_read\+0x0/0x[0-9a-f]+\)",
+                     (tracing / "trace").read_text())
+    (tracing / "events" / "probe" / "vfs_read" / "enable").write_text("0\n")
+
+    deleted = run_exec(mnt, "perf", "probe", "-d", "probe:vfs_read")
+    assert deleted.returncode == 0, deleted.stderr
+    assert "probe:vfs_read" not in (tracing / "kprobe_events").read_text()
+    deleted = run_exec(mnt, "perf", "probe", "-d", "probe:*")
+    assert deleted.returncode == 0, deleted.stderr
+    assert (tracing / "kprobe_events").read_text() == ""
+
+
+def test_perf_probe_on_a_function_the_kernel_lacks_fails(mnt, tracing):
+    need_tool("perf")
+    done = run_exec(mnt, "perf", "probe", "-a", "no_such_function_in_kprobefs")
+    assert done.returncode != 0
+    assert (tracing / "kprobe_events").read_text() == ""
+
+
+# ---- perf-tools' kprobe ------------------------------------------------------------------
+def test_perf_tools_kprobe_traces_for_a_while(mnt, tracing):
+    need_tool("kprobe-perf")
+    # It works in /sys/kernel/debug/tracing; its `grep -v '^#' trace` opens the file
+    # through do_sys_open while the probe is on.
+    done = run_exec(mnt, "kprobe-perf", "-d", "1", "p:myopen do_sys_open")
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"\bgrep-\d+ +\[\d+\] .* myopen: \(do_sys_open\+0x0/0x[0-9a-f]+\)",
+                     done.stdout), done.stdout
+    assert (tracing / "kprobe_events").read_text() == ""
+
+
+# ---- ftracetest --------------------------------------------------------------------------
+def test_ftracetest_runs_unmodified(mnt, tmp_path):
+    try:
+        selftests = runner.selftest_dir()
+    except runner.RunnerError as e:
+        if CI:
+            pytest.fail(f"the selftests are not available: {e}")
+        pytest.skip(f"the selftests are not available: {e}")
+    cases = [str(selftests / "test.d" / "kprobe" / name)
+             for name in ("add_and_remove.tc", "kprobe_args.tc", "kretprobe_args.tc")]
+    done = subprocess.run(EXEC + [str(mnt), "--", str(selftests / "ftracetest"), "-l",
+                                  str(tmp_path), *cases],
+                          capture_output=True, text=True, timeout=300, cwd=selftests,
+                          env=runner._cli_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "# of passed:  3\n" in done.stdout
