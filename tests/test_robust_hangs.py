@@ -155,10 +155,21 @@ def test_module_init_and_exit_run_in_the_writers_own_system_call(mnt):
     assert "trace_printk" not in read(mnt.p("proc/modules"))
 
 
-def test_thousands_of_probes_in_one_write_then_all_enabled(mnt):
+@pytest.fixture
+def roomy_mnt(tmp_path):
+    """A mount with the default request_timeout: a big write may take seconds on a
+    loaded machine."""
+    need_fuse()
+    m = InProcessMount(tmp_path / "mnt").start()
+    yield m
+    m.stop()
+
+
+def test_thousands_of_probes_in_one_write_then_all_enabled(roomy_mnt):
     """The second way into the old hang: one write(2) of 2,000 probe lines (25 on each
     of 80 functions), then events/kprobes/enable.  Every event directory is made in
     the writer's system call; nothing nests, nothing waits without a bound."""
+    mnt = roomy_mnt
     t = mnt.p("tracing")
     usable = []
     for name in read(f"{t}/available_filter_functions").split():
