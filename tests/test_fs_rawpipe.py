@@ -11,23 +11,9 @@ import time
 import pytest
 
 from raw_decoder import decode_page, get_field, parse_format, parse_layout
-from test_fs_mount import REAL_CLI, _fuse_missing, cleanup, mount, run, sh
+from test_fs_mount import _need_fuse, real, sh  # noqa: F401 (fixtures)
 
 PAGE = 4096
-
-
-@pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    reason = _fuse_missing()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"FUSE tests cannot run under CI=true: {reason}")
-        pytest.skip(reason)
-    path = tmp_path_factory.mktemp("raw") / "mnt"
-    mount(REAL_CLI, path)
-    yield path
-    run(REAL_CLI + ["umount", str(path)])
-    cleanup(path)
 
 
 @pytest.fixture
