@@ -36,8 +36,8 @@ def test_tree_layout_and_modes(t):
     for name in ("options", "per_cpu", "events"):
         assert children[name].mode == 0o750
     assert set(node(root, "per_cpu").children()) == {"cpu0", "cpu1"}
-    assert set(node(root, "per_cpu/cpu0").children()) == {"trace", "trace_pipe",
-                                                          "buffer_size_kb"}
+    assert set(node(root, "per_cpu/cpu0").children()) == {
+        "trace", "trace_pipe", "trace_pipe_raw", "stats", "buffer_size_kb"}
     echo(root, "kprobe_events", "p:ev vfs_read")
     assert set(node(root, "events/kprobes").children()) == {"enable", "filter", "ev"}
     files = node(root, "events/kprobes/ev").children()

@@ -34,6 +34,7 @@ from kprobefs.tracing.fetch import (
     format_event_format, print_args,
 )
 from kprobefs.tracing.function import FunctionTracer, StackTracer
+from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.filter import (
     EventFilter, FilterParseError, FILTER_ERRORS, compile_filter, filter_fields,
 )
@@ -68,6 +69,7 @@ USER_ADDR_MAX = 0x00007FFFFFFFF000          # TASK_SIZE_MAX: user reads must sta
 _KERNEL_READ_MIN = 0x0000800000000000       # kernel reads below this fault
 _THREAD_SIZE = 16 * 1024
 _U64 = (1 << 64) - 1
+_QWORD = struct.Struct("<Q")
 _PAGE = 4096
 
 # Engine flag bits (Linux's KPROBE_FLAG_*).
@@ -445,6 +447,14 @@ class TraceEvent:
     def format_text(self) -> str:
         return format_event_format(self.name, self.id, self.primary)
 
+    def raw(self, record: tuple) -> bytes:
+        """Return the record's binary form, laid out as the ``format`` file says."""
+        _ts, pid, flags, _ev, ip, ret_ip, args = record
+        head = raw_common(self.id, flags, pid) + _QWORD.pack(ip)
+        if self.primary.is_return:
+            head += _QWORD.pack(ret_ip)
+        return head + args
+
     def render(self, record: tuple, tracer: "Tracer", options: TraceOptions) -> str:
         """Return the event text of a probe record (after the context columns)."""
         _ts, _pid, _flags, _ev, ip, ret_ip, args = record
@@ -469,6 +479,13 @@ class _PrintEvent:
 
     id = _TRACE_PRINT_ID
 
+    def raw(self, record: tuple) -> bytes:
+        """``ftrace/print``: the common fields, ``ip`` (0: not kept), ``buf``."""
+        text = record[4]
+        if not text.endswith(b"\0"):
+            text += b"\0"
+        return raw_common(self.id, record[2], record[1]) + _QWORD.pack(0) + text
+
     def render(self, record: tuple, tracer: "Tracer", options: TraceOptions) -> str:
         text = record[4]
         nul = text.find(b"\0")
@@ -481,6 +498,12 @@ class _StackEvent:
     """Stack trace records (options/stacktrace): ``(ts, pid, flags, STACK_EVENT, addrs)``."""
 
     id = _TRACE_STACK_ID
+
+    def raw(self, record: tuple) -> bytes:
+        """``ftrace/kernel_stack``: the common fields, ``size``, then the callers."""
+        addrs = record[4]
+        return (raw_common(self.id, record[2], record[1])
+                + struct.pack(f"<i4x{len(addrs)}Q", len(addrs), *addrs))
 
     def render(self, record: tuple, tracer: "Tracer", options: TraceOptions) -> str:
         sym = tracer.symbols.symbolize

@@ -258,7 +258,7 @@ README_TEXT = (
     "  trace\t\t\t- what the buffer holds, read without consuming it\n"
     "\t\t\t  echo > trace empties the buffer\n"
     "  trace_pipe\t\t- the same lines, each consumed by the read that returns it\n"
-    "  per_cpu/cpuN/\t\t- trace, trace_pipe and buffer_size_kb of one CPU\n"
+    "  per_cpu/cpuN/\t\t- trace, trace_pipe, trace_pipe_raw, stats and buffer_size_kb of one CPU\n"
     "  current_tracer\t- the tracer in use\n"
     "  available_tracers\t- tracers current_tracer accepts\n"
     "  error_log\t- why recent commands failed (echo > error_log clears it)\n"
@@ -437,9 +437,28 @@ class _Root:
         return {f"cpu{cpu}": Directory({
             "trace": _TraceFile(self.tracer, cpu),
             "trace_pipe": _TracePipeFile(self.tracer, cpu),
+            "trace_pipe_raw": _TracePipeRawFile(self.tracer, cpu),
+            "stats": _text_file(self._cpu_stats(cpu)),
             "buffer_size_kb": _File(MODE_WRITE, read=self._cpu_size(cpu),
                                     write=self._cpu_size_writer(cpu)),
         }) for cpu in range(self.tracer.nr_cpus)}
+
+    def _cpu_stats(self, cpu: int):
+        def produce() -> str:
+            t = self.tracer
+            entries, overrun, used, dropped, oldest, read = t.buffer.stats(cpu)
+            clock = t.clocks[t.trace_clock]
+            now = clock.read()
+            if clock.in_ns:
+                times = (f"oldest event ts: {_seconds(oldest)}\n" if oldest is not None
+                         else "") + f"now ts: {_seconds(now)}\n"
+            else:
+                times = (f"oldest event ts: {oldest}\n" if oldest is not None else "")
+                times += f"now ts: {now}\n"
+            return (f"entries: {entries}\noverrun: {overrun}\ncommit overrun: 0\n"
+                    f"bytes: {used}\n{times}"
+                    f"dropped events: {dropped}\nread events: {read}\n")
+        return produce
 
     def _cpu_size(self, cpu: int):
         return lambda: self._size_text(cpu)
@@ -636,3 +655,63 @@ class _TracePipeHandle:
 
     def release(self) -> None:
         self._pending = b""
+
+
+def _seconds(ns: int) -> str:
+    return f"{ns // 1_000_000_000:5d}.{ns // 1000 % 1_000_000:06d}"
+
+
+class _TracePipeRawFile:
+    """``per_cpu/cpuN/trace_pipe_raw``: whole ring-buffer pages in Linux's binary layout
+    (:mod:`raw_page`), consumed.  As 6.1's tracing_buffers_read, a handle keeps the last
+    page it took and hands it out across reads until all of its 4096 bytes are gone; only
+    then does it take the next one, which removes that page's records from the buffer."""
+
+    mode = MODE_READ
+
+    def __init__(self, tracer: Tracer, cpu: int):
+        self.tracer = tracer
+        self.cpu = cpu
+
+    def open(self, flags: int, pid: int, comm: str) -> FileHandle:
+        return _TracePipeRawHandle(self.tracer, self.cpu)
+
+
+class _TracePipeRawHandle:
+    def __init__(self, tracer: Tracer, cpu: int):
+        self.tracer = tracer
+        self.cpu = cpu
+        self._page = b""
+        self._read = 0
+
+    def read(self, size: int, offset: int) -> bytes:
+        """Return up to ``size`` bytes of the current page, ``b""`` when the buffer has
+        no record (the gateway then blocks, or fails with EAGAIN under O_NONBLOCK)."""
+        if not size:
+            return b""
+        if self._read >= len(self._page):
+            page = self.tracer.buffer.read_page(self.cpu, _raw_record)
+            if page is None:
+                return b""
+            self._page, self._read = page, 0
+        out = self._page[self._read:self._read + size]
+        self._read += len(out)
+        return out
+
+    def write(self, data: bytes, offset: int) -> int:
+        raise OSError(errno.EINVAL, "trace_pipe_raw is read-only")
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a page can be read (True) or ``timeout`` seconds pass (False)."""
+        if self._read < len(self._page):
+            return True
+        return self.tracer.buffer.wait(timeout, self.cpu)
+
+    def release(self) -> None:
+        self._page = b""
+
+
+def _raw_record(record: tuple) -> bytes | None:
+    """A record's binary data; ``None`` for an event with no binary form."""
+    raw = getattr(record[3], "raw", None)
+    return None if raw is None else raw(record)

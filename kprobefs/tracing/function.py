@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import struct
 import threading
 from typing import Callable, Iterable
 
 from kprobefs.tracing.output import FLAGS_NONE, TraceOptions, format_ip_sym
+from kprobefs.tracing.raw_page import raw_common
 
 __all__ = ["FunctionFilter", "FunctionTracer", "StackTracer", "FUNCTION_EVENT",
            "STACK_TRACER_DISABLED"]
@@ -103,6 +105,11 @@ class _FunctionEvent:
     """TRACE_FN records: ``(ts, pid, flags, FUNCTION_EVENT, ip, parent_ip)``."""
 
     id = _TRACE_FN_ID
+
+    def raw(self, record: tuple) -> bytes:
+        """``ftrace/function``: the common fields, ``ip``, ``parent_ip``."""
+        return raw_common(self.id, record[2], record[1]) + struct.pack("<QQ", record[4],
+                                                                         record[5] or 0)
 
     def render(self, record: tuple, tracer, options: TraceOptions) -> str:
         sym = tracer.symbols.symbolize

@@ -28,6 +28,8 @@ import threading
 from collections import deque
 from typing import Callable, Iterator, Protocol, Sequence
 
+from kprobefs.tracing.raw_page import PageWriter
+
 __all__ = [
     "RingBuffer",
     "CpuBuffer",
@@ -123,7 +125,7 @@ class CpuBuffer:
     """
 
     __slots__ = ("cpu", "nr_pages", "pages", "used", "entries", "overrun", "dropped",
-                 "last_ts")
+                 "last_ts", "read_overrun", "read_events")
 
     def __init__(self, cpu: int, nr_pages: int):
         self.cpu = cpu
@@ -137,6 +139,8 @@ class CpuBuffer:
         self.overrun = 0
         self.dropped = 0
         self.last_ts = None
+        self.read_overrun = 0          # overrun when trace_pipe_raw last read a page
+        self.read_events = 0           # records consumed
 
     @property
     def size_bytes(self) -> int:
@@ -438,6 +442,43 @@ class RingBuffer:
                     break
                 out.append((best.cpu, best.pop()))
         return out
+
+    def read_page(self, cpu: int, encode: Callable[[tuple], bytes | None]) -> bytes | None:
+        """Remove the oldest records of ``cpu`` that fit one page and return the page in
+        Linux's binary layout (:mod:`raw_page`), ``None`` when there is none.
+
+        ``encode`` gives a record's data, or ``None`` for one that has no binary form
+        (consumed all the same).  The page flags the events overwritten since the last
+        page was read.
+        """
+        with self.lock:
+            buf, = self._bufs(cpu)
+            head = buf.peek()
+            if head is None:
+                return None
+            writer = PageWriter(head[0])
+            while head is not None:
+                data = encode(head)
+                if data is not None:
+                    if writer.used and not writer.fits(len(data), head[0]):
+                        break
+                    writer.add(data, head[0])
+                buf.pop()
+                buf.read_events += 1
+                head = buf.peek()
+            missed, buf.read_overrun = buf.overrun - buf.read_overrun, buf.overrun
+        return writer.page(missed)
+
+    def stats(self, cpu: int) -> tuple[int, int, int, int, int | None, int]:
+        """Return ``cpu``'s (entries, overrun, bytes, dropped, oldest timestamp or
+        ``None``, read events) for ``per_cpu/cpuN/stats``.  Bytes count every page
+        in use up to the open page's used bytes."""
+        with self.lock:
+            buf, = self._bufs(cpu)
+            head = buf.peek()
+            used = (len(buf.pages) - 1) * PAGE_DATA_SIZE + buf.used if buf.entries else 0
+            return (buf.entries, buf.overrun, used, buf.dropped,
+                    None if head is None else head[0], buf.read_events)
 
     def wait(self, timeout: float | None, cpu: int | None = None) -> bool:
         """Block until a record is available (True) or ``timeout`` passes (False)."""

@@ -1,0 +1,109 @@
+"""Ring-buffer pages in Linux 6.1's binary layout, for ``per_cpu/cpuN/trace_pipe_raw``.
+
+The layout is the one ``events/header_page`` and ``events/header_event`` describe
+(REFERENCE.md): a page is a u64 timestamp, a ``local_t commit`` (8 bytes) holding the
+data size, and 4080 data bytes.  The top bits of ``commit`` flag lost events: bit 31
+(``RB_MISSED_EVENTS``) when events were lost before this page, bit 30
+(``RB_MISSED_STORED``) when their count follows the data as an unsigned long.  Each
+event starts with a u32 header: 5 bits of ``type_len``, 27 bits of ``time_delta`` from
+the previous event (the page timestamp for the first).  ``type_len`` 1..28 is a data
+event of ``4 * type_len`` bytes; 0 a data event whose length is the next u32; 30 a time
+extend (the delta's upper bits in the next u32); 29 padding; 31 an absolute timestamp.
+"""
+
+from __future__ import annotations
+
+import struct
+
+__all__ = [
+    "PAGE_SIZE",
+    "PAGE_HEADER_SIZE",
+    "RB_MISSED_EVENTS",
+    "RB_MISSED_STORED",
+    "TYPE_PADDING",
+    "TYPE_TIME_EXTEND",
+    "TYPE_TIME_STAMP",
+    "TYPE_DATA_MAX",
+    "PageWriter",
+    "raw_size",
+    "raw_common",
+]
+
+PAGE_SIZE = 4096
+PAGE_HEADER_SIZE = 16
+_DATA_SIZE = PAGE_SIZE - PAGE_HEADER_SIZE
+RB_MISSED_EVENTS = 1 << 31
+RB_MISSED_STORED = 1 << 30
+TYPE_DATA_MAX = 28
+TYPE_PADDING = 29
+TYPE_TIME_EXTEND = 30
+TYPE_TIME_STAMP = 31
+_DELTA_BITS = 27
+_DELTA_MASK = (1 << _DELTA_BITS) - 1
+_U32 = struct.Struct("<I")
+_COMMON = struct.Struct("<HBBi")
+# A record's context flags (output.FLAGS_*) as common_flags bits: an int3 hit ("d.Z..")
+# runs with irqs off (TRACE_FLAG_IRQS_OFF 0x01) in an NMI-like trap (HARDIRQ 0x08, NMI 0x40).
+_COMMON_FLAGS = {0: 0, 1: 0x49}
+
+
+def raw_common(type_id: int, flags: int, pid: int) -> bytes:
+    """Return the common fields of a record: common_type, _flags, _preempt_count, _pid."""
+    return _COMMON.pack(type_id & 0xffff, _COMMON_FLAGS.get(flags, 0), 0, pid)
+
+
+def raw_size(data_len: int, delta: int) -> int:
+    """Return the page bytes an event of ``data_len`` bytes takes ``delta`` ns after
+    the previous one (its header, length word, padding to 4 and any time extend)."""
+    size = 4 + ((max(data_len, 1) + 3) & ~3)
+    if size - 4 > TYPE_DATA_MAX * 4:
+        size += 4
+    if delta > _DELTA_MASK:
+        size += 8
+    return size
+
+
+class PageWriter:
+    """Builds one page: ``add`` events in time order while they fit, then ``page``."""
+
+    def __init__(self, timestamp: int):
+        self.timestamp = timestamp
+        self._last = timestamp
+        self._parts: list[bytes] = []
+        self.used = 0
+
+    def fits(self, data_len: int, ts: int) -> bool:
+        return self.used + raw_size(data_len, max(0, ts - self._last)) <= _DATA_SIZE
+
+    def add(self, data: bytes, ts: int) -> None:
+        """Append an event stamped ``ts``; the caller checked ``fits``."""
+        delta = max(0, ts - self._last)
+        self.used += raw_size(len(data), delta)
+        parts = self._parts
+        if delta > _DELTA_MASK:
+            parts.append(_U32.pack(TYPE_TIME_EXTEND | (delta & _DELTA_MASK) << 5))
+            parts.append(_U32.pack(delta >> _DELTA_BITS))
+            delta = 0
+        padded = (data or b"\0") + bytes(-len(data or b"\0") % 4)
+        if len(padded) <= TYPE_DATA_MAX * 4:
+            parts.append(_U32.pack(len(padded) // 4 | delta << 5))
+        else:
+                # type_len 0: the length word counts itself as well as the data.
+            parts.append(_U32.pack(delta << 5))
+            parts.append(_U32.pack(len(padded) + 4))
+        parts.append(padded)
+        self._last = ts
+
+    def page(self, missed: int = 0) -> bytes:
+        """Return the 4096-byte page; ``missed`` events lost before it set the flags
+        (and the count after the data, when it fits)."""
+        data = b"".join(self._parts)
+        commit = len(data)
+        tail = b""
+        if missed:
+            commit |= RB_MISSED_EVENTS
+            if _DATA_SIZE - len(data) >= 8:
+                commit |= RB_MISSED_STORED
+                tail = struct.pack("<Q", missed)
+        body = data + tail
+        return struct.pack("<QQ", self.timestamp, commit) + body + bytes(_DATA_SIZE - len(body))
