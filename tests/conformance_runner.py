@@ -168,6 +168,18 @@ def cannot_run() -> str | None:
     return None
 
 
+def prepare() -> tuple[Path | None, str | None]:
+    """(the selftests directory, None), or (None, why they cannot run here): no FUSE,
+    no root, a missing tool, or the selftests not to be had."""
+    reason = cannot_run()
+    if reason:
+        return None, reason
+    try:
+        return selftest_dir(), None
+    except RunnerError as e:
+        return None, f"the selftests are not available: {e}"
+
+
 # ---- processes ------------------------------------------------------------------------------
 #: Children that could not be collected (stuck in a FUSE request); reaped later.
 _LEFTOVERS: list = []

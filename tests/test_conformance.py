@@ -60,13 +60,9 @@ def _skip_or_fail(reason: str):
 def results(request, tmp_path_factory):
     """Every case's result, run in ftracetest's order against one mount; each result
     line is printed as the case finishes."""
-    reason = runner.cannot_run()
+    selftests, reason = runner.prepare()
     if reason:
         _skip_or_fail(reason)
-    try:
-        selftests = runner.selftest_dir()
-    except runner.RunnerError as e:
-        _skip_or_fail(f"the selftests are not available: {e}")
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     log_dir = Path(os.environ.get("KPROBEFS_CONFORMANCE_LOGS") or

@@ -44,13 +44,9 @@ def _skip_or_fail(reason: str):
 def suite_run(request, tmp_path_factory) -> runner.SuiteRun:
     """The whole suite run in one order against one fresh daemon; each case's line is
     printed as it finishes."""
-    reason = runner.cannot_run()
+    selftests, reason = runner.prepare()
     if reason:
         _skip_or_fail(reason)
-    try:
-        selftests = runner.selftest_dir()
-    except runner.RunnerError as e:
-        _skip_or_fail(f"the selftests are not available: {e}")
     order = request.param
     cases = runner.list_cases(selftests, dirs=None)
     if ORDERS[order] is not None:
