@@ -74,8 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Boot the emulated kernel and mount MOUNTPOINT/"
                                    "{kprobes,tracing,proc}.  Returns once every file is "
                                    "ready, unless --foreground.")
-    m.add_argument("mountpoint", nargs="?", default=DEFAULT_MOUNTPOINT,
-                   help=f"where to mount (default {DEFAULT_MOUNTPOINT}, created if missing)")
+    _mountpoint_argument(m, "where to mount", ", created if missing")
     m.add_argument("-f", "--foreground", action="store_true",
                    help="serve in this process (systemd: Type=notify)")
     m.add_argument("--cpus", type=_cpus, default=2, metavar="N",
@@ -95,16 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     u = sub.add_parser("umount", help="unmount a kprobefs mount",
                        description="Unmount MOUNTPOINT; the daemon then exits.  A stale "
                                    "mount left by a killed daemon is cleaned too.")
-    u.add_argument("mountpoint", nargs="?", default=DEFAULT_MOUNTPOINT,
-                   help=f"the mount point (default {DEFAULT_MOUNTPOINT})")
+    _mountpoint_argument(u, "the mount point")
     _log_level_option(u)
 
     st = sub.add_parser("status", help="print the daemon's health",
                         description="Print the health of the daemon serving MOUNTPOINT "
                                     "(its kprobefs/status file).  Exit status: 0 ok, 1 "
                                     "degraded, 2 no answer.")
-    st.add_argument("mountpoint", nargs="?", default=DEFAULT_MOUNTPOINT,
-                    help=f"the mount point (default {DEFAULT_MOUNTPOINT})")
+    _mountpoint_argument(st, "the mount point")
     st.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                     help="how long to wait for an answer (default 5)")
     _log_level_option(st)
@@ -118,11 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
                                     " MOUNTPOINT is /sys/kernel/debug, and the emulated "
                                     "kernel's kallsyms, version and modules replace the "
                                     "host's /proc files.  Exit status: the command's.")
-    ex.add_argument("mountpoint", nargs="?", default=DEFAULT_MOUNTPOINT,
-                    help=f"the mount point (default {DEFAULT_MOUNTPOINT})")
+    _mountpoint_argument(ex, "the mount point")
     ex.set_defaults(program=[])     # what follows --, see _parse
     _log_level_option(ex)
     return parser
+
+
+def _mountpoint_argument(command, what: str, more: str = "") -> None:
+    """The optional MOUNTPOINT argument, DEFAULT_MOUNTPOINT when left out."""
+    command.add_argument("mountpoint", nargs="?", default=DEFAULT_MOUNTPOINT,
+                         help=f"{what} (default {DEFAULT_MOUNTPOINT}{more})")
 
 
 def _log_level_option(command) -> None:
