@@ -113,7 +113,7 @@ def test_deleting_an_event_enabled_in_an_instance_is_busy(t):
     echo(t.root, "instances/foo/set_event", "!kprobes:ev")
     echo(t.root, "kprobe_events", "-:ev")
     assert node(t.root, "instances/foo/events").children().keys() == {
-        "enable", "header_page", "header_event"}
+        "enable", "header_page", "header_event", "ftrace"}
 
 
 def test_rmdir_disables_the_instances_events(t):

@@ -20,6 +20,7 @@ import os
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from kprobefs.tracing.events import TraceEvent, Tracer
+from kprobefs.tracing.ftrace_events import FTRACE_EVENTS, FTRACE_SYSTEM
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, TraceArray
 from kprobefs.tracing.output import TraceOptions
 from kprobefs.tracing.ring_buffer import DEFAULT_BUFFER_BYTES
@@ -278,6 +279,18 @@ README_TEXT = (
 )
 
 
+def _ftrace_event_dir(event) -> Directory:
+    files = {"format": _text_file(lambda: event.format), "hist": _text_file(lambda: "")}
+    if event.has_id_file:
+        files["id"] = _text_file(lambda: f"{event.id}\n")
+    return Directory(files)
+
+
+#: events/ftrace: the ftrace system's own events, the same in every trace array.
+_FTRACE_DIR = Directory({name: _ftrace_event_dir(event)
+                         for name, event in FTRACE_EVENTS.items()})
+
+
 # ----------------------------------------------------------------------- the tree
 
 def tracing_root(tracer: Tracer) -> Directory:
@@ -492,6 +505,7 @@ class _Root:
             groups = list(t.groups)
         for group in groups:
             entries[group] = Directory(self._group_entries(group))
+        entries[FTRACE_SYSTEM] = _FTRACE_DIR
         return entries
 
     def _group_enable_writer(self, group: str | None):
