@@ -217,3 +217,22 @@ def test_the_kernel_records_for_the_top_array_and_the_host_for_the_others():
         cat(root, "instances/foo/trace"))))
     echo(root, "instances/foo/events/kprobes/rd/enable", "0")
     assert kp.native is not None
+
+
+def test_the_buffer_bound_holds_for_all_arrays_together(t):
+    """MAX_TOTAL_BUFFER_KB bounds the buffers of every array together: an instance
+    cannot take what the top level has, nor the top level what instances have."""
+    from kprobefs.tracing.ring_buffer import MAX_TOTAL_BUFFER_KB
+    mkdir(t, "foo")
+    half = MAX_TOTAL_BUFFER_KB // 2 // t.tracer.nr_cpus
+    echo(t.root, "buffer_size_kb", str(half))
+    assert write_errno(t.root, "instances/foo/buffer_size_kb", str(half + 4)) == errno.ENOMEM
+    echo(t.root, "instances/foo/buffer_size_kb", str(half // 2))
+    assert write_errno(t.root, "buffer_size_kb", str(half * 2)) == errno.ENOMEM
+    echo(t.root, "buffer_size_kb", "1")
+    echo(t.root, "instances/foo/buffer_size_kb", str(half * 2 - 64))
+    # enabling an event expands a buffer never sized: no room is ENOMEM, as Linux's
+    # tracing_update_buffers failing fails the enable write
+    mkdir(t, "bar")
+    assert write_errno(t.root, "instances/bar/events/kprobes/ev/enable", "1") == errno.ENOMEM
+    assert cat(t.root, "instances/bar/events/kprobes/ev/enable") == "0\n"

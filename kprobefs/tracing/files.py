@@ -422,7 +422,7 @@ class _Root:
         kb = _kstrtoul(data, 10)
         if not kb:
             raise OSError(errno.EINVAL, "size must be positive")
-        self.tr.buffer.resize_kb(kb, cpu)
+        self.tr.resize_kb(kb, cpu)
         return len(data)
 
     def _clock_text(self) -> str:

@@ -32,7 +32,8 @@ def _event(name: str, event_id: int, has_id_file: bool, fields, print_fmt: str):
                        format_fields_text(name, event_id, fields, print_fmt))
 
 
-_STACK_PRINT = ('"\\t=> %ps\\n\\t=> %ps\\n\\t=> %ps\\n" "\\t=> %ps\\n\\t=> %ps\\n\\t=> %ps\\n" '
+_STACK_PRINT = ('"\\t=> %ps\\n\\t=> %ps\\n\\t=> %ps\\n" '
+                '"\\t=> %ps\\n\\t=> %ps\\n\\t=> %ps\\n" '
                 '"\\t=> %ps\\n\\t=> %ps\\n", '
                 + ", ".join(f"(void *)REC->caller[{i}]" for i in range(8)))
 

@@ -28,7 +28,9 @@ from kprobefs.tracing.output import (
     FLAGS_NONE, TraceOptions, format_context, format_header, format_ip_sym,
 )
 from kprobefs.tracing.raw_page import raw_common
-from kprobefs.tracing.ring_buffer import RingBuffer
+from kprobefs.tracing.ring_buffer import (
+    DEFAULT_BUFFER_BYTES, MAX_TOTAL_BUFFER_KB, RingBuffer,
+)
 
 __all__ = [
     "TraceArray",
@@ -179,9 +181,34 @@ class TraceArray:
     def forget_group(self, group: str) -> None:
         self.group_filter_text.pop(group, None)
 
+    # ================================================================ buffer size
+    def buffer_total_kb(self) -> int:
+        return sum(self.buffer.size_kb(cpu) for cpu in range(self.nr_cpus))
+
+    def _check_room(self, total_kb: int) -> None:
+        """OSError(ENOMEM) when this array's buffers at ``total_kb`` and every other
+        array's would pass MAX_TOTAL_BUFFER_KB: the bound holds for all arrays
+        together, so instances cannot multiply the memory it bounds."""
+        others = sum(tr.buffer_total_kb() for tr in self.registry.arrays()
+                     if tr is not self)
+        if others + total_kb > MAX_TOTAL_BUFFER_KB:
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
     def update_buffers(self) -> None:
-        """Expand the ring buffer to its default size on first use (tracing_update_buffers)."""
-        self.buffer.expand()
+        """Expand the ring buffer to its default size on first use
+        (tracing_update_buffers); ENOMEM when the arrays' buffers have no room for it."""
+        with self.lock:
+            if not self.buffer.expanded:
+                self._check_room((DEFAULT_BUFFER_BYTES >> 10) * self.nr_cpus)
+            self.buffer.expand()
+
+    def resize_kb(self, kb: int, cpu: int | None = None) -> None:
+        """Set ``buffer_size_kb`` of one CPU or (``None``) all; ENOMEM, nothing changed,
+        past the bound (this array's alone, or all arrays' together)."""
+        with self.lock:
+            self._check_room(sum(kb if cpu is None or c == cpu else self.buffer.size_kb(c)
+                                 for c in range(self.nr_cpus)))
+            self.buffer.resize_kb(kb, cpu)
 
     # ================================================================ enable
     def set_enabled(self, event, on: bool) -> None:
@@ -363,7 +390,7 @@ class TraceArray:
         if name not in self.available_tracers():
             raise OSError(errno.EINVAL, "unknown tracer")
         with self.lock:
-            self.buffer.expand()
+            self.update_buffers()
             if name == self.tracer_name:
                 return
             functions = self.function_tracer

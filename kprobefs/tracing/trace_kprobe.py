@@ -350,7 +350,8 @@ def is_call_return(kernel, symbols: KernelSymbols, value: int) -> bool:
     return before[0] == 0xE8 or before[3] == 0xFF or before[2] == 0xFF
 
 
-def unwind(kernel, symbols: KernelSymbols, regs, ip: int, limit: int = 32) -> tuple[int, ...]:
+def unwind(kernel, symbols: KernelSymbols, regs, ip: int,
+           limit: int = 32) -> tuple[int, ...]:
     """Return a best-effort kernel call chain: ``ip``, then the return addresses found
     on the stack (text addresses right after a call instruction)."""
     out = [ip] if ip else []
