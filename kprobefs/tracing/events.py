@@ -200,7 +200,7 @@ class Tracer:
         top = self.top
         self.function_tracer = top.function_tracer = FunctionTracer(
             ftrace, FtraceOps, sites, record=top.buffer.write, context=self._hit_context,
-            recording=lambda: top.recording, now=lambda: top._now())
+            recording=lambda: top.recording, now=lambda: top.now())
         self.stack_tracer = StackTracer(
             ftrace, FtraceOps, sites, read=self.kernel.read,
             is_call_return=lambda value: is_call_return(self.kernel, self.symbols, value),

@@ -144,7 +144,7 @@ class TraceArray:
         self.options = dict(OPTION_DEFAULTS)
         self.tracer_name = "nop"
         self.trace_clock = "local"
-        self._now = self.clocks["local"].read
+        self.now = self.clocks["local"].read      # the trace clock's reading, ns (or ticks)
         self.tracing_on = True
         self._stop_count = 0
         self.recording = True                     # tracing_on and not paused
@@ -380,7 +380,7 @@ class TraceArray:
             raise OSError(errno.EINVAL, "unknown clock")
         with self.lock:
             self.trace_clock = name
-            self._now = clock.read
+            self.now = clock.read
             self.registry.clock_changed(self, clock)
             self.buffer.reset()                 # what the kernel staged goes too
             self.registry.array_changed(self)   # the kernel stamps with TSC clocks only
@@ -426,7 +426,7 @@ class TraceArray:
             self.comm_cache.save(pid, comm[:15])
         cpu = getattr(self.registry.kernel, "cpu", None)
         self.buffer.write(cpu.index if cpu is not None else 0,
-                          (self._now(), pid, FLAGS_NONE, PRINT_EVENT, text), 16 + count + 2)
+                          (self.now(), pid, FLAGS_NONE, PRINT_EVENT, text), 16 + count + 2)
         return count
 
     # ================================================================ trace text

@@ -327,7 +327,7 @@ def make_recorder(tp: TraceProbe, is_return: bool, kernel, symbols: KernelSymbol
                     continue
             if (pid not in names or pid in stale) and tr.options["record-cmd"]:
                 save_comm(pid, kernel.current_comm())
-            ts = tr._now()
+            ts = tr.now()
             rec = (ts, pid, flags, event, ip, ret_ip, args)
             if tr.stacktrace:
                 stack = unwind(kernel, symbols, regs, ip if ri is None else 0)
