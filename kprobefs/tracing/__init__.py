@@ -20,7 +20,7 @@ __all__ = [
     "DeleteSpec", "FetchArgSpec", "SymbolResolver", "compare_arg_types", "is_same_probe",
     "FetchContext", "FetchFault", "FetchProgram", "encode_args", "print_args",
     "format_event_format", "build_record_fields",
-    "Tracer", "TraceArray", "EventFile", "TraceEvent", "TraceProbe", "KernelSymbols", "tracing_root", "TraceDir",
-    "TraceFile", "FileHandle", "ErrorLog", "EventFilter", "FilterParseError",
+    "Tracer", "TraceArray", "EventFile", "TraceEvent", "TraceProbe", "KernelSymbols",
+    "tracing_root", "TraceDir", "TraceFile", "FileHandle", "ErrorLog", "EventFilter", "FilterParseError",
     "compile_filter", "RingBuffer",
 ]
