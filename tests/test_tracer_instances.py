@@ -224,6 +224,7 @@ def test_the_buffer_bound_holds_for_all_arrays_together(t):
     cannot take what the top level has, nor the top level what instances have."""
     from kprobefs.tracing.ring_buffer import MAX_TOTAL_BUFFER_KB
     mkdir(t, "foo")
+    mkdir(t, "bar")                 # made before anything expanded: at its least size
     half = MAX_TOTAL_BUFFER_KB // 2 // t.tracer.nr_cpus
     echo(t.root, "buffer_size_kb", str(half))
     assert write_errno(t.root, "instances/foo/buffer_size_kb", str(half + 4)) == errno.ENOMEM
@@ -233,6 +234,20 @@ def test_the_buffer_bound_holds_for_all_arrays_together(t):
     echo(t.root, "instances/foo/buffer_size_kb", str(half * 2 - 64))
     # enabling an event expands a buffer never sized: no room is ENOMEM, as Linux's
     # tracing_update_buffers failing fails the enable write
-    mkdir(t, "bar")
     assert write_errno(t.root, "instances/bar/events/kprobes/ev/enable", "1") == errno.ENOMEM
     assert cat(t.root, "instances/bar/events/kprobes/ev/enable") == "0\n"
+    # a new instance is made at the full size now, which there is no room for
+    with pytest.raises(OSError) as e:
+        mkdir(t, "baz")
+    assert e.value.errno == errno.ENOMEM
+    assert set(node(t.root, "instances").children()) == {"foo", "bar"}
+
+
+def test_a_new_instance_is_expanded_once_the_top_level_is(t):
+    mkdir(t, "small")
+    assert "(expanded: 1408)" in cat(t.root, "instances/small/buffer_size_kb")
+    echo(t.root, "events/kprobes/ev/enable", "1")       # expands the top level's buffer
+    echo(t.root, "events/kprobes/ev/enable", "0")
+    mkdir(t, "big")
+    assert cat(t.root, "instances/big/buffer_size_kb") == cat(t.root, "buffer_size_kb")
+    assert "expanded" not in cat(t.root, "buffer_size_kb")

@@ -213,11 +213,17 @@ class Tracer:
             return [self.top, *self.instances.values()]
 
     def new_instance(self, name: str) -> TraceArray:
-        """``mkdir instances/NAME`` (instance_mkdir): EEXIST when the name is taken."""
+        """``mkdir instances/NAME`` (instance_mkdir): EEXIST when the name is taken,
+        ENOMEM when its buffers would pass the bound all arrays share."""
         with self.lock:
             if name in self.instances:
                 raise OSError(errno.EEXIST, f"instance {name} exists")
-            tr = self.instances[name] = TraceArray(name, self)
+            tr = TraceArray(name, self)
+            if self.top.buffer.expanded:
+                # Linux allocates a new instance's buffers at the full size once
+                # tracing has expanded them (ring_buffer_expanded)
+                tr.update_buffers()
+            self.instances[name] = tr
             return tr
 
     def remove_instance(self, name: str) -> None:
