@@ -114,7 +114,8 @@ def _default_clock() -> Callable[[], int]:
 # ------------------------------------------------------------------------- the tracer
 
 class Tracer:
-    """The tracing instance behind ``tracing/``.
+    """The event registry behind ``tracing/``, and its trace arrays: :attr:`top` and
+    :attr:`instances` (by name).
 
     ``engine`` has Linux's kprobe API (``register_kprobe`` … ``disable_kretprobe``);
     ``kernel`` offers ``read``, ``current_pid``, ``current_comm``, ``cpu.index``,
