@@ -183,7 +183,7 @@ def test_trace_pipe_of_an_instance_consumes_its_own_buffer(t):
     assert len(lines(cat(t.root, "trace"))) == 1
 
 
-def test_instances_have_no_function_tracer(t):
+def test_without_ftrace_sites_an_instance_has_no_function_tracer(t):
     mkdir(t, "foo")
     assert cat(t.root, "instances/foo/available_tracers") == "nop\n"
     assert write_errno(t.root, "instances/foo/current_tracer", "function") == errno.EINVAL
@@ -251,3 +251,25 @@ def test_a_new_instance_is_expanded_once_the_top_level_is(t):
     mkdir(t, "big")
     assert cat(t.root, "instances/big/buffer_size_kb") == cat(t.root, "buffer_size_kb")
     assert "expanded" not in cat(t.root, "buffer_size_kb")
+
+
+def test_an_instance_runs_the_function_tracer_on_its_own():
+    """Each array has its own function tracer and filter files: one in an instance
+    records there only, with the instance's set_ftrace_filter; rmdir stops it."""
+    from test_tracer_native import make, workload
+    kernel, tracer, root = make(True)
+    node(root, "instances").mkdir("foo", 0o755)
+    assert cat(root, "instances/foo/available_tracers") == "function nop\n"
+    echo(root, "instances/foo/set_ftrace_filter", "vfs_read")
+    assert cat(root, "instances/foo/set_ftrace_filter") == "vfs_read\n"
+    assert cat(root, "set_ftrace_filter").startswith("#### all functions enabled")
+    echo(root, "instances/foo/current_tracer", "function")
+    assert cat(root, "current_tracer") == "nop\n"
+    workload(kernel)
+    calls = lines(cat(root, "instances/foo/trace"))
+    assert calls and all(" vfs_read <-" in line for line in calls), calls
+    assert lines(cat(root, "trace")) == []
+    functions = tracer.instances["foo"].function_tracer
+    assert functions.running
+    node(root, "instances").rmdir("foo")
+    assert not functions.running

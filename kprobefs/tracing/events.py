@@ -166,8 +166,9 @@ class Tracer:
         self._clear_trace = False
         self.comm_cache = CommCache()
 
-        self.function_tracer: FunctionTracer | None = None
+        self.function_tracer: FunctionTracer | None = None     # the top array's
         self.stack_tracer: StackTracer | None = None
+        self._ftrace = getattr(engine, "ftrace", None)
         #: The top-level trace array, then the instances by name (creation order).
         self.top = TraceArray("", self)
         self.instances: dict[str, TraceArray] = {}
@@ -189,23 +190,28 @@ class Tracer:
                 _log.info("the kernel's recorder serves another tracer: recording here")
             else:
                 self.native.attach(self.top.buffer)
-        ftrace = getattr(engine, "ftrace", None)
-        if ftrace is not None:
-            self._init_function_tracers(ftrace)
+        if self._ftrace is not None:
+            self._init_function_tracers(self._ftrace)
 
     def _init_function_tracers(self, ftrace) -> None:
-        """The function tracer and the stack tracer, on the engine's ftrace sites; the
-        function tracer runs in the top array."""
+        """The top array's function tracer and the stack tracer, on the engine's ftrace
+        sites."""
         from kprobefs.kprobes import FtraceOps
-        sites = self.symbols.ftrace_site_names
-        top = self.top
-        self.function_tracer = top.function_tracer = FunctionTracer(
-            ftrace, FtraceOps, sites, record=top.buffer.write, context=self._hit_context,
-            recording=lambda: top.recording, now=lambda: top.now())
+        self.function_tracer = self.top.function_tracer = self._new_function_tracer(
+            self.top)
         self.stack_tracer = StackTracer(
-            ftrace, FtraceOps, sites, read=self.kernel.read,
+            ftrace, FtraceOps, self.symbols.ftrace_site_names, read=self.kernel.read,
             is_call_return=lambda value: is_call_return(self.kernel, self.symbols, value),
             symbolize=lambda addr: format_ip_sym(addr, self.symbols.symbolize, True))
+
+    def _new_function_tracer(self, tr: TraceArray) -> FunctionTracer:
+        """A function tracer recording into ``tr`` (each array has its own ops and
+        filters, as Linux's instances do)."""
+        from kprobefs.kprobes import FtraceOps
+        return FunctionTracer(
+            self._ftrace, FtraceOps, self.symbols.ftrace_site_names,
+            record=tr.buffer.write, context=self._hit_context,
+            recording=lambda: tr.recording, now=lambda: tr.now())
 
     # ================================================================ trace arrays
     def arrays(self) -> list[TraceArray]:
@@ -220,6 +226,8 @@ class Tracer:
             if name in self.instances:
                 raise OSError(errno.EEXIST, f"instance {name} exists")
             tr = TraceArray(name, self)
+            if self._ftrace is not None:
+                tr.function_tracer = self._new_function_tracer(tr)
             if self.top.buffer.expanded:
                 # Linux allocates a new instance's buffers at the full size once
                 # tracing has expanded them (ring_buffer_expanded)
@@ -238,6 +246,8 @@ class Tracer:
             if tr.ref:
                 raise OSError(errno.EBUSY, f"instance {name} is in use")
             tr.set_events_enabled(False, allow_none=True)
+            if tr.function_tracer is not None:
+                tr.set_current_tracer("nop")        # its ftrace ops go
             del self.instances[name]
 
     def enable_file(self, ef: EventFile, on: bool) -> None:
@@ -559,8 +569,8 @@ class Tracer:
             self.remove_dir_hook = None
             for tr in self.arrays():
                 tr.set_events_enabled(False, allow_none=True)
-            if self.function_tracer is not None:
-                self.set_current_tracer("nop")
+                if tr.function_tracer is not None:
+                    tr.set_current_tracer("nop")
             if self.stack_tracer is not None:
                 self.stack_tracer.set_enabled(0)
             self.release_all(kprobes=True, synthetic=True)

@@ -332,6 +332,10 @@ class _Root:
             "per_cpu": Directory(self._per_cpu),
             "events": Directory(self._events),
         }
+        if tr.function_tracer is not None:
+            functions = tr.function_tracer
+            self.files["set_ftrace_filter"] = self._filter_file(functions.filter)
+            self.files["set_ftrace_notrace"] = self._filter_file(functions.notrace)
         if tr.is_top:
             self._add_top_files()
         self.directory = Directory(self.files)
@@ -361,10 +365,6 @@ class _Root:
                 lambda: "".join(f"{name}\n" for name in t.symbols.ftrace_functions())),
             "instances": _InstancesDir(t),
         })
-        if t.function_tracer is not None:
-            functions = t.function_tracer
-            self.files["set_ftrace_filter"] = self._filter_file(functions.filter)
-            self.files["set_ftrace_notrace"] = self._filter_file(functions.notrace)
         if t.stack_tracer is not None:
             stack = t.stack_tracer
             self.files["stack_trace"] = _text_file(stack.trace_text)

@@ -126,8 +126,8 @@ class TraceArray:
     disarm the event's probes as its first file is enabled or its last disabled; raises
     OSError with nothing changed) and ``array_changed(tr, events=None)`` (something that
     decides where the given events, or all, are recorded has changed).
-    ``function_tracer`` is the function tracer when this array may run it (the top
-    level), else ``None``.
+    ``function_tracer`` is the array's function tracer (``current_tracer`` =
+    ``function``), ``None`` when the kernel has no ftrace sites; the registry sets it.
     """
 
     def __init__(self, name: str, registry, function_tracer=None):
