@@ -20,6 +20,7 @@ import os
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from kprobefs.tracing.events import OPTION_DEFAULTS, TraceEvent, Tracer
+from kprobefs.tracing.ftrace_events import FTRACE_EVENTS, ftrace_format_text
 from kprobefs.tracing.output import TraceOptions
 from kprobefs.tracing.ring_buffer import DEFAULT_BUFFER_BYTES
 
@@ -43,6 +44,18 @@ MODE_WRITE = 0o640         # TRACE_MODE_WRITE
 MODE_READ = 0o440          # TRACE_MODE_READ
 MODE_WRITE_ONLY = 0o220    # trace_marker
 _PAGE_SIZE = 4096
+_PID_MAX_DEFAULT = 0x8000
+# The order of 6.1's trace_options (TRACE_FLAGS), for the names this tracer has.
+_OPTION_ORDER = ("print-parent", "sym-offset", "sym-addr", "verbose", "raw", "hex", "bin",
+                 "block", "fields", "trace_printk", "annotate", "userstacktrace",
+                 "sym-userobj", "printk-msg-only", "context-info", "latency-format",
+                 "record-cmd", "record-tgid", "overwrite", "disable_on_free", "irq-info",
+                 "markers", "event-fork", "pause-on-trace", "hash-ptr", "function-trace",
+                 "function-fork", "display-graph", "stacktrace")
+
+
+def _option_rank(name: str) -> tuple[int, str]:
+    return (_OPTION_ORDER.index(name) if name in _OPTION_ORDER else len(_OPTION_ORDER), name)
 _BLANKS = " \t\n\v\f\r"
 
 
@@ -330,6 +343,11 @@ class _Root:
                                write=lambda d, p, c: len(d), trunc=t.error_log.clear),
             "available_filter_functions": _text_file(
                 lambda: "".join(f"{name}\n" for name in t.symbols.ftrace_functions())),
+            "saved_cmdlines": _text_file(t.comm_cache.saved_cmdlines),
+            "saved_cmdlines_size": _File(MODE_WRITE, read=lambda: f"{t.comm_cache.size}\n",
+                                         write=self._write_cmdlines_size),
+            "trace_options": _File(MODE_WRITE, read=self._trace_options_text,
+                                   write=self._write_trace_options),
             "options": Directory(self._options),
             "per_cpu": Directory(self._per_cpu),
             "events": Directory(self._events),
@@ -414,7 +432,35 @@ class _Root:
         self.tracer.set_current_tracer(name)
         return len(data)
 
+    def _write_cmdlines_size(self, data: bytes, pid: int, comm: str) -> int:
+        size = _kstrtoul(data, 10)
+        if not size or size > _PID_MAX_DEFAULT:
+            raise OSError(errno.EINVAL, "saved_cmdlines_size takes 1 to 32768")
+        with self.tracer.lock:
+            self.tracer.comm_cache.resize(size)
+        return len(data)
+
     # ------------------------------------------------------------------- options
+    def _trace_options_text(self) -> str:
+        """``trace_options``: every option as ``name`` or ``noname``, in 6.1's order."""
+        options = self.tracer.options
+        return "".join(("" if options[name] else "no") + name + "\n"
+                       for name in sorted(options, key=_option_rank))
+
+    def _write_trace_options(self, data: bytes, pid: int, comm: str) -> int:
+        """One option per write, ``name`` sets it and ``noname`` clears it; EINVAL for a
+        write of 64 bytes or more, or a name this tracer does not have."""
+        if len(data) >= 64:
+            raise OSError(errno.EINVAL, "option too long")
+        name = _c_string(data).decode("latin-1").strip(_BLANKS)
+        on = not name.startswith("no")
+        if not on:
+            name = name[2:]
+        if name not in self.tracer.options:
+            raise OSError(errno.EINVAL, f"no option {name!r}")
+        self.tracer.set_option(name, on)
+        return len(data)
+
     def _options(self) -> dict[str, Any]:
         return {name: _File(MODE_WRITE, read=self._option_reader(name),
                             write=self._option_writer(name))
@@ -474,6 +520,7 @@ class _Root:
                             write=self._group_enable_writer(None)),
             "header_page": _text_file(lambda: HEADER_PAGE),
             "header_event": _text_file(lambda: HEADER_EVENT),
+            "ftrace": Directory(_ftrace_event_dirs()),
         }
         with t.lock:
             groups = list(t.groups)
@@ -577,6 +624,17 @@ class _Root:
                 "hist": _text_file(lambda: ""),
             }
         return entries
+
+
+def _ftrace_event_dirs() -> dict[str, Any]:
+    """``events/ftrace/``: a ``format`` per record type (and ``id`` where 6.1 has one)."""
+    dirs = {}
+    for ev in FTRACE_EVENTS:
+        files = {"format": _text_file(lambda ev=ev: ftrace_format_text(ev))}
+        if ev.has_id_file:
+            files["id"] = _text_file(lambda ev=ev: f"{ev.id}\n")
+        dirs[ev.name] = Directory(files)
+    return dirs
 
 
 # ------------------------------------------------------------------ trace, trace_pipe

@@ -1,0 +1,123 @@
+"""The files trace-cmd and libtracefs read or write, below the mount: the
+``kernel.ftrace_enabled`` sysctl in the ftrace core, the saved comms
+(``saved_cmdlines``, ``saved_cmdlines_size``), ``trace_options`` and
+``events/ftrace/*/format``.  Through a real mount and trace-cmd: tests/test_exec.py."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from kprobefs.kprobes.ftrace import Ftrace, FtraceOps
+from kprobefs.tracing.ftrace_events import FTRACE_EVENTS, ftrace_format_text
+from kprobefs.tracing.output import CommCache
+
+
+class _Arch:
+    """Records what the core asks the arch to patch: site -> 'call' or 'nop'."""
+
+    def __init__(self):
+        self.state: dict[int, str] = {}
+
+    def ftrace_make_call(self, site, func, native=None):
+        self.state[site] = "call"
+
+    def ftrace_update_call(self, site, func, native=None):
+        assert self.state.get(site) == "call", "update of a site that is not calling"
+
+    def ftrace_make_nop(self, site):
+        self.state[site] = "nop"
+
+
+def test_ftrace_enabled_off_puts_every_site_back_to_a_nop_and_on_restores_them():
+    arch = _Arch()
+    ftrace = Ftrace(arch, {0x10, 0x20, 0x30})
+    ops = FtraceOps(func=lambda *a: None, filter={0x10, 0x20})
+    ftrace.register_ftrace_function(ops)
+    assert arch.state == {0x10: "call", 0x20: "call"}
+    ftrace.set_ftrace_enabled(0)
+    assert arch.state == {0x10: "nop", 0x20: "nop"} and ftrace.ftrace_enabled_value == 0
+    # While off, ops come and go without patching anything...
+    late = FtraceOps(func=lambda *a: None, filter={0x30})
+    ftrace.register_ftrace_function(late)
+    ftrace.unregister_ftrace_function(ops)
+    assert arch.state == {0x10: "nop", 0x20: "nop"}
+    # ...and turning it on patches what is registered then (proc_dointvec: any int).
+    ftrace.set_ftrace_enabled(7)
+    assert arch.state == {0x10: "nop", 0x20: "nop", 0x30: "call"}
+    assert ftrace.ftrace_enabled_value == 7 and ftrace.ftrace_enabled
+
+
+def test_saved_cmdlines_lists_saved_tasks_and_a_resize_empties_the_table():
+    cache = CommCache(size=3)
+    for pid, comm in ((10, "sh"), (11, "cat"), (12, "grep"), (13, "awk")):
+        cache.save(pid, comm)
+    assert cache.saved_cmdlines() == "11 cat\n12 grep\n13 awk\n"    # 10 was the oldest
+    names = cache.names
+    cache.resize(128)
+    assert cache.size == 128 and cache.saved_cmdlines() == ""
+    assert cache.names is names and cache.find(0) == "<idle>"   # recorders hold the dict
+
+
+def test_ftrace_function_format_is_linux_6_1s():
+    function = next(ev for ev in FTRACE_EVENTS if ev.name == "function")
+    assert ftrace_format_text(function) == (
+        "name: function\nID: 1\nformat:\n"
+        "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+        "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
+        "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
+        "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
+        "\tfield:unsigned long ip;\toffset:8;\tsize:8;\tsigned:0;\n"
+        "\tfield:unsigned long parent_ip;\toffset:16;\tsize:8;\tsigned:0;\n\n"
+        'print fmt: " %ps <-- %ps", (void *)REC->ip, (void *)REC->parent_ip\n')
+
+
+def test_ftrace_arrays_show_their_length_and_dynamic_ones_none():
+    text = {ev.name: ftrace_format_text(ev) for ev in FTRACE_EVENTS}
+    assert "\tfield:unsigned long caller[8];\toffset:16;\tsize:64;\tsigned:0;\n" in text[
+        "kernel_stack"]
+    assert "\tfield:char buf[];\toffset:16;\tsize:0;\tsigned:1;\n" in text["print"]
+
+
+# ---- the files, on a tracer (tests/tracer_fakes.py) ------------------------------------
+from tracer_fakes import cat, echo, make_tracer, node, write_errno   # noqa: E402
+
+
+@pytest.fixture
+def t():
+    return make_tracer()
+
+
+def test_trace_options_lists_and_sets_options_by_name(t):
+    root = t.root
+    assert cat(root, "trace_options").splitlines() == [
+        "nosym-offset", "nosym-addr", "context-info", "record-cmd", "overwrite",
+        "irq-info", "markers", "nopause-on-trace", "nostacktrace"]
+    echo(root, "trace_options", "sym-offset\n")
+    echo(root, "trace_options", "norecord-cmd")
+    assert cat(root, "options/sym-offset") == "1\n"
+    assert cat(root, "options/record-cmd") == "0\n"
+    assert "sym-offset\n" in cat(root, "trace_options")
+    assert write_errno(root, "trace_options", "no-such-option") == errno.EINVAL
+    assert write_errno(root, "trace_options", "x" * 64) == errno.EINVAL
+
+
+def test_saved_cmdlines_size_resizes_the_comm_table(t):
+    root = t.root
+    assert cat(root, "saved_cmdlines_size") == "128\n"
+    t.tracer.comm_cache.save(42, "cat")
+    assert cat(root, "saved_cmdlines") == "42 cat\n"
+    echo(root, "saved_cmdlines_size", "2\n")
+    assert (cat(root, "saved_cmdlines_size"), cat(root, "saved_cmdlines")) == ("2\n", "")
+    for value in ("0", "32769", "x"):
+        assert write_errno(root, "saved_cmdlines_size", value) == errno.EINVAL, value
+    assert cat(root, "saved_cmdlines_size") == "2\n"
+
+
+def test_events_ftrace_has_formats_and_no_enable(t):
+    ftrace = node(t.root, "events/ftrace")
+    assert {"function", "print", "kernel_stack", "bprint"} <= set(ftrace.children())
+    assert set(node(t.root, "events/ftrace/function").children()) == {"format", "id"}
+    assert set(node(t.root, "events/ftrace/bprint").children()) == {"format"}
+    assert cat(t.root, "events/ftrace/print/id") == "5\n"
