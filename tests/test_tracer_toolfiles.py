@@ -81,7 +81,7 @@ def test_ftrace_arrays_show_their_length_and_dynamic_ones_none():
 
 
 # ---- the files, on a tracer (tests/tracer_fakes.py) ------------------------------------
-from tracer_fakes import cat, echo, make_tracer, node, write_errno   # noqa: E402
+from tracer_fakes import VFS_READ, cat, echo, make_tracer, node, write_errno  # noqa: E402
 
 
 @pytest.fixture
@@ -121,3 +121,43 @@ def test_events_ftrace_has_formats_and_no_enable(t):
     assert set(node(t.root, "events/ftrace/function").children()) == {"format", "id"}
     assert set(node(t.root, "events/ftrace/bprint").children()) == {"format"}
     assert cat(t.root, "events/ftrace/print/id") == "5\n"
+
+
+def test_set_event_pid_records_only_the_listed_tasks(t):
+    root, kernel = t.root, t.kernel
+    echo(root, "kprobe_events", "p:ev vfs_read")
+    echo(root, "events/kprobes/ev/enable", "1")
+    echo(root, "set_event_pid", "0x2a 7", append=False)     # kstrtoul base 0
+    echo(root, "set_event_pid", "9")                         # a write adds
+    assert cat(root, "set_event_pid") == "7\n9\n42\n"
+    for pid in (42, 43, 7):
+        kernel.pid = pid
+        t.engine.hit(VFS_READ)
+    pids = [line.split("-")[1].split()[0] for line in cat(root, "trace").splitlines()
+            if not line.startswith("#")]
+    assert pids == ["42", "7"]
+
+
+def test_set_event_notrace_pid_drops_the_listed_tasks(t):
+    root, kernel = t.root, t.kernel
+    echo(root, "kprobe_events", "p:ev vfs_read")
+    echo(root, "events/kprobes/ev/enable", "1")
+    echo(root, "set_event_notrace_pid", "43", append=False)
+    for pid in (42, 43):
+        kernel.pid = pid
+        t.engine.hit(VFS_READ)
+    assert [line.split("-")[1].split()[0] for line in cat(root, "trace").splitlines()
+            if not line.startswith("#")] == ["42"]
+    echo(root, "set_event_notrace_pid", "\n")        # a write with no pid empties it
+    assert cat(root, "set_event_notrace_pid") == ""
+
+
+def test_set_event_pid_rejects_a_bad_write_whole(t):
+    root = t.root
+    echo(root, "set_event_pid", "5", append=False)
+    assert write_errno(root, "set_event_pid", "6 x") == errno.EINVAL
+    assert write_errno(root, "set_event_pid", "6 08") == errno.EINVAL     # octal
+    assert write_errno(root, "set_event_pid", str(4 * 1024 * 1024)) == errno.EPERM
+    assert cat(root, "set_event_pid") == "5\n"
+    echo(root, "set_event_pid", "", append=False)      # O_TRUNC clears
+    assert cat(root, "set_event_pid") == ""

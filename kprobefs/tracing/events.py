@@ -34,6 +34,7 @@ from kprobefs.tracing.fetch import (
     format_event_format, print_args,
 )
 from kprobefs.tracing.function import FunctionTracer, StackTracer
+from kprobefs.tracing.pid_filter import EventPidFilter
 from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.filter import (
     EventFilter, FilterParseError, FILTER_ERRORS, compile_filter, filter_fields,
@@ -586,6 +587,9 @@ class Tracer:
         self.buffer = RingBuffer(self.nr_cpus)
         self.error_log = ErrorLog(self.clock)
         self.comm_cache = CommCache()
+        # set_event_pid / set_event_notrace_pid: the kernel's recorder cannot filter by
+        # pid, so while either is set every event is recorded by the host's handler.
+        self.event_pids = EventPidFilter(lambda: self._native_sync(self.probes))
         self.options = dict(OPTION_DEFAULTS)
         self.tracer_name = "nop"
         self.trace_clock = "local"
@@ -1319,7 +1323,8 @@ class Tracer:
         native = self.native
         if native is None:
             return
-        usable = not self.stacktrace and self.clocks[self.trace_clock].tsc is not None
+        usable = (not self.stacktrace and not self.event_pids.active
+                  and self.clocks[self.trace_clock].tsc is not None)
         for tp in probes:
             np, kp = tp.native, tp.entry_kprobe
             if np is None or kp is None:
@@ -1369,6 +1374,7 @@ class Tracer:
         save_comm = self.comm_cache.save
         options = self.options
         buffer = self.buffer
+        event_pids = self.event_pids
         head_size = KRETPROBE_HEADER_SIZE if is_return else KPROBE_HEADER_SIZE
         int3_flags = FLAGS_INT3 if not is_return else FLAGS_NONE
 
@@ -1385,6 +1391,8 @@ class Tracer:
             else:
                 args = b""
             pid = kernel.current_pid()
+            if event_pids.active and event_pids.ignores(pid):
+                return
             cpu_obj = kernel.cpu
             cpu = cpu_obj.index if cpu_obj is not None else 0
             ip = tp.address

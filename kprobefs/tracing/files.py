@@ -346,6 +346,8 @@ class _Root:
             "saved_cmdlines": _text_file(t.comm_cache.saved_cmdlines),
             "saved_cmdlines_size": _File(MODE_WRITE, read=lambda: f"{t.comm_cache.size}\n",
                                          write=self._write_cmdlines_size),
+            "set_event_pid": self._event_pid_file(notrace=False),
+            "set_event_notrace_pid": self._event_pid_file(notrace=True),
             "trace_options": _File(MODE_WRITE, read=self._trace_options_text,
                                    write=self._write_trace_options),
             "options": Directory(self._options),
@@ -431,6 +433,23 @@ class _Root:
         name = _c_string(data[:100]).decode("latin-1").strip(_BLANKS)
         self.tracer.set_current_tracer(name)
         return len(data)
+
+    def _event_pid_file(self, notrace: bool) -> _File:
+        """``set_event_pid`` (``set_event_notrace_pid``): see :mod:`pid_filter`."""
+        t = self.tracer
+
+        def read() -> str:
+            return t.event_pids.text(t.event_pids.notrace_pids if notrace
+                                     else t.event_pids.pids)
+
+        def write(data: bytes, pid: int, comm: str) -> int:
+            with t.lock:
+                return t.event_pids.write(notrace, data)
+
+        def trunc() -> None:
+            with t.lock:
+                t.event_pids.clear(notrace)
+        return _File(MODE_WRITE, read=read, write=write, trunc=trunc)
 
     def _write_cmdlines_size(self, data: bytes, pid: int, comm: str) -> int:
         size = _kstrtoul(data, 10)
