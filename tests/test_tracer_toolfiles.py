@@ -161,3 +161,37 @@ def test_set_event_pid_rejects_a_bad_write_whole(t):
     assert cat(root, "set_event_pid") == "5\n"
     echo(root, "set_event_pid", "", append=False)      # O_TRUNC clears
     assert cat(root, "set_event_pid") == ""
+
+
+def test_tracing_cpumask_stops_recording_on_masked_cpus(t):
+    root, kernel = t.root, t.kernel
+    assert cat(root, "tracing_cpumask") == "3\n"
+    echo(root, "kprobe_events", "p:ev vfs_read")
+    echo(root, "events/kprobes/ev/enable", "1")
+    echo(root, "tracing_cpumask", "2\n", append=False)      # CPU 1 only
+    assert cat(root, "tracing_cpumask") == "2\n"
+    for cpu in (0, 1, 0):
+        kernel.run_as(100 + cpu, "cat", cpu)
+        t.engine.hit(VFS_READ)
+    cpus = [line.split("[")[1][:3] for line in cat(root, "trace").splitlines()
+            if not line.startswith("#")]
+    assert cpus == ["001"]
+    echo(root, "tracing_cpumask", "3", append=False)
+    kernel.run_as(100, "cat", 0)
+    t.engine.hit(VFS_READ)
+    assert len([line for line in cat(root, "trace").splitlines()
+                if not line.startswith("#")]) == 2
+
+
+@pytest.mark.parametrize("text, err", [("4", errno.EOVERFLOW), ("x", errno.EINVAL),
+                                       ("", errno.EINVAL), ("123456789", errno.EINVAL)])
+def test_tracing_cpumask_rejects(t, text, err):
+    assert write_errno(t.root, "tracing_cpumask", text) == err
+    assert cat(t.root, "tracing_cpumask") == "3\n"
+
+
+def test_cpumask_text_groups_32_cpus():
+    from kprobefs.tracing.cpumask import format_cpumask, parse_cpumask
+    assert format_cpumask((1 << 40) - 1, 40) == "ff,ffffffff\n"
+    assert format_cpumask(5, 6) == "05\n"
+    assert parse_cpumask(b"1,00000000\n", 40) == 1 << 32

@@ -1228,6 +1228,15 @@ class Tracer:
             self.buffer.overwrite = self.options["overwrite"]
             self._native_sync(self.probes)      # stack traces are taken by the host
 
+    def set_tracing_cpumask(self, mask: int) -> None:
+        """``tracing_cpumask``: only the CPUs in ``mask`` record.  The kernel's recorder
+        writes every CPU's buffer, so while a CPU is masked every probe records through
+        the host's handler, which the ring buffer refuses on masked CPUs."""
+        with self.lock:
+            self.buffer.record_disabled = frozenset(
+                cpu for cpu in range(self.nr_cpus) if not mask >> cpu & 1)
+            self._native_sync(self.probes)
+
     def set_trace_clock(self, name: str) -> None:
         """Select a trace clock (clears the buffer); EINVAL for an unknown name."""
         clock = self.clocks.get(name)
@@ -1324,6 +1333,7 @@ class Tracer:
         if native is None:
             return
         usable = (not self.stacktrace and not self.event_pids.active
+                  and not self.buffer.record_disabled
                   and self.clocks[self.trace_clock].tsc is not None)
         for tp in probes:
             np, kp = tp.native, tp.entry_kprobe

@@ -19,6 +19,7 @@ import errno
 import os
 from typing import Any, Callable, Protocol, runtime_checkable
 
+from kprobefs.tracing.cpumask import format_cpumask, parse_cpumask
 from kprobefs.tracing.events import OPTION_DEFAULTS, TraceEvent, Tracer
 from kprobefs.tracing.ftrace_events import FTRACE_EVENTS, ftrace_format_text
 from kprobefs.tracing.output import TraceOptions
@@ -346,6 +347,8 @@ class _Root:
             "saved_cmdlines": _text_file(t.comm_cache.saved_cmdlines),
             "saved_cmdlines_size": _File(MODE_WRITE, read=lambda: f"{t.comm_cache.size}\n",
                                          write=self._write_cmdlines_size),
+            "tracing_cpumask": _File(MODE_WRITE, read=self._cpumask_text,
+                                     write=self._write_cpumask),
             "set_event_pid": self._event_pid_file(notrace=False),
             "set_event_notrace_pid": self._event_pid_file(notrace=True),
             "trace_options": _File(MODE_WRITE, read=self._trace_options_text,
@@ -432,6 +435,16 @@ class _Root:
     def _write_tracer(self, data: bytes, pid: int, comm: str) -> int:
         name = _c_string(data[:100]).decode("latin-1").strip(_BLANKS)
         self.tracer.set_current_tracer(name)
+        return len(data)
+
+    def _cpumask_text(self) -> str:
+        t = self.tracer
+        mask = sum(1 << cpu for cpu in range(t.nr_cpus)
+                   if cpu not in t.buffer.record_disabled)
+        return format_cpumask(mask, t.nr_cpus)
+
+    def _write_cpumask(self, data: bytes, pid: int, comm: str) -> int:
+        self.tracer.set_tracing_cpumask(parse_cpumask(data, self.tracer.nr_cpus))
         return len(data)
 
     def _event_pid_file(self, notrace: bool) -> _File:
