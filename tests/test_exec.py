@@ -315,6 +315,20 @@ def test_trace_cmd_turns_ftrace_enabled_on_and_restores_it(mnt, tracing, tmp_pat
         knob.write_text("1\n")
 
 
+def test_set_event_pid_keeps_only_the_listed_tasks_events(mnt, tracing):
+    (tracing / "kprobe_events").write_text("p:myprobe vfs_read\n")
+    (tracing / "events" / "kprobes" / "myprobe" / "enable").write_text("1\n")
+    try:
+        # The shell lists itself; its child cat is not listed, the exec'd one is the shell.
+        out = sh(mnt, "echo $$ > /sys/kernel/tracing/set_event_pid; echo $$; "
+                      "cat /proc/version > /dev/null; exec cat /proc/version > /dev/null")
+        pids = {ev["pid"] for ev in _events((tracing / "trace").read_text())}
+        assert pids == {out.strip()}
+        assert (tracing / "set_event_pid").read_text() == out
+    finally:
+        (tracing / "set_event_pid").write_text("")
+
+
 # ---- perf --------------------------------------------------------------------------------
 def _kallsyms(mnt: Path) -> dict[str, int]:
     out = {}

@@ -195,3 +195,25 @@ def test_cpumask_text_groups_32_cpus():
     assert format_cpumask((1 << 40) - 1, 40) == "ff,ffffffff\n"
     assert format_cpumask(5, 6) == "05\n"
     assert parse_cpumask(b"1,00000000\n", 40) == 1 << 32
+
+
+def test_set_ftrace_pid_limits_the_function_tracer_to_its_tasks():
+    from kprobefs.tracing.function import FunctionTracer
+    from test_tracer_function import SITES, _FakeFtrace, _Ops
+    ftrace, records, current = _FakeFtrace(), [], [42]
+    ft = FunctionTracer(ftrace, _Ops, lambda: SITES,
+                        record=lambda cpu, rec, size: records.append(rec[1]),
+                        context=lambda: (current[0], 0), recording=lambda: True,
+                        now=lambda: 1)
+    ft.start()
+    ft.pids.write(False, b"7")
+    for pid in (42, 7):
+        current[0] = pid
+        ftrace.call(0x1000, 0x9999)
+    ft.pids.clear(False)
+    ft.pids.write(True, b"7")
+    for pid in (42, 7):
+        current[0] = pid
+        ftrace.call(0x1000, 0x9999)
+    assert records == [7, 42]
+

@@ -34,7 +34,7 @@ from kprobefs.tracing.fetch import (
     format_event_format, print_args,
 )
 from kprobefs.tracing.function import FunctionTracer, StackTracer
-from kprobefs.tracing.pid_filter import EventPidFilter
+from kprobefs.tracing.pid_filter import PidFilter
 from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.filter import (
     EventFilter, FilterParseError, FILTER_ERRORS, compile_filter, filter_fields,
@@ -589,7 +589,7 @@ class Tracer:
         self.comm_cache = CommCache()
         # set_event_pid / set_event_notrace_pid: the kernel's recorder cannot filter by
         # pid, so while either is set every event is recorded by the host's handler.
-        self.event_pids = EventPidFilter(lambda: self._native_sync(self.probes))
+        self.event_pids = PidFilter(lambda: self._native_sync(self.probes))
         self.options = dict(OPTION_DEFAULTS)
         self.tracer_name = "nop"
         self.trace_clock = "local"

@@ -349,8 +349,8 @@ class _Root:
                                          write=self._write_cmdlines_size),
             "tracing_cpumask": _File(MODE_WRITE, read=self._cpumask_text,
                                      write=self._write_cpumask),
-            "set_event_pid": self._event_pid_file(notrace=False),
-            "set_event_notrace_pid": self._event_pid_file(notrace=True),
+            "set_event_pid": self._pid_file(t.event_pids, False),
+            "set_event_notrace_pid": self._pid_file(t.event_pids, True),
             "trace_options": _File(MODE_WRITE, read=self._trace_options_text,
                                    write=self._write_trace_options),
             "options": Directory(self._options),
@@ -361,6 +361,9 @@ class _Root:
             functions = t.function_tracer
             self.files["set_ftrace_filter"] = self._filter_file(functions.filter)
             self.files["set_ftrace_notrace"] = self._filter_file(functions.notrace)
+            self.files["set_ftrace_pid"] = self._pid_file(functions.pids, False, "no pid\n")
+            self.files["set_ftrace_notrace_pid"] = self._pid_file(functions.pids, True,
+                                                                  "no pid\n")
         if t.stack_tracer is not None:
             stack = t.stack_tracer
             self.files["stack_trace"] = _text_file(stack.trace_text)
@@ -447,21 +450,22 @@ class _Root:
         self.tracer.set_tracing_cpumask(parse_cpumask(data, self.tracer.nr_cpus))
         return len(data)
 
-    def _event_pid_file(self, notrace: bool) -> _File:
-        """``set_event_pid`` (``set_event_notrace_pid``): see :mod:`pid_filter`."""
-        t = self.tracer
+    def _pid_file(self, pids, notrace: bool, empty: str = "") -> _File:
+        """``set_event_pid``, ``set_ftrace_pid`` and their ``notrace`` kin over a
+        :class:`~kprobefs.tracing.pid_filter.PidFilter`; ``empty`` is read when the set
+        is."""
+        lock = self.tracer.lock
 
         def read() -> str:
-            return t.event_pids.text(t.event_pids.notrace_pids if notrace
-                                     else t.event_pids.pids)
+            return pids.text(pids.notrace_pids if notrace else pids.pids) or empty
 
         def write(data: bytes, pid: int, comm: str) -> int:
-            with t.lock:
-                return t.event_pids.write(notrace, data)
+            with lock:
+                return pids.write(notrace, data)
 
         def trunc() -> None:
-            with t.lock:
-                t.event_pids.clear(notrace)
+            with lock:
+                pids.clear(notrace)
         return _File(MODE_WRITE, read=read, write=write, trunc=trunc)
 
     def _write_cmdlines_size(self, data: bytes, pid: int, comm: str) -> int:

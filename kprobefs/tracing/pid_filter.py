@@ -1,4 +1,5 @@
-"""``set_event_pid`` and ``set_event_notrace_pid``: which tasks' events are recorded.
+"""``set_event_pid`` and ``set_event_notrace_pid`` (which tasks' events are recorded),
+and ``set_ftrace_pid`` and ``set_ftrace_notrace_pid`` (the same for the function tracer).
 
 As in 6.1 (kernel/trace/trace.c trace_pid_write, trace_events.c): each file holds a set
 of pids.  A ``write()`` holds pids separated by blanks (``kstrtoul`` base 0 each) and adds
@@ -8,8 +9,9 @@ it first.  A token that is not a number fails the write with ``EINVAL``, a pid o
 write is applied.  A read lists the pids in increasing order, one a line.
 
 An event is recorded for a task when ``set_event_pid`` is empty or has its pid, and
-``set_event_notrace_pid`` does not.  (Following forks, ``options/event-fork``, is not
-here.)
+``set_event_notrace_pid`` does not; a function the same way.  (Following forks,
+``options/event-fork`` and ``function-fork``, is not here.)  The ``set_ftrace_*`` files
+read ``no pid`` when empty, the ``set_event_*`` ones nothing.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from __future__ import annotations
 import errno
 from typing import Callable
 
-__all__ = ["EventPidFilter", "PID_MAX_LIMIT"]
+__all__ = ["PidFilter", "PID_MAX_LIMIT"]
 
 PID_MAX_LIMIT = 4 * 1024 * 1024         # 64-bit kernels' PID_MAX_LIMIT
 
 
-class EventPidFilter:
+class PidFilter:
     """The two pid sets; ``changed()`` runs after every change."""
 
     def __init__(self, changed: Callable[[], None] | None = None):
