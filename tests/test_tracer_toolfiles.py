@@ -217,3 +217,14 @@ def test_set_ftrace_pid_limits_the_function_tracer_to_its_tasks():
         ftrace.call(0x1000, 0x9999)
     assert records == [7, 42]
 
+
+
+def test_latency_knobs_keep_microseconds(t):
+    root = t.root
+    for name in ("tracing_max_latency", "tracing_thresh"):
+        assert cat(root, name) == "0\n"
+        echo(root, name, "250\n", append=False)
+        assert cat(root, name) == "250\n"
+        assert write_errno(root, name, "-1") == errno.EINVAL
+    assert cat(root, "timestamp_mode") == "[delta] absolute\n"
+    assert cat(root, "printk_formats") == ""

@@ -46,6 +46,11 @@ MODE_READ = 0o440          # TRACE_MODE_READ
 MODE_WRITE_ONLY = 0o220    # trace_marker
 _PAGE_SIZE = 4096
 _PID_MAX_DEFAULT = 0x8000
+_U64_MAX = (1 << 64) - 1
+
+
+def _signed64(value: int) -> int:
+    return value - (1 << 64) if value >> 63 else value
 # The order of 6.1's trace_options (TRACE_FLAGS), for the names this tracer has.
 _OPTION_ORDER = ("print-parent", "sym-offset", "sym-addr", "verbose", "raw", "hex", "bin",
                  "block", "fields", "trace_printk", "annotate", "userstacktrace",
@@ -304,6 +309,7 @@ class _Root:
     def __init__(self, tracer: Tracer):
         self.tracer = tracer
         t = tracer
+        self._nsecs = {"max_latency": 0, "thresh": 0}
         readme = README_TEXT
         if t.function_tracer is not None:
             at = readme.index("  available_events")
@@ -347,6 +353,12 @@ class _Root:
             "saved_cmdlines": _text_file(t.comm_cache.saved_cmdlines),
             "saved_cmdlines_size": _File(MODE_WRITE, read=lambda: f"{t.comm_cache.size}\n",
                                          write=self._write_cmdlines_size),
+            # No latency tracer here updates these two: they keep what is written.
+            "tracing_max_latency": self._nsecs_file("max_latency"),
+            "tracing_thresh": self._nsecs_file("thresh"),
+            "timestamp_mode": _text_file(lambda: "[delta] absolute\n"),
+            # trace_printk() formats and tracepoint strings: the kernel has none.
+            "printk_formats": _text_file(lambda: ""),
             "tracing_cpumask": _File(MODE_WRITE, read=self._cpumask_text,
                                      write=self._write_cpumask),
             "set_event_pid": self._pid_file(t.event_pids, False),
@@ -439,6 +451,18 @@ class _Root:
         name = _c_string(data[:100]).decode("latin-1").strip(_BLANKS)
         self.tracer.set_current_tracer(name)
         return len(data)
+
+    def _nsecs_file(self, name: str) -> _File:
+        """``tracing_max_latency`` / ``tracing_thresh``: written in microseconds
+        (kstrtoul base 10), kept in nanoseconds, read back in microseconds."""
+        def read() -> str:
+            ns = self._nsecs[name]
+            return "-1\n" if ns == _U64_MAX else f"{_signed64(ns // 1000)}\n"
+
+        def write(data: bytes, pid: int, comm: str) -> int:
+            self._nsecs[name] = _kstrtoul(data, 10) * 1000 & _U64_MAX
+            return len(data)
+        return _File(MODE_WRITE, read=read, write=write)
 
     def _cpumask_text(self) -> str:
         t = self.tracer
