@@ -1,14 +1,25 @@
 """trace_pipe_raw read throughput next to ``cat trace``'s, in MB/s of what each read
-returns, on the tracefs file objects (no FUSE): a buffer filled with N records of a
-2-argument kprobe event is read whole through per_cpu/cpu0/trace_pipe_raw (binary pages,
-consumed) and, refilled the same way, through trace (text, not consumed).
+returns.
+
+In process (the default), on the tracefs file objects (no FUSE): a buffer filled with N
+records of a 2-argument kprobe event is read whole through per_cpu/cpu0/trace_pipe_raw
+(binary pages, consumed) and, refilled the same way, through trace (text, not consumed).
+
+With ``--mount``, through a real FUSE mount of a daemon this script starts (root and
+/dev/fuse needed): the daemon's background workload runs under the function tracer for
+``--fill`` seconds, tracing stops, then the same records are read with ``cat trace``
+(text, not consumed, a real process) and by reading every per_cpu/cpuN/trace_pipe_raw
+page by page with O_NONBLOCK until EAGAIN (consumed; this process, through the mount).
 
     python3 benchmarks/bench_rawpipe.py [--records N]
+    python3 benchmarks/bench_rawpipe.py --mount [--fill S] [--workload RATE]
 """
 
 import argparse
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -40,10 +51,83 @@ def _read_all(t, path, chunk):
     return total, elapsed
 
 
+def _timed_raw_reads(paths):
+    """(bytes, seconds) of reading each trace_pipe_raw page by page (4096-byte reads,
+    as trace-cmd's recorders) with O_NONBLOCK until EAGAIN: a blocking reader would
+    wait for more at the end."""
+    total = 0
+    start = time.perf_counter()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            while True:
+                try:
+                    data = os.read(fd, 4096)
+                except BlockingIOError:
+                    break
+                if not data:
+                    break
+                total += len(data)
+        finally:
+            os.close(fd)
+    return total, time.perf_counter() - start
+
+
+def _timed_cat(paths):
+    """(bytes, seconds) of one ``cat`` of ``paths`` to a pipe."""
+    start = time.perf_counter()
+    out = subprocess.run(["cat", *paths], capture_output=True, check=True).stdout
+    return len(out), time.perf_counter() - start
+
+
+def _through_mount(args):
+    mnt = tempfile.mkdtemp(prefix="kprobefs-bench-", dir="/run")
+    cli = [sys.executable, "-m", "kprobefs"]
+    env = dict(os.environ, PYTHONPATH=_ROOT)
+    subprocess.run(cli + ["mount", mnt, "--workload", str(args.workload),
+                          "--log-file", os.path.join(mnt + ".log")], check=True, env=env)
+    tracing = os.path.join(mnt, "tracing")
+
+    def echo(name, text):
+        with open(os.path.join(tracing, name), "w") as f:
+            f.write(text)
+    try:
+        echo("buffer_size_kb", str(args.buffer_kb))
+        echo("current_tracer", "function")
+        time.sleep(args.fill)
+        echo("tracing_on", "0")
+        cpus = sorted(os.listdir(os.path.join(tracing, "per_cpu")))
+        stats = {}
+        for cpu in cpus:
+            with open(os.path.join(tracing, "per_cpu", cpu, "stats")) as f:
+                stats[cpu] = int(f.readline().split()[1])
+        records = sum(stats.values())
+        results = [("trace", *_timed_cat([os.path.join(tracing, "trace")]))]
+        results.append(("trace_pipe_raw", *_timed_raw_reads(
+            [os.path.join(tracing, "per_cpu", cpu, "trace_pipe_raw") for cpu in cpus])))
+        for name, total, elapsed in results:
+            print(f"{name:15s} {records} records  {total / 1e6:8.2f} MB  "
+                  f"{elapsed:6.2f} s  {total / 1e6 / elapsed:8.2f} MB/s  "
+                  f"{records / elapsed:10.0f} records/s  (through FUSE)")
+    finally:
+        echo("current_tracer", "nop")
+        subprocess.run(cli + ["umount", mnt], env=env)
+        os.rmdir(mnt)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--mount", action="store_true", help="read through a real mount")
+    ap.add_argument("--fill", type=float, default=5.0, help="seconds of workload (--mount)")
+    ap.add_argument("--workload", type=float, default=2000.0,
+                    help="the daemon's workload rate, operations/s (--mount)")
+    ap.add_argument("--buffer-kb", type=int, default=4096,
+                    help="per-CPU buffer size (--mount)")
     args = ap.parse_args()
+    if args.mount:
+        _through_mount(args)
+        return
     for name, path, chunk in (("trace_pipe_raw", "per_cpu/cpu0/trace_pipe_raw", 4096),
                               ("trace", "trace", 65536)):
         total, elapsed = _read_all(_fill(args.records), path, chunk)

@@ -9,6 +9,8 @@ the main thread and end the loop, which unmounts.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import logging
 import os
@@ -89,8 +91,21 @@ def _run_quietly(argv: list[str]) -> bool:
                           stderr=subprocess.DEVNULL).returncode == 0
 
 
+_MNT_DETACH = 2
+
+
+def _umount2(path: str, flags: int) -> bool:
+    """umount(2) itself: root needs no helper (so neither Debian's ``fuse`` package,
+    which apt will not install beside ``fuse3``, nor util-linux's ``umount``)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    return libc.umount2(os.fsencode(path), flags) == 0
+
+
 def unmount(path: str, lazy: bool = False) -> bool:
-    """Unmounts a FUSE mount (fusermount, else umount); True on success."""
+    """Unmounts a FUSE mount: umount(2) as root, else fusermount (the set-uid helper),
+    else umount(8); True on success."""
+    if os.geteuid() == 0 and _umount2(path, _MNT_DETACH if lazy else 0):
+        return True
     if lazy:
         return _run_quietly(["fusermount", "-u", "-z", path]) or \
             _run_quietly(["umount", "-l", path])

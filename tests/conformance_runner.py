@@ -180,8 +180,8 @@ def cannot_run() -> str | None:
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse is missing"
     if not ctypes.util.find_library("fuse"):
-        return "libfuse2 is missing (apt-get install fuse libfuse2)"
-    for tool in ("mount", "sh", "cat", "dpkg-query", "fusermount"):
+        return "libfuse2 is missing (apt-get install libfuse2)"
+    for tool in ("mount", "sh", "cat", "dpkg-query"):
         if shutil.which(tool) is None:
             return f"{tool} is missing"
     return None
@@ -369,7 +369,8 @@ class Mount:
                 self.process.kill()
             except ProcessLookupError:
                 pass
-            subprocess.run(["fusermount", "-u", "-z", str(self.path)], capture_output=True)
+            from kprobefs.daemon import unmount     # the tree's, as pytest imports it
+            unmount(str(self.path), lazy=True)
             self.process.wait(30)
         self.process = None
 

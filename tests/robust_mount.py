@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kprobefs.daemon import Daemon
+from kprobefs.daemon import Daemon, unmount
 
 
 def fuse_missing() -> str | None:
@@ -124,13 +124,13 @@ class InProcessMount:
         if self._thread is None:
             return
         if is_mounted(self.path):
-            subprocess.run(["fusermount", "-u", str(self.path)], capture_output=True)
+            unmount(str(self.path))
         self._thread.join(timeout)
         if self._thread.is_alive() or is_mounted(self.path):
             # Busy (a file left open): abort the connection, so no thread of this
             # process is left waiting on a server that is gone, then detach it.
             abort_connection(self.path)
-            subprocess.run(["fusermount", "-u", "-z", str(self.path)], capture_output=True)
+            unmount(str(self.path), lazy=True)
             self._thread.join(5)
         self._thread = None
         for sig, handler in self._saved.items():

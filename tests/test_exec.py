@@ -4,7 +4,8 @@ namespace that puts it where Linux tools look (kprobefs/execns.py).
 The view itself (the first tracefs line of /proc/mounts, /sys/kernel/debug, the
 emulated kernel's /proc files, the host left alone), the command's exit status and
 signals, then Debian's own tools: trace-cmd (``list -e/-t/-o``, ``stat``, ``show``,
-``reset``), perf (``perf probe -a/-l/-d``), perf-tools' ``kprobe`` script, and
+``reset``, ``extract`` and ``report`` compared record by record with ``trace``,
+``record``, ``report --stat``, the ftrace_enabled sysctl), perf (``perf probe -a/-l/-d``), perf-tools' ``kprobe`` script, and
 ftracetest itself.  The FUSE tests are skipped without /dev/fuse, a missing tool is
 skipped, except under CI=true (tests/run.sh installs them).
 """
@@ -250,10 +251,6 @@ def test_trace_cmd_show_and_record_in_an_instance(mnt, tracing, tmp_path):
     record = run_exec(mnt, "trace-cmd", "record", "-B", "bar", "-e", "kprobes:myprobe",
                       "-o", str(dat), "cat", "/sys/kernel/tracing/README")
     try:
-        if record.returncode and "Can't enable ftrace" in record.stderr and \
-                not (mnt / "proc" / "sys" / "kernel" / "ftrace_enabled").exists():
-            pytest.xfail("trace-cmd record writes /proc/sys/kernel/ftrace_enabled, "
-                         "which the daemon does not serve yet")
         assert record.returncode == 0, record.stderr
         assert os.listdir(tracing / "instances") == []     # trace-cmd removed it
         report = run_exec(mnt, "trace-cmd", "report", "-i", str(dat))
@@ -266,6 +263,107 @@ def test_trace_cmd_show_and_record_in_an_instance(mnt, tracing, tmp_path):
         if (tracing / "instances" / "bar").exists():
             (tracing / "instances" / "bar" / "events" / "enable").write_text("0\n")
             (tracing / "instances" / "bar").rmdir()
+
+
+# A line of `trace` ("cat-42   [000] .....   1.000001: ev: (vfs_read+0x0/0x98) a=1") or
+# of `trace-cmd report` ("cat-42 [000]   1.000001: ev:   (ffffffff81000000) a=1").
+_EVENT_LINE = re.compile(r"^\s*(?P<comm>.+)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?:[.\w]{5}\s+)?"
+                         r"(?P<ts>\d+\.\d{6}): (?P<name>\w+):\s+\((?P<ip>[^)]*)\)(?P<args>.*)$")
+
+
+def _events(text: str) -> list[dict]:
+    out = []
+    for line in text.splitlines():
+        m = _EVENT_LINE.match(line)
+        if m:
+            out.append(m.groupdict())
+    return out
+
+
+def _trace_cmd(mnt: Path, cwd: Path, *argv: str) -> str:
+    done = run_exec(mnt, "sh", "-c", 'cd "$0" && exec trace-cmd "$@"', str(cwd), *argv)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_trace_cmd_extract_and_report_show_the_records_of_trace(mnt, tracing, tmp_path):
+    need_tool("trace-cmd")
+    (tracing / "kprobe_events").write_text("p:myprobe vfs_read count=%dx:u32 file=%di:x64\n")
+    (tracing / "events" / "kprobes" / "myprobe" / "enable").write_text("1\n")
+    assert run_exec(mnt, "cat", "/proc/version").returncode == 0
+    (tracing / "events" / "kprobes" / "myprobe" / "enable").write_text("0\n")
+    expected = _events((tracing / "trace").read_text())
+    assert expected, "no event to compare"
+
+    _trace_cmd(mnt, tmp_path, "extract", "-o", "x.dat")
+    report = _events(_trace_cmd(mnt, tmp_path, "report", "-i", "x.dat"))
+    vfs_read = _kallsyms(mnt)["vfs_read"]
+    for ev in report:               # report prints the probe's ip as print fmt's %lx
+        assert int(ev.pop("ip"), 16) == vfs_read
+    for ev in expected:
+        assert ev.pop("ip").startswith("vfs_read+0x0/")
+    # trace-cmd's order is by timestamp across CPUs, trace's too.
+    assert report == expected
+    assert not _events((tracing / "trace").read_text())     # extract consumed them
+
+    stat = _trace_cmd(mnt, tmp_path, "report", "-i", "x.dat", "--stat")
+    assert "Kernel buffer statistics:" in stat
+    for cpu in range(2):
+        assert re.search(rf"\nCPU: {cpu}\nentries: 0\noverrun: 0\n", stat), stat
+
+
+def test_trace_cmd_record_and_report(mnt, tracing, tmp_path):
+    need_tool("trace-cmd")
+    (tracing / "kprobe_events").write_text("p:myprobe vfs_read count=%dx:u32\n")
+    # The command waits before its reads: trace-cmd's recorders must have opened
+    # trace_pipe_raw first (a recorder told to stop before that reads nothing).
+    workload = 'echo $$ > pid; sleep 1; exec cat /proc/version'
+    out = _trace_cmd(mnt, tmp_path, "record", "-o", "r.dat", "-e", "kprobes:myprobe",
+                     "sh", "-c", workload)
+    assert out.startswith("Linux version")
+    pid = (tmp_path / "pid").read_text().strip()
+    report = _events(_trace_cmd(mnt, tmp_path, "report", "-i", "r.dat"))
+    mine = [ev for ev in report if ev["pid"] == pid]
+    assert mine and {ev["comm"] for ev in mine} == {"cat"}, report
+    assert [float(ev["ts"]) for ev in report] == sorted(float(ev["ts"]) for ev in report)
+
+    # The same command with `cat trace`: the same records, but for times and pids.
+    (tracing / "events" / "kprobes" / "myprobe" / "enable").write_text("1\n")
+    assert run_exec(mnt, "sh", "-c", 'cd "$0" && ' + workload, str(tmp_path)).returncode == 0
+    (tracing / "events" / "kprobes" / "myprobe" / "enable").write_text("0\n")
+    pid = (tmp_path / "pid").read_text().strip()
+    traced = [ev for ev in _events((tracing / "trace").read_text()) if ev["pid"] == pid]
+    assert [(ev["comm"], ev["name"], ev["args"]) for ev in mine] == [
+        (ev["comm"], ev["name"], ev["args"]) for ev in traced]
+
+
+def test_trace_cmd_turns_ftrace_enabled_on_and_restores_it(mnt, tracing, tmp_path):
+    need_tool("trace-cmd")
+    (tracing / "kprobe_events").write_text("p:myprobe vfs_read\n")
+    knob = mnt / "proc" / "sys" / "kernel" / "ftrace_enabled"
+    knob.write_text("0\n")
+    try:
+        assert sh(mnt, "cat /proc/sys/kernel/ftrace_enabled") == "0\n"
+        _trace_cmd(mnt, tmp_path, "record", "-o", "r.dat", "-e", "kprobes:myprobe",
+                   "sh", "-c", "cat /proc/sys/kernel/ftrace_enabled > seen")
+        assert (tmp_path / "seen").read_text() == "1\n"    # on while it recorded
+        assert knob.read_text() == "0\n"                   # and restored afterwards
+    finally:
+        knob.write_text("1\n")
+
+
+def test_set_event_pid_keeps_only_the_listed_tasks_events(mnt, tracing):
+    (tracing / "kprobe_events").write_text("p:myprobe vfs_read\n")
+    (tracing / "events" / "kprobes" / "myprobe" / "enable").write_text("1\n")
+    try:
+        # The shell lists itself; its child cat is not listed, the exec'd one is the shell.
+        out = sh(mnt, "echo $$ > /sys/kernel/tracing/set_event_pid; echo $$; "
+                      "cat /proc/version > /dev/null; exec cat /proc/version > /dev/null")
+        pids = {ev["pid"] for ev in _events((tracing / "trace").read_text())}
+        assert pids == {out.strip()}
+        assert (tracing / "set_event_pid").read_text() == out
+    finally:
+        (tracing / "set_event_pid").write_text("")
 
 
 # ---- perf --------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import kprobefs
+from kprobefs.daemon import unmount
 
 pytestmark = pytest.mark.fuse
 
@@ -108,7 +109,7 @@ def cleanup(path):
         except ProcessLookupError:
             pass
     if is_mounted(path):
-        subprocess.run(["fusermount", "-u", "-z", str(path)], capture_output=True)
+        unmount(str(path), lazy=True)
 
 
 @pytest.fixture

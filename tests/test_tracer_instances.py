@@ -14,6 +14,9 @@ INSTANCE_FILES = {
     "trace", "trace_pipe", "tracing_on", "trace_marker", "buffer_size_kb",
     "buffer_total_size_kb", "trace_clock", "current_tracer", "available_tracers",
     "available_events", "set_event", "error_log", "options", "per_cpu", "events",
+    # init_tracer_tracefs and create_event_toplevel_files give every instance these too
+    "trace_options", "tracing_cpumask", "timestamp_mode", "tracing_max_latency",
+    "set_event_pid", "set_event_notrace_pid",
 }
 
 
@@ -43,7 +46,8 @@ def test_mkdir_makes_an_instance_with_its_own_files(t):
     files = node(t.root, "instances/foo").children()
     assert set(files) == INSTANCE_FILES
     for top_only in ("kprobe_events", "dynamic_events", "README", "instances",
-                     "kprobe_profile", "available_filter_functions"):
+                     "kprobe_profile", "available_filter_functions", "saved_cmdlines",
+                     "saved_cmdlines_size", "tracing_thresh", "printk_formats"):
         assert top_only not in files
     assert node(t.root, "instances/foo").mode == 0o750
     assert set(node(t.root, "instances/foo/per_cpu/cpu1").children()) == {

@@ -135,7 +135,9 @@ class KprobeFS(fuse.Operations):
         return 0
 
     def read(self, path, size, offset, fi):
-        return self.gateway.read(fi.fh, size, offset, _caller())
+        # fi.flags is the file's f_flags now (libfuse2 passes READ's flags): trace-cmd
+        # sets O_NONBLOCK with fcntl before its last reads of trace_pipe_raw.
+        return self.gateway.read(fi.fh, size, offset, _caller(), fi.flags)
 
     def write(self, path, data, offset, fi):
         return self.gateway.write(fi.fh, data, offset, _caller())

@@ -580,14 +580,17 @@ class Gateway:
             if e.errno != errno.ESPIPE:
                 raise
 
-    def read(self, fh: int, size: int, offset: int, ctx: Caller) -> bytes:
+    def read(self, fh: int, size: int, offset: int, ctx: Caller,
+             flags: int | None = None) -> bytes:
+        """``flags``: the file's status flags at this read (FUSE sends them with each
+        READ, so an fcntl(F_SETFL, O_NONBLOCK) after open counts); None: the open's."""
         with self._lock:
             of = self._files.get(fh)
         if of is not None and of.text is not None:
             return of.text[offset:offset + size]
         of, fd = self._fd(fh, ctx)
         size = min(size, MAX_IO)
-        nonblock = bool(of.flags & O_NONBLOCK)
+        nonblock = bool((of.flags if flags is None else flags) & O_NONBLOCK)
         waitable = callable(getattr(fd.handle, "wait", None))
         with fd.lock:
             self._seek(fd, offset)

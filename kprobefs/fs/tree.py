@@ -692,6 +692,8 @@ def proc_tree(kernel, engine=None, stack_tracer=None) -> Directory:
     """``/proc``: kallsyms and version from the machine; ``sys/debug/
     kprobes-optimization`` over the engine's ``optimization_enabled`` and
     ``set_optimization()`` (the write returns once the optimizer has run, §7.4);
+    ``sys/kernel/ftrace_enabled`` over the engine's ftrace core (an int sysctl: zero
+    puts every ftrace site back to a NOP until it is non-zero again);
     ``sys/kernel/stack_tracer_enabled`` over the stack tracer's ``enabled_value`` and
     ``set_enabled()`` (an int sysctl: non-zero traces)."""
     def set_optimization(value: int) -> None:
@@ -708,10 +710,18 @@ def proc_tree(kernel, engine=None, stack_tracer=None) -> Directory:
         knob = IntKnob(lambda: int(bool(engine.optimization_enabled)), set_optimization,
                        0, 1, 0o644)
         sys_dirs["debug"] = Directory({"kprobes-optimization": knob}, mode=0o555)
+    sysctl_kernel = {}
+    ftrace = getattr(engine, "ftrace", None)
+    if ftrace is not None:
+        sysctl_kernel["ftrace_enabled"] = IntKnob(
+            lambda: ftrace.ftrace_enabled_value, ftrace.set_ftrace_enabled,
+            -(1 << 31), (1 << 31) - 1, 0o644)
     if stack_tracer is not None:
-        knob = IntKnob(lambda: stack_tracer.enabled_value, stack_tracer.set_enabled,
-                       -(1 << 31), (1 << 31) - 1, 0o644)
-        sys_dirs["kernel"] = Directory({"stack_tracer_enabled": knob}, mode=0o555)
+        sysctl_kernel["stack_tracer_enabled"] = IntKnob(
+            lambda: stack_tracer.enabled_value, stack_tracer.set_enabled,
+            -(1 << 31), (1 << 31) - 1, 0o644)
+    if sysctl_kernel:
+        sys_dirs["kernel"] = Directory(sysctl_kernel, mode=0o555)
     if sys_dirs:
         proc.add("sys", Directory(sys_dirs, mode=0o555))
     return proc

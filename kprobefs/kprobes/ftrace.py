@@ -42,6 +42,28 @@ class Ftrace:
         self.arch = arch
         self.sites = frozenset(sites)
         self._site_ops: dict[int, list[FtraceOps]] = {}
+        #: The ``kernel.ftrace_enabled`` sysctl (proc_dointvec: any int, non-zero is on).
+        self.ftrace_enabled_value = 1
+
+    @property
+    def ftrace_enabled(self) -> bool:
+        return bool(self.ftrace_enabled_value)
+
+    def set_ftrace_enabled(self, value: int) -> None:
+        """Write ``kernel.ftrace_enabled``.  Turning it off puts every site back to a NOP
+        (ftrace_shutdown_sysctl: ops stay registered, kprobes on ftrace sites included,
+        and nothing they filter is called); turning it on patches the sites of every
+        registered ops again.  Caller holds the text lock (runs inside a hypercall)."""
+        was = self.ftrace_enabled
+        self.ftrace_enabled_value = value
+        if self.ftrace_enabled == was:
+            return
+        for site in sorted(self._site_ops):
+            if self.ftrace_enabled:
+                self.arch.ftrace_make_call(site, self._site_func(site),
+                                           self._site_native(site))
+            else:
+                self.arch.ftrace_make_nop(site)
 
     def is_ftrace_location(self, addr: int) -> bool:
         return addr in self.sites
@@ -80,6 +102,8 @@ class Ftrace:
     def _attach(self, ops: FtraceOps, site: int) -> None:
         users = self._site_ops.setdefault(site, [])
         users.append(ops)
+        if not self.ftrace_enabled:
+            return
         if len(users) == 1:
             self.arch.ftrace_make_call(site, self._site_func(site), self._site_native(site))
         else:
@@ -87,7 +111,7 @@ class Ftrace:
 
     def refresh_site(self, site: int) -> None:
         """The users of ``site``, or what they want it to call, changed."""
-        if site in self._site_ops:
+        if site in self._site_ops and self.ftrace_enabled:
             self.arch.ftrace_update_call(site, self._site_func(site),
                                          self._site_native(site))
 
@@ -98,7 +122,8 @@ class Ftrace:
         users.remove(ops)
         if not users:
             del self._site_ops[site]
-            self.arch.ftrace_make_nop(site)
+            if self.ftrace_enabled:
+                self.arch.ftrace_make_nop(site)
         else:
             self.refresh_site(site)
 

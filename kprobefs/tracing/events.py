@@ -165,6 +165,7 @@ class Tracer:
         self._next_id = first_event_id
         self._clear_trace = False
         self.comm_cache = CommCache()
+        self.tracing_thresh_ns = 0          # tracing_thresh (global; no tracer uses it)
 
         self.function_tracer: FunctionTracer | None = None     # the top array's
         self.stack_tracer: StackTracer | None = None
@@ -774,13 +775,16 @@ class Tracer:
     def _native_sync(self, probes: Iterable[TraceProbe]) -> None:
         """Point each probe's kprobe at the kernel's recorder when it can record the
         event as things stand (enabled in no array but the top one, a filter it can
-        evaluate, no stack traces, the kernel's clock), else at the host's handler; and
+        evaluate, no stack traces, no pid filter, every CPU recording, the kernel's
+        clock), else at the host's handler; and
         tell the recorder whether the event records, and its filter."""
         native = self.native
         if native is None:
             return
         top = self.top
-        usable = not top.stacktrace and self.clocks[top.trace_clock].tsc is not None
+        usable = (not top.stacktrace and not top.event_pids.active
+                  and not top.buffer.record_disabled
+                  and self.clocks[top.trace_clock].tsc is not None)
         for tp in probes:
             np, kp = tp.native, tp.entry_kprobe
             if np is None or kp is None:

@@ -19,6 +19,7 @@ import errno
 import os
 from typing import Any, Callable, Protocol, runtime_checkable
 
+from kprobefs.tracing.cpumask import format_cpumask, parse_cpumask
 from kprobefs.tracing.events import TraceEvent, Tracer
 from kprobefs.tracing.ftrace_events import FTRACE_EVENTS, FTRACE_SYSTEM
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, TraceArray
@@ -45,6 +46,8 @@ MODE_WRITE = 0o640         # TRACE_MODE_WRITE
 MODE_READ = 0o440          # TRACE_MODE_READ
 MODE_WRITE_ONLY = 0o220    # trace_marker
 _PAGE_SIZE = 4096
+_PID_MAX_DEFAULT = 0x8000
+_U64_MAX = (1 << 64) - 1
 _BLANKS = " \t\n\v\f\r"
 
 
@@ -328,6 +331,16 @@ class _Root:
                                trunc=lambda: tr.set_events_enabled(False, allow_none=True)),
             "error_log": _File(MODE_WRITE, read=tr.error_log.text,
                                write=lambda d, p, c: len(d), trunc=tr.error_log.clear),
+            "tracing_cpumask": _File(
+                MODE_WRITE, read=lambda: format_cpumask(tr.tracing_cpumask(), tr.nr_cpus),
+                write=self._write_cpumask),
+            "trace_options": _File(MODE_WRITE, read=tr.trace_options_text,
+                                   write=lambda d, p, c: tr.write_trace_option(d)),
+            "timestamp_mode": _text_file(lambda: "[delta] absolute\n"),
+            # No latency tracer here updates it: it keeps what is written.
+            "tracing_max_latency": self._usecs_file(tr, "max_latency_ns"),
+            "set_event_pid": self._pid_file(tr.event_pids, False),
+            "set_event_notrace_pid": self._pid_file(tr.event_pids, True),
             "options": Directory(self._options),
             "per_cpu": Directory(self._per_cpu),
             "events": Directory(self._events),
@@ -336,13 +349,16 @@ class _Root:
             functions = tr.function_tracer
             self.files["set_ftrace_filter"] = self._filter_file(functions.filter)
             self.files["set_ftrace_notrace"] = self._filter_file(functions.notrace)
+            self.files["set_ftrace_pid"] = self._pid_file(functions.pids, False, "no pid\n")
+            self.files["set_ftrace_notrace_pid"] = self._pid_file(functions.pids, True,
+                                                                  "no pid\n")
         if tr.is_top:
             self._add_top_files()
         self.directory = Directory(self.files)
 
     def _add_top_files(self) -> None:
-        """The files only the top level has: the event definitions, the function and
-        stack tracers' files, README, ``instances/``."""
+        """The files only the top level has: the event definitions, the stack tracer's
+        files, README, the saved comms, ``tracing_thresh``, ``instances/``."""
         t = self.tracer
         readme = README_TEXT
         if t.function_tracer is not None:
@@ -363,6 +379,12 @@ class _Root:
             "kprobe_profile": _text_file(t.profile_text),
             "available_filter_functions": _text_file(
                 lambda: "".join(f"{name}\n" for name in t.symbols.ftrace_functions())),
+            "saved_cmdlines": _text_file(t.comm_cache.saved_cmdlines),
+            "saved_cmdlines_size": _File(MODE_WRITE, read=lambda: f"{t.comm_cache.size}\n",
+                                         write=self._write_cmdlines_size),
+            "tracing_thresh": self._usecs_file(t, "tracing_thresh_ns"),
+            # trace_printk() formats and tracepoint strings: the kernel has none.
+            "printk_formats": _text_file(lambda: ""),
             "instances": _InstancesDir(t),
         })
         if t.stack_tracer is not None:
@@ -387,6 +409,50 @@ class _Root:
             with lock:
                 hash_.clear()
         return _File(MODE_WRITE, read=hash_.text, write=write, trunc=trunc)
+
+    def _pid_file(self, pids, notrace: bool, empty: str = "") -> _File:
+        """``set_event_pid``, ``set_ftrace_pid`` and their ``notrace`` kin over a
+        :class:`~kprobefs.tracing.pid_filter.PidFilter`; ``empty`` is read when the set
+        is."""
+        lock = self.tracer.lock
+
+        def write(data: bytes, pid: int, comm: str) -> int:
+            with lock:
+                return pids.write(notrace, data)
+
+        def trunc() -> None:
+            with lock:
+                pids.clear(notrace)
+        return _File(MODE_WRITE, write=write, trunc=trunc, read=lambda: pids.text(
+            pids.notrace_pids if notrace else pids.pids) or empty)
+
+    @staticmethod
+    def _usecs_file(owner, attr: str) -> _File:
+        """``tracing_max_latency`` / ``tracing_thresh``: written in microseconds
+        (kstrtoul base 10), kept in nanoseconds in ``owner.attr``, read in µs."""
+        def read() -> str:
+            ns = getattr(owner, attr)
+            if ns == _U64_MAX:
+                return "-1\n"
+            us = ns // 1000
+            return f"{us - (1 << 64) if us >> 63 else us}\n"
+
+        def write(data: bytes, pid: int, comm: str) -> int:
+            setattr(owner, attr, _kstrtoul(data, 10) * 1000 & _U64_MAX)
+            return len(data)
+        return _File(MODE_WRITE, read=read, write=write)
+
+    def _write_cpumask(self, data: bytes, pid: int, comm: str) -> int:
+        self.tr.set_tracing_cpumask(parse_cpumask(data, self.tr.nr_cpus))
+        return len(data)
+
+    def _write_cmdlines_size(self, data: bytes, pid: int, comm: str) -> int:
+        size = _kstrtoul(data, 10)
+        if not size or size > _PID_MAX_DEFAULT:
+            raise OSError(errno.EINVAL, "saved_cmdlines_size takes 1 to 32768")
+        with self.tracer.lock:
+            self.tracer.comm_cache.resize(size)
+        return len(data)
 
     def _write_stack_max(self, data: bytes) -> int:
         self.tracer.stack_tracer.set_max_size(_kstrtoul(data, 10))

@@ -2,8 +2,10 @@
 writes, described as Linux 6.1 describes them (kernel/trace/trace_entries.h), so that
 tools decoding ``trace_pipe_raw`` pages (trace-cmd record and report) can read them.
 
-Only the three record types this tracer writes are listed: ``function`` (the function
-tracer), ``kernel_stack`` (options/stacktrace) and ``print`` (trace_marker).  As in
+The three record types this tracer writes are here, ``function`` (the function tracer),
+``kernel_stack`` (options/stacktrace) and ``print`` (trace_marker), and beside them the
+four that trace-cmd and libtraceevent look for among them (``user_stack``, ``bprint``,
+``bputs``, ``raw_data``), numbered as 6.1 numbers its ``TRACE_*`` types.  As in
 Linux, they have no ``enable``, ``filter`` or ``trigger`` file, the ftrace system
 directory has no ``enable`` or ``filter`` either, and only an event with a register
 function (function, print) has an ``id`` file.
@@ -52,4 +54,21 @@ FTRACE_EVENTS: dict[str, FtraceEvent] = {e.name: e for e in (
            (RecordField("unsigned long", "ip", 8, 8, False),
             RecordField("char[]", "buf", 16, 0, True)),
            '"%ps: %s", (void *)REC->ip, REC->buf'),
+    _event("bprint", 6, False,
+           (RecordField("unsigned long", "ip", 8, 8, False),
+            RecordField("const char *", "fmt", 16, 8, False),
+            RecordField("u32[]", "buf", 24, 0, False)),
+           '"%ps: %s", (void *)REC->ip, REC->fmt'),
+    _event("user_stack", 12, False,
+           (RecordField("unsigned int", "tgid", 8, 4, False),
+            RecordField("unsigned long", "caller[8]", 16, 64, False)),
+           _STACK_PRINT),
+    _event("bputs", 14, False,
+           (RecordField("unsigned long", "ip", 8, 8, False),
+            RecordField("const char *", "str", 16, 8, False)),
+           '"%ps: %s", (void *)REC->ip, REC->str'),
+    _event("raw_data", 18, False,
+           (RecordField("unsigned int", "id", 8, 4, False),
+            RecordField("char[]", "buf", 12, 0, True)),
+           '"id:%04x %08x", REC->id, (int)REC->buf[0]'),
 )}

@@ -6,7 +6,8 @@
   same kind of file.
 * :class:`FunctionTracer` is ``current_tracer`` = ``function``: one ``ftrace_ops`` on the
   sites of the filter minus the notrace set, wanting the parent ip; each call records a
-  ``TRACE_FN`` entry printed as ``func <-parent``.
+  ``TRACE_FN`` entry printed as ``func <-parent``, unless ``set_ftrace_pid`` /
+  ``set_ftrace_notrace_pid`` exclude the task.
 * :class:`StackTracer` is kernel/trace/trace_stack.c: while enabled
   (``/proc/sys/kernel/stack_tracer_enabled``), every call of a function in
   ``stack_trace_filter`` measures the kernel stack in use; a new maximum saves the call
@@ -25,6 +26,7 @@ import threading
 from typing import Callable, Iterable
 
 from kprobefs.tracing.output import FLAGS_NONE, TraceOptions, format_ip_sym
+from kprobefs.tracing.pid_filter import PidFilter
 from kprobefs.tracing.raw_page import raw_common
 
 __all__ = ["FunctionFilter", "FunctionTracer", "StackTracer", "FUNCTION_EVENT",
@@ -180,6 +182,8 @@ class FunctionTracer:
                                      lambda *_: self._retarget())
         self.notrace = FunctionFilter(sites, "#### no functions disabled ####\n",
                                       lambda *_: self._retarget())
+        #: set_ftrace_pid and set_ftrace_notrace_pid.
+        self.pids = PidFilter()
 
     @property
     def running(self) -> bool:
@@ -198,6 +202,8 @@ class FunctionTracer:
         if not self._recording():
             return
         pid, cpu = self._context()
+        if self.pids.active and self.pids.ignores(pid):
+            return
         self._record(cpu, (self._now(), pid, FLAGS_NONE, FUNCTION_EVENT, ip, parent_ip),
                      _FTRACE_ENTRY_SIZE)
 

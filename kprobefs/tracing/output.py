@@ -133,6 +133,20 @@ class CommCache:
     def find(self, pid: int) -> str:
         return self.names.get(pid, "<...>")
 
+    def saved_cmdlines(self) -> str:
+        """``saved_cmdlines``: ``<pid> <comm>`` per saved task, oldest first (the idle
+        task is never saved)."""
+        return "".join(f"{pid} {comm}\n" for pid, comm in self.names.items() if pid)
+
+    def resize(self, size: int) -> None:
+        """``saved_cmdlines_size``: a new table of ``size`` entries; as in 6.1 the new
+        table starts empty (the names saved so far are gone).  The dict and set are
+        emptied in place: recorders hold them."""
+        self.size = size
+        self.names.clear()
+        self.names[0] = "<idle>"
+        self.stale.clear()
+
     def forget(self, pid: int) -> None:
         """Mark ``pid`` for a re-read (its task exited; the pid may come back)."""
         if pid:

@@ -258,6 +258,9 @@ class RingBuffer:
         self.cpus = [CpuBuffer(cpu, MIN_PAGES) for cpu in range(nr_cpus)]
         self.generation = 0            # bumped by every reset
         self.stage: Stage | None = None
+        #: CPUs whose buffers take no record (tracing_cpumask; Linux's
+        #: ring_buffer_record_disable_cpu): writes there are refused, not counted.
+        self.record_disabled: frozenset[int] = frozenset()
 
     @property
     def nr_cpus(self) -> int:
@@ -327,6 +330,8 @@ class RingBuffer:
     # ------------------------------------------------------------------- writing
     def write(self, cpu: int, record: tuple, size: int) -> bool:
         """Store ``record`` (payload ``size`` bytes) on ``cpu``; False if dropped."""
+        if cpu in self.record_disabled:
+            return False
         size = (size + 3) & ~3
         size += 8 if size > _MAX_SMALL_DATA else 4
         stage = self.stage
@@ -347,6 +352,8 @@ class RingBuffer:
 
     def write_many(self, cpu: int, items: Sequence[tuple[tuple, int]]) -> None:
         """Store several records at once (an event and its stack trace)."""
+        if cpu in self.record_disabled:
+            return
         with self.lock:
             buf = self.cpus[cpu]
             self._absorb((buf,))

@@ -3,8 +3,10 @@
 The top-level ``tracing/`` directory is one trace array, and every directory made under
 ``tracing/instances/`` is another.  A :class:`TraceArray` holds the ring buffer, the
 options, ``tracing_on`` (and pauses), the trace clock, the current tracer's name, the
-error log, and one :class:`EventFile` per event: the event's enable bit and filter in
-this array (Linux's ``trace_event_file``), where triggers hang too.
+error log, ``set_event_pid`` and ``set_event_notrace_pid`` (:class:`PidFilter`),
+``tracing_cpumask`` (the CPUs its buffer records on), ``tracing_max_latency``, and one
+:class:`EventFile` per event: the event's enable bit and filter in this array (Linux's
+``trace_event_file``), where triggers hang too.
 
 The events themselves are defined once, in the registry (:class:`events.Tracer`), for
 every array.  The registry is what a trace array calls back (documented on
@@ -27,6 +29,7 @@ from kprobefs.tracing.filter import (
 from kprobefs.tracing.output import (
     FLAGS_NONE, TraceOptions, format_context, format_header, format_ip_sym,
 )
+from kprobefs.tracing.pid_filter import PidFilter
 from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.ring_buffer import (
     DEFAULT_BUFFER_BYTES, MAX_TOTAL_BUFFER_KB, RingBuffer,
@@ -52,6 +55,15 @@ OPTION_DEFAULTS = {
     "sym-addr": False,
     "sym-offset": False,
 }
+
+# The order of 6.1's trace_options (TRACE_FLAGS), for the names this tracer has.
+_OPTION_ORDER = ("print-parent", "sym-offset", "sym-addr", "verbose", "raw", "hex", "bin",
+                 "block", "fields", "trace_printk", "annotate", "userstacktrace",
+                 "sym-userobj", "printk-msg-only", "context-info", "latency-format",
+                 "record-cmd", "record-tgid", "overwrite", "disable_on_free", "irq-info",
+                 "markers", "event-fork", "pause-on-trace", "hash-ptr", "function-trace",
+                 "function-fork", "display-graph", "stacktrace")
+_OPTION_MAX = 64                 # trace_options takes writes shorter than this
 
 _QWORD = struct.Struct("<Q")
 _TRACE_PRINT_ID = 5              # the record types of marker and stack records
@@ -149,6 +161,11 @@ class TraceArray:
         self._stop_count = 0
         self.recording = True                     # tracing_on and not paused
         self.stacktrace = False
+        #: set_event_pid / set_event_notrace_pid: the kernel's recorder cannot filter by
+        #: pid, so while either is set this array's events are recorded by the host.
+        self.event_pids = PidFilter(lambda: registry.array_changed(self))
+        #: tracing_max_latency, in ns (no latency tracer here changes it).
+        self.max_latency_ns = 0
         self.files: dict[tuple[str, str], EventFile] = {}
         self.group_filter_text: dict[str, str] = {}
         #: Open files of this instance (Linux's tr->ref less its own): rmdir is EBUSY
@@ -372,6 +389,41 @@ class TraceArray:
             self.stacktrace = self.options["stacktrace"]
             self.buffer.overwrite = self.options["overwrite"]
             self.registry.array_changed(self)       # stack traces are taken by the host
+
+    def set_tracing_cpumask(self, mask: int) -> None:
+        """``tracing_cpumask``: only the CPUs in ``mask`` record into this array's
+        buffer (ring_buffer_record_disable_cpu for the others).  The kernel's recorder
+        writes every CPU's buffer, so while a CPU is masked the host records."""
+        with self.lock:
+            self.buffer.record_disabled = frozenset(
+                cpu for cpu in range(self.nr_cpus) if not mask >> cpu & 1)
+            self.registry.array_changed(self)
+
+    def tracing_cpumask(self) -> int:
+        return sum(1 << cpu for cpu in range(self.nr_cpus)
+                   if cpu not in self.buffer.record_disabled)
+
+    def trace_options_text(self) -> str:
+        """``trace_options``: every option as ``name`` or ``noname``, in 6.1's order."""
+        order = sorted(self.options, key=lambda name: (
+            _OPTION_ORDER.index(name) if name in _OPTION_ORDER else len(_OPTION_ORDER),
+            name))
+        return "".join(("" if self.options[name] else "no") + name + "\n"
+                       for name in order)
+
+    def write_trace_option(self, data: bytes) -> int:
+        """A write to ``trace_options``: ``name`` sets one option, ``noname`` clears it;
+        EINVAL for a write of 64 bytes or more, or a name this array does not have."""
+        if len(data) >= _OPTION_MAX:
+            raise OSError(errno.EINVAL, "option too long")
+        name = bytes(data).split(b"\0", 1)[0].decode("latin-1").strip(" \t\n\v\f\r")
+        on = not name.startswith("no")
+        if not on:
+            name = name[2:]
+        if name not in self.options:
+            raise OSError(errno.EINVAL, f"no option {name!r}")
+        self.set_option(name, on)
+        return len(data)
 
     def set_trace_clock(self, name: str) -> None:
         """Select a trace clock (clears the buffer); EINVAL for an unknown name."""

@@ -317,6 +317,9 @@ def make_recorder(tp: TraceProbe, is_return: bool, kernel, symbols: KernelSymbol
             tr = ef.tr
             if not tr.recording:
                 continue
+            pids = tr.event_pids
+            if pids.active and pids.ignores(pid):
+                continue
             flt = ef.filter
             if flt is not None:
                 if raw is None:
