@@ -277,3 +277,71 @@ def test_an_instance_runs_the_function_tracer_on_its_own():
     assert functions.running
     node(root, "instances").rmdir("foo")
     assert not functions.running
+
+
+def _pids(text):
+    return [line.split("-")[1].split()[0] for line in lines(text)]
+
+
+def test_pid_sets_cpumask_and_trace_options_are_per_instance(t):
+    """set_event_pid, tracing_cpumask and trace_options of an instance decide what it
+    records and nothing else's (6.1 keeps them on the trace_array)."""
+    mkdir(t, "foo")
+    echo(t.root, "events/kprobes/ev/enable", "1")
+    echo(t.root, "instances/foo/events/kprobes/ev/enable", "1")
+    echo(t.root, "instances/foo/set_event_pid", "42", append=False)
+    echo(t.root, "instances/foo/trace_options", "nooverwrite")
+    assert cat(t.root, "instances/foo/options/overwrite") == "0\n"
+    assert cat(t.root, "options/overwrite") == "1\n"
+    assert "\noverwrite\n" in cat(t.root, "trace_options")
+    for pid in (42, 43):
+        t.kernel.pid = pid
+        t.engine.hit(VFS_READ, di=1)
+    assert _pids(cat(t.root, "instances/foo/trace")) == ["42"]
+    assert _pids(cat(t.root, "trace")) == ["42", "43"]
+    assert cat(t.root, "set_event_pid") == ""
+
+    echo(t.root, "instances/foo/set_event_pid", "", append=False)
+    echo(t.root, "instances/foo/tracing_cpumask", "2", append=False)
+    assert cat(t.root, "tracing_cpumask") == "3\n"
+    t.kernel.run_as(50, "cat", 0)
+    t.engine.hit(VFS_READ, di=1)
+    assert len(lines(cat(t.root, "instances/foo/trace"))) == 1      # CPU 0 is masked
+    assert len(lines(cat(t.root, "trace"))) == 3
+    echo(t.root, "instances/foo/tracing_max_latency", "7")
+    assert (cat(t.root, "instances/foo/tracing_max_latency"),
+            cat(t.root, "tracing_max_latency")) == ("7\n", "0\n")
+
+
+def test_a_pid_set_in_the_top_array_moves_its_events_to_the_host():
+    """The kernel's recorder does not filter by pid or CPU: while the top array has a
+    pid set or a masked CPU, its events are the host's to record; an instance's do not
+    matter to it."""
+    from test_tracer_native import make
+    kernel, tracer, root = make(True)
+    echo(root, "kprobe_events", "p:rd vfs_read+5 count=%dx:u32")
+    kp = tracer.probes[0].entry_kprobe
+    echo(root, "events/kprobes/rd/enable", "1")
+    assert kp.native is not None
+    node(root, "instances").mkdir("foo", 0o755)
+    echo(root, "instances/foo/set_event_pid", "1", append=False)
+    assert kp.native is not None
+    echo(root, "set_event_notrace_pid", "1", append=False)
+    assert kp.native is None
+    echo(root, "set_event_notrace_pid", "", append=False)
+    assert kp.native is not None
+    echo(root, "tracing_cpumask", "1", append=False)
+    assert kp.native is None
+    echo(root, "tracing_cpumask", "3", append=False)
+    assert kp.native is not None
+
+
+def test_an_instance_has_its_own_ftrace_pid_files():
+    from test_tracer_native import make
+    kernel, tracer, root = make(True)
+    node(root, "instances").mkdir("foo", 0o755)
+    echo(root, "instances/foo/set_ftrace_pid", "5", append=False)
+    assert cat(root, "instances/foo/set_ftrace_pid") == "5\n"
+    assert cat(root, "set_ftrace_pid") == "no pid\n"
+    assert cat(root, "instances/foo/set_ftrace_notrace_pid") == "no pid\n"
+    assert tracer.instances["foo"].function_tracer.pids.pids == {5}
