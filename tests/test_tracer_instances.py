@@ -202,17 +202,25 @@ def test_an_event_made_after_the_instance_appears_in_it(t):
     assert cat(t.root, "instances/foo/events/kprobes/enable") == "X\n"
 
 
-def test_the_kernel_records_for_the_top_array_and_the_host_for_the_others():
-    """On the real kernel an event enabled in the top array only is recorded by the
-    kernel's recorder; enabled in an instance too, the host's handler records it into
-    both, the same records."""
-    from test_tracer_native import body, make, workload
+def _native_top_event_and_an_instance():
+    """The real kernel, an event enabled in the top array (the kernel's recorder has
+    it) and an instance ``foo``: (kernel, root, the event's kprobe)."""
+    from test_tracer_native import make
     kernel, tracer, root = make(True)
     echo(root, "kprobe_events", "p:rd vfs_read+5 count=%dx:u32")
     kp = tracer.probes[0].entry_kprobe
     echo(root, "events/kprobes/rd/enable", "1")
     assert kp.native is not None
     node(root, "instances").mkdir("foo", 0o755)
+    return kernel, root, kp
+
+
+def test_the_kernel_records_for_the_top_array_and_the_host_for_the_others():
+    """On the real kernel an event enabled in the top array only is recorded by the
+    kernel's recorder; enabled in an instance too, the host's handler records it into
+    both, the same records."""
+    from test_tracer_native import body, workload
+    kernel, root, kp = _native_top_event_and_an_instance()
     echo(root, "instances/foo/events/kprobes/rd/enable", "1")
     assert kp.native is None
     workload(kernel)
@@ -317,13 +325,7 @@ def test_a_pid_set_in_the_top_array_moves_its_events_to_the_host():
     """The kernel's recorder does not filter by pid or CPU: while the top array has a
     pid set or a masked CPU, its events are the host's to record; an instance's do not
     matter to it."""
-    from test_tracer_native import make
-    kernel, tracer, root = make(True)
-    echo(root, "kprobe_events", "p:rd vfs_read+5 count=%dx:u32")
-    kp = tracer.probes[0].entry_kprobe
-    echo(root, "events/kprobes/rd/enable", "1")
-    assert kp.native is not None
-    node(root, "instances").mkdir("foo", 0o755)
+    kernel, root, kp = _native_top_event_and_an_instance()
     echo(root, "instances/foo/set_event_pid", "1", append=False)
     assert kp.native is not None
     echo(root, "set_event_notrace_pid", "1", append=False)
