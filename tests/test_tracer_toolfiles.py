@@ -87,7 +87,8 @@ def test_trace_options_lists_and_sets_options_by_name(t):
     root = t.root
     assert cat(root, "trace_options").splitlines() == [
         "nosym-offset", "nosym-addr", "context-info", "record-cmd", "overwrite",
-        "irq-info", "markers", "nopause-on-trace", "nostacktrace"]
+        "irq-info", "markers", "noevent-fork", "nopause-on-trace",
+        "nofunction-fork", "nostacktrace"]
     echo(root, "trace_options", "sym-offset\n")
     echo(root, "trace_options", "norecord-cmd")
     assert cat(root, "options/sym-offset") == "1\n"
@@ -223,3 +224,71 @@ def test_latency_knobs_keep_microseconds(t):
         assert write_errno(root, name, "-1") == errno.EINVAL
     assert cat(root, "timestamp_mode") == "[delta] absolute\n"
     assert cat(root, "printk_formats") == ""
+
+
+def _fork(t, parent, child):
+    for listener in t.kernel.fork_listeners:
+        listener(parent, child)
+
+
+def _exit(t, pid):
+    for listener in t.kernel.exit_listeners:
+        listener(pid)
+
+
+def _recorded_pids(t, path="trace"):
+    return [line.split("-")[1].split()[0] for line in cat(t.root, path).splitlines()
+            if not line.startswith("#")]
+
+
+def test_event_fork_lists_the_children_of_listed_tasks_and_exits_unlist(t):
+    root, kernel = t.root, t.kernel
+    echo(root, "kprobe_events", "p:ev vfs_read")
+    echo(root, "events/kprobes/ev/enable", "1")
+    echo(root, "set_event_pid", "42", append=False)
+    echo(root, "set_event_notrace_pid", "50", append=False)
+    _fork(t, 42, 43)                        # event-fork is off: not followed
+    assert cat(root, "set_event_pid") == "42\n"
+    echo(root, "options/event-fork", "1")
+    assert "\nevent-fork\n" in cat(root, "trace_options")
+    _fork(t, 42, 44)
+    _fork(t, 50, 51)
+    _fork(t, 7, 8)
+    assert (cat(root, "set_event_pid"), cat(root, "set_event_notrace_pid")) == (
+        "42\n44\n", "50\n51\n")
+    _exit(t, 42)
+    _exit(t, 44)
+    assert cat(root, "set_event_pid") == ""
+    # As in 6.1 the list is still there, empty: no task's events are recorded.
+    for pid in (42, 44, 9):
+        kernel.pid = pid
+        t.engine.hit(VFS_READ)
+    assert _recorded_pids(t) == []
+    echo(root, "set_event_pid", "", append=False)     # emptied by a write: all again
+    t.engine.hit(VFS_READ)
+    assert _recorded_pids(t) == ["9"]
+
+
+def test_forks_of_the_emulated_kernel_are_followed_per_array():
+    """The real kernel's forks and exits: function-fork follows them for an instance's
+    set_ftrace_pid, event-fork for the top level's set_event_pid; an array without the
+    option keeps its set."""
+    from test_tracer_native import make
+    kernel, tracer, root = make(True)
+    parent = kernel.spawn("parent")
+    node(root, "instances").mkdir("foo", 0o755)
+    echo(root, "instances/foo/options/function-fork", "1")
+    echo(root, "instances/foo/set_ftrace_pid", str(parent.pid), append=False)
+    echo(root, "instances/foo/set_event_pid", str(parent.pid), append=False)
+    echo(root, "options/event-fork", "1")
+    echo(root, "set_event_pid", str(parent.pid), append=False)
+    child = kernel.spawn("child", parent=parent)
+    both = f"{parent.pid}\n{child.pid}\n"
+    assert cat(root, "instances/foo/set_ftrace_pid") == both
+    assert cat(root, "instances/foo/set_event_pid") == f"{parent.pid}\n"
+    assert cat(root, "set_event_pid") == both
+    assert cat(root, "set_ftrace_pid") == "no pid\n"
+    kernel.submit(child, "exit", 0)
+    assert kernel.syscall(parent, "wait4", child.pid, 0, 0, 0) == child.pid
+    assert cat(root, "set_event_pid") == f"{parent.pid}\n"
+    assert cat(root, "instances/foo/set_ftrace_pid") == f"{parent.pid}\n"

@@ -82,6 +82,7 @@ class FakeKernel:
         self.comm = "bash"
         self.mem = {}
         self.exit_listeners = []
+        self.fork_listeners = []
 
     def read(self, addr, size):
         for base, data in self.mem.items():

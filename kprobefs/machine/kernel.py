@@ -141,6 +141,9 @@ class Kernel:
         self._wakeups: collections.deque = collections.deque()  # idle-loop words
         self._trap_handlers: dict[int, list] = collections.defaultdict(list)
         self.exit_listeners: list[Callable[[int], None]] = []
+        #: Called with (parent pid, child pid) when a task is forked, in the
+        #: emulation (the kernel's fork asks the host for the child's window).
+        self.fork_listeners: list[Callable[[int, int], None]] = []
         #: Called after every slice (the engine's delayed optimizer lives here).
         self.tick_listeners: list[Callable[[], None]] = []
         self.console: list[str] = []
@@ -705,7 +708,7 @@ class Kernel:
 
     # ---- tasks ---------------------------------------------------------------------------
     def _hc_task_new(self):
-        pid, _ppid = self._args()[:2]
+        pid, ppid = self._args()[:2]
         pid = _signed(pid)
         if self._free_windows:
             slot = self._free_windows.pop()
@@ -715,6 +718,8 @@ class Kernel:
             return -11  # EAGAIN: the fork fails, as at RLIMIT_NPROC
         base = USER_WINDOW_BASE + slot * USER_WINDOW_SIZE
         self.tasks[pid] = Task(pid=pid, window=base)
+        for listener in self.fork_listeners:
+            listener(_signed(ppid), pid)
         return base
 
     def _hc_task_exit(self):

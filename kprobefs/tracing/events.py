@@ -176,6 +176,10 @@ class Tracer:
         listeners = getattr(kernel, "exit_listeners", None)
         if isinstance(listeners, list):
             listeners.append(self.comm_cache.forget)
+            listeners.append(self._task_exited)
+        listeners = getattr(kernel, "fork_listeners", None)
+        if isinstance(listeners, list):
+            listeners.append(self._task_forked)
         modules = getattr(kernel, "modules", None)
         if modules is not None and hasattr(modules, "register_module_notifier"):
             modules.register_module_notifier(self._module_notify)
@@ -250,6 +254,24 @@ class Tracer:
             if tr.function_tracer is not None:
                 tr.set_current_tracer("nop")        # its ftrace ops go
             del self.instances[name]
+
+    def _pid_filters_following_forks(self):
+        """The pid sets that follow forks now: each array's event pids with its
+        options/event-fork, its function tracer's with function-fork.  Called in the
+        emulation, so without the lock: the instances are copied in one step."""
+        for tr in (self.top, *list(self.instances.values())):
+            if tr.options["event-fork"]:
+                yield tr.event_pids
+            if tr.options["function-fork"] and tr.function_tracer is not None:
+                yield tr.function_tracer.pids
+
+    def _task_forked(self, parent: int, child: int) -> None:
+        for pids in self._pid_filters_following_forks():
+            pids.fork(parent, child)
+
+    def _task_exited(self, pid: int) -> None:
+        for pids in self._pid_filters_following_forks():
+            pids.exit(pid)
 
     def enable_file(self, ef: EventFile, on: bool) -> None:
         """Enable or disable an event in one array (TraceArray.set_enabled): the event's

@@ -8,10 +8,13 @@ it first.  A token that is not a number fails the write with ``EINVAL``, a pid o
 ``PID_MAX_LIMIT`` or more with ``EPERM`` (trace_pid_write returns -1), and nothing of that
 write is applied.  A read lists the pids in increasing order, one a line.
 
-An event is recorded for a task when ``set_event_pid`` is empty or has its pid, and
-``set_event_notrace_pid`` does not; a function the same way.  (Following forks,
-``options/event-fork`` and ``function-fork``, is not here.)  The ``set_ftrace_*`` files
-read ``no pid`` when empty, the ``set_event_*`` ones nothing.
+An event is recorded for a task when ``set_event_pid`` lists no pid (has never been
+given one since it was last emptied) or has its pid, and ``set_event_notrace_pid`` does
+not; a function the same way.  With ``options/event-fork`` (``function-fork``) set, a
+task forked by a listed task is listed too, and a task that exits leaves both sets
+(:meth:`PidFilter.fork`, :meth:`PidFilter.exit`); as in 6.1, a ``set_event_pid`` whose
+last task has exited still lists no one, so it records nothing until it is written.
+The ``set_ftrace_*`` files read ``no pid`` when empty, the ``set_event_*`` ones nothing.
 """
 
 from __future__ import annotations
@@ -30,18 +33,38 @@ class PidFilter:
     def __init__(self, changed: Callable[[], None] | None = None):
         self.pids: frozenset[int] = frozenset()
         self.notrace_pids: frozenset[int] = frozenset()
+        #: Whether the trace list exists (Linux's tr->filtered_pids is not NULL): a
+        #: write gave it pids, even if their tasks have all exited since.
+        self.listing = False
         self._changed = changed
 
     @property
     def active(self) -> bool:
         """True when some task's events are not recorded."""
-        return bool(self.pids or self.notrace_pids)
+        return bool(self.listing or self.notrace_pids)
 
     def ignores(self, pid: int) -> bool:
         """True when the events of ``pid`` are not recorded."""
-        if self.pids and pid not in self.pids:
+        if self.listing and pid not in self.pids:
             return True
         return pid in self.notrace_pids
+
+    def fork(self, parent: int, child: int) -> None:
+        """``parent`` forked ``child`` (event-fork / function-fork on): a set that lists
+        the parent lists the child too.  Runs in the emulation, without the event lock:
+        each set is replaced whole, as Linux's readers see one list or the other."""
+        if parent in self.pids:
+            self.pids = self.pids | {child}
+        if parent in self.notrace_pids:
+            self.notrace_pids = self.notrace_pids | {child}
+
+    def exit(self, pid: int) -> None:
+        """The task ``pid`` is gone: it leaves both sets (which stay as they are
+        otherwise, an emptied trace list included)."""
+        if pid in self.pids:
+            self.pids = self.pids - {pid}
+        if pid in self.notrace_pids:
+            self.notrace_pids = self.notrace_pids - {pid}
 
     @staticmethod
     def text(pids: frozenset[int]) -> str:
@@ -71,6 +94,7 @@ class PidFilter:
             self.notrace_pids = pids
         else:
             self.pids = pids
+            self.listing = bool(pids)
         if self._changed is not None:
             self._changed()
 
