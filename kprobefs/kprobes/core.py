@@ -29,6 +29,9 @@ __all__ = ["KprobeEngine", "KprobeCtlblk", "ListEntry", "OPTIMIZE_DELAY"]
 
 #: The optimizer runs this long after a probe is queued (5 jiffies at HZ=250).
 OPTIMIZE_DELAY = 0.020
+#: The most bytes an optimized probe's jump can cover: the 5-byte jump's region, ending
+#: on an instruction boundary (at most 4 bytes and one whole 15-byte instruction).
+OPTIMIZED_REGION = 5 + 15
 #: Functions a return probe must not hook (Linux's kretprobe_blacklist on x86).
 KRETPROBE_BLACKLIST = ("__switch_to",)
 #: Module states, as the machine's module notifier chain names them.
@@ -191,11 +194,12 @@ class KprobeEngine:
         self.arch = arch_factory(kernel, self)
         self.ftrace = Ftrace(self.arch, self.image.ftrace_sites)
         self._table: dict[int, AggrKprobe] = {}
-        self._order: list[Kprobe] = []          # registration order, for listings
+        self._order: dict[Kprobe, None] = {}    # registration order, for listings
         self.kprobe_ctlblks = [KprobeCtlblk() for _ in range(kernel.nr_cpus)]
         self.kprobes_all_disarmed = False
         self.optimization_enabled = True
-        self._optimizing: list[tuple[float, AggrKprobe]] = []
+        # Queued for the optimizer, in queueing order (so by due time): ap -> due time.
+        self._optimizing: dict[AggrKprobe, float] = {}
         self._task_instances: dict[int, list[KretprobeInstance]] = {}
         self._native_aggrs = _NativeAggrs(kernel)
         self.handler_errors = HandlerErrorLog()
@@ -315,7 +319,7 @@ class KprobeEngine:
             if not p.is_disabled() and not self.kprobes_all_disarmed:
                 self._arm(ap)
         p.registered = True
-        self._order.append(p)
+        self._order[p] = None
         self._try_to_optimize(ap)
 
     def _register_aggr(self, ap: AggrKprobe, p: Kprobe) -> None:
@@ -335,7 +339,7 @@ class KprobeEngine:
             return
         ap.children.remove(p)
         p.registered = False
-        self._order.remove(p)
+        del self._order[p]
         if ap.children:
             ap.update_post_handler()
             if ap.armed and ap.all_disabled():
@@ -445,9 +449,10 @@ class KprobeEngine:
                 and not ap.is_ftrace() and ap.post_handler is None
                 and not any(c.kind == "j" for c in ap.children) and not ap.all_disabled())
 
-    def _armed_in_region(self, addr: int, size: int = 5 + 15) -> list[int]:
-        return [a for a, ap in self._table.items()
-                if addr < a < addr + size and ap.armed]
+    def _armed_in_region(self, addr: int, size: int = OPTIMIZED_REGION) -> list[int]:
+        table = self._table
+        return [a for a in range(addr + 1, addr + size)
+                if (ap := table.get(a)) is not None and ap.armed]
 
     def _try_to_optimize(self, ap: AggrKprobe) -> None:
         if ap.detour is not None or not self._optimizable(ap):
@@ -457,12 +462,12 @@ class KprobeEngine:
             return
         ap.detour = op
         ap.flags |= KPROBE_FLAG_OPTIMIZED
-        self._optimizing.append((time.monotonic() + OPTIMIZE_DELAY, ap))
+        self._optimizing[ap] = time.monotonic() + OPTIMIZE_DELAY
 
     def _unoptimize(self, ap: AggrKprobe) -> None:
         if ap.detour is None:
             return
-        self._optimizing = [(t, q) for t, q in self._optimizing if q is not ap]
+        self._optimizing.pop(ap, None)
         self.arch.free_optimized(ap.detour)
         ap.detour = None
         ap.flags &= ~KPROBE_FLAG_OPTIMIZED
@@ -510,21 +515,30 @@ class KprobeEngine:
             self._sync_native(ap)
 
     def _unoptimize_covering(self, addr: int) -> None:
-        """Force-unoptimize any optimized probe whose jump covers addr."""
-        for ap in list(self._table.values()):
-            if ap.detour is not None and ap.addr < addr < ap.addr + ap.detour.plan.size:
+        """Force-unoptimize any optimized probe whose jump covers addr (only probes
+        less than OPTIMIZED_REGION bytes before it can)."""
+        table = self._table
+        for a in range(addr - OPTIMIZED_REGION + 1, addr):
+            ap = table.get(a)
+            if ap is not None and ap.detour is not None and addr < a + ap.detour.plan.size:
                 self._unoptimize(ap)
 
     def run_optimizer(self, force: bool = False) -> None:
         """The delayed optimizer: patch every queued probe whose delay has passed."""
-        if not self._optimizing:
+        queue = self._optimizing
+        if not queue:
             return
         now = time.monotonic()
-        due = [(t, ap) for t, ap in self._optimizing if force or t <= now]
+        due = []
+        for ap, t in queue.items():         # in due order: stop at the first not due
+            if not force and t > now:
+                break
+            due.append(ap)
         if not due:
             return
-        self._optimizing = [(t, ap) for t, ap in self._optimizing if not (force or t <= now)]
-        for _, ap in due:
+        for ap in due:
+            del queue[ap]
+        for ap in due:
             if ap.detour is not None and self._table.get(ap.addr) is ap and ap.armed:
                 self.arch.optimize(ap.detour)
 
@@ -787,7 +801,7 @@ class KprobeEngine:
         ap.flags |= KPROBE_FLAG_GONE
         for child in ap.children:
             child.flags |= KPROBE_FLAG_GONE
-        self._optimizing = [(t, q) for t, q in self._optimizing if q is not ap]
+        self._optimizing.pop(ap, None)
         if ap.is_ftrace():
             if ap.armed:
                 self.ftrace.ftrace_set_filter_ip(self._kprobe_ftrace_ops, ap.addr,
