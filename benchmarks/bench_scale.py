@@ -23,7 +23,7 @@ import os
 import time
 
 from kprobefs import Kernel, Kprobe
-from kprobefs.tracing import Tracer
+from kprobefs.daemon import make_tracer
 
 
 def probeable(kernel) -> list:
@@ -75,9 +75,7 @@ def python_api(count: int) -> tuple[int, float, float]:
 def kprobe_events(count: int) -> tuple[int, float, float, float]:
     """(events, seconds for the one write, seconds to enable all, seconds to remove all)."""
     kernel = Kernel(cpus=2, seed=0)
-    tracer = Tracer(kernel.kprobes, kernel, clock=kernel.clock_ns,
-                    create_dir_hook=lambda name, parent: kernel.call_in_process(
-                        "tracefs_create_dir", name, parent or 0))
+    tracer = make_tracer(kernel, kernel.kprobes)     # the daemon's own wiring
     root = tracer.tracefs_root()
 
     def write(path: str, data: str, flags: int = os.O_WRONLY | os.O_APPEND) -> None:
