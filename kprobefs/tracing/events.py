@@ -39,8 +39,8 @@ from kprobefs.tracing.filter import (
     EventFilter, FilterParseError, FILTER_ERRORS, compile_filter, filter_fields,
 )
 from kprobefs.tracing.output import (
-    FLAGS_INT3, FLAGS_NONE, CommCache, TraceOptions, format_context, format_header,
-    format_ip_sym,
+    FLAGS_INT3, FLAGS_NONE, CommCache, TraceFormatter, TraceOptions, compile_probe_text,
+    format_context, format_header, format_ip_sym,
 )
 from kprobefs.tracing.parser import (
     DeleteSpec, ProbeSpec, compare_arg_types, format_probe, is_same_probe, parse_command,
@@ -1458,14 +1458,16 @@ class Tracer:
 
     # ================================================================ trace text
     def render(self, pairs: Iterable[tuple[int, tuple]], options: TraceOptions) -> str:
-        """Return the trace lines of (cpu, record) pairs."""
-        cache = self.comm_cache
-        out = []
-        for cpu, rec in pairs:
-            ts, pid, flags, ev = rec[0], rec[1], rec[2], rec[3]
-            out.append(format_context(cache.find(pid), pid, cpu, flags, ts, options))
-            out.append(ev.render(rec, self, options))
-        return "".join(out)
+        """Return the trace lines of (cpu, record) pairs (output.TraceFormatter: kprobe
+        events with numeric arguments by a compiled format, the rest by ev.render)."""
+        return TraceFormatter(self.comm_cache.find, options, self._compile_text).render(
+            pairs, lambda rec: rec[3].render(rec, self, options))
+
+    def _compile_text(self, ev) -> Callable[[tuple], str] | None:
+        if not isinstance(ev, TraceEvent) or not ev.probes:
+            return None
+        spec = ev.primary
+        return compile_probe_text(ev.name, spec.is_return, spec.args, self.symbols.symbolize)
 
     def trace_header(self, options: TraceOptions, cpu: int | None = None) -> str:
         entries, written = self.buffer.counts(None)

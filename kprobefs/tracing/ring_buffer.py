@@ -23,7 +23,6 @@ emulation thread, or while the machine is stopped.
 from __future__ import annotations
 
 import errno
-import heapq
 import threading
 from collections import deque
 from typing import Callable, Iterator, Protocol, Sequence
@@ -68,6 +67,10 @@ def event_size(payload: int) -> int:
         size += 4
     return _EVENT_HEADER + size
 
+
+
+def _pair_ts(pair: tuple[int, tuple]) -> int:
+    return pair[1][0]
 
 class Chunk:
     """Records staged elsewhere, taken into a page as they were written: ``count``
@@ -419,9 +422,15 @@ class RingBuffer:
     def snapshot(self, cpu: int | None = None) -> list[tuple[int, tuple]]:
         """Return (cpu, record) pairs in time order, without consuming them."""
         with self.lock:
-            bufs = self._bufs(cpu)
-            lists = [[(r[0], b.cpu, r) for r in b.records()] for b in bufs]
-        return [(c, r) for _ts, c, r in heapq.merge(*lists, key=lambda item: item[:2])]
+            lists = [(b.cpu, recs) for b in self._bufs(cpu) if (recs := b.records())]
+        if len(lists) == 1:
+            c, recs = lists[0]
+            return [(c, r) for r in recs]
+        # Each CPU's records are in time order: one stable sort on the timestamp merges
+        # them (runs merge in linear time), a tie going to the lower CPU, as before.
+        pairs = [(c, r) for c, recs in lists for r in recs]
+        pairs.sort(key=_pair_ts)
+        return pairs
 
     def consume(self, cpu: int | None = None, limit: int = 1) -> list[tuple[int, tuple]]:
         """Remove and return up to ``limit`` oldest (cpu, record) pairs, in time order.
