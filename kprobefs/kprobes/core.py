@@ -709,11 +709,12 @@ class KprobeEngine:
 
     def _pre_handler_kretprobe(self, p: Kprobe, regs) -> int:
         rp: Kretprobe = p.owner
-        if not rp.free_instances:
+        free = rp.free_instances
+        if not free:
             rp.nmissed += 1
             return 0
-        ri = rp.free_instances.pop()
-        ri.task = self.kernel.current_pid()
+        ri = free.pop()
+        ri.task = pid = self.kernel.current_pid()
         ri.func = p.addr
         if rp.entry_handler is not None:
             try:
@@ -722,15 +723,26 @@ class KprobeEngine:
                 self.handle_fault(p, regs, TRAP_BP, e)
                 skip = True
             if skip:
-                rp.free_instances.append(ri)
+                free.append(ri)
                 return 0
         ri.ret_addr, ri.fp = self.arch.prepare_kretprobe(regs)
-        self._task_instances.setdefault(ri.task, []).append(ri)
+        stack = self._task_instances.get(pid)
+        if stack is None:
+            self._task_instances[pid] = [ri]
+        else:
+            stack.append(ri)
         return 0
 
     def _pop_instance(self, slot: int):
         pid = self.kernel.current_pid()
-        stack = self._task_instances.get(pid, [])
+        stack = self._task_instances.get(pid)
+        if not stack:
+            return None
+        if stack[-1].fp == slot:            # the common case: the newest returns first
+            ri = stack.pop()
+            if not stack:
+                del self._task_instances[pid]
+            return ri
         for i in range(len(stack) - 1, -1, -1):
             if stack[i].fp == slot:
                 ri = stack.pop(i)
@@ -749,16 +761,18 @@ class KprobeEngine:
             return self.kernel.image.symbol_value("host_call_return")
         regs.ip = ri.ret_addr
         rp = ri.rp
-        if rp is not None and rp.kp.registered:
+        if rp is not None and (kp := rp.kp).registered:
             kcb = self.kprobe_ctlblks[self.kernel.cpu.index]
-            if not rp.kp.is_disabled() and rp.handler is not None and kcb.current is None:
-                kcb.current, kcb.status = rp.kp, "hit_active"
+            if not kp.flags & (KPROBE_FLAG_DISABLED | KPROBE_FLAG_GONE) \
+                    and rp.handler is not None \
+                    and kcb.current is None:
+                kcb.current, kcb.status = kp, "hit_active"
                 try:
                     rp.handler(ri, regs)
                 except Exception as e:
-                    self.handle_fault(rp.kp, regs, TRAP_BP, e)
+                    self.handle_fault(kp, regs, TRAP_BP, e)
                 finally:
-                    kcb.reset()
+                    kcb.current = kcb.status = None
             rp.free_instances.append(ri)
         return ri.ret_addr
 

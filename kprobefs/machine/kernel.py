@@ -63,6 +63,7 @@ log = logging.getLogger("kprobefs.machine")
 
 MSR_EFER = 0xC0000080
 _U64 = 0xFFFFFFFFFFFFFFFF
+_QWORD, _PID = struct.Struct("<Q"), struct.Struct("<i")
 _VECTOR_STUB = {0: "asm_exc_divide_error", 1: "asm_exc_debug", 2: "asm_exc_nmi",
                 3: "asm_exc_int3", 6: "asm_exc_invalid_op",
                 13: "asm_exc_general_protection", 14: "asm_exc_page_fault"}
@@ -751,10 +752,16 @@ class Kernel:
         return struct.unpack_from("<Q", self.mem.ram, self.cpu.current_pa)[0]
 
     def current_pid(self) -> int:
-        """Pid of the task running on the current CPU (inside a hook)."""
-        task = struct.unpack_from("<Q", self.mem.ram, self.cpu.current_pa)[0]
-        return struct.unpack_from("<i", self.mem.ram,
-                                  self.mem.translate(task + self._task_pid_off))[0]
+        """Pid of the task running on the current CPU (inside a hook).  On every
+        kretprobe hit and return: a task in the direct map (all but init_task) is read
+        without a page-table walk."""
+        mem = self.mem
+        ram = mem.ram
+        pid_at = _QWORD.unpack_from(ram, self.cpu.current_pa)[0] + self._task_pid_off
+        pa = pid_at - PAGE_OFFSET
+        if not 0 <= pa < len(ram):
+            pa = mem.translate(pid_at)
+        return _PID.unpack_from(ram, pa)[0]
 
     def current_comm(self) -> str:
         t = self._current_task_ptr()

@@ -177,6 +177,9 @@ class X86Kprobes:
         self._regs = [ProbeRegs(self._fast, self._mem, 0) for _ in range(kernel.nr_cpus)]
         self._detour_regs = [ProbeRegs(self._fast, self._mem, 0, trapped=False)
                              for _ in range(kernel.nr_cpus)]
+        # At a return trampoline, the slot it pushed sits on the stack.
+        self._tramp_regs = [ProbeRegs(self._fast, self._mem, 0, sp_offset=8)
+                            for _ in range(kernel.nr_cpus)]
         # In an ftrace callback the trampoline's return address sits on the stack.
         self._ftrace_regs = [ProbeRegs(self._fast, self._mem, 0, sp_offset=8, trapped=False)
                              for _ in range(kernel.nr_cpus)]
@@ -672,16 +675,32 @@ class X86Kprobes:
         return self._hijack(regs.sp, self.rethook_trampoline)
 
     def _hijack(self, slot: int, trampoline: int) -> tuple[int, int]:
-        ret = self._mem.read_u64(slot)
-        self._mem.write_u64(slot, trampoline)
+        mem = self._mem
+        if slot & (_PAGE - 1) > _PAGE - 8:          # the slot straddles two pages
+            ret = mem.read_u64(slot)
+            mem.write_u64(slot, trampoline)
+            return ret, slot
+        pa = mem.translate(slot)
+        ret = _Q.unpack_from(mem.ram, pa)[0]
+        _Q.pack_into(mem.ram, pa, trampoline)
         return ret, slot
 
     def _tramp(self, handler) -> None:
         # The function returned into the trampoline, which pushed one slot at exactly
         # the address the return address was taken from.
         rsp = self._fast.get(UC_X86_REG_RSP)
-        regs = ProbeRegs(self._fast, self._mem, 0, sp_offset=8)
-        self._mem.write_u64(rsp, handler(regs, rsp))
+        cpu = self.kernel.cpu.index
+        regs = self._tramp_regs[cpu]
+        if regs is None:    # nested (a handler's kernel call returned through one)
+            self._mem.write_u64(rsp, handler(ProbeRegs(self._fast, self._mem, 0,
+                                                       sp_offset=8), rsp))
+            return
+        regs.ip = 0
+        self._tramp_regs[cpu] = None
+        try:
+            self._mem.write_u64(rsp, handler(regs, rsp))
+        finally:
+            self._tramp_regs[cpu] = regs
 
     def _on_kretprobe_tramp(self, _uc, _address, _size, _ud) -> None:
         self._tramp(self.core.kretprobe_trampoline_handler)
