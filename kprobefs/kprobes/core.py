@@ -653,15 +653,25 @@ class KprobeEngine:
         """Run the jprobe's entry with the function's arguments on a copy of the
         registers and stack, then put both back (the longjmp of jprobe_return)."""
         jp = p.owner
-        state = self.kernel.save_cpu_state()
+        kernel = self.kernel
+        state = kernel.save_cpu_state()         # the arguments come from it too
         sp = regs.sp
         saved_stack = regs.read_memory(sp, MAX_STACK_SIZE)
         try:
-            jp.entry(regs.di, regs.si, regs.dx, regs.cx, regs.r8, regs.r9)
+            jp.entry(*[state[i] for i in self._jprobe_args(kernel)])
         finally:
-            self.kernel.write(sp, saved_stack)
-            self.kernel.restore_cpu_state(state)
+            kernel.write(sp, saved_stack)
+            kernel.restore_cpu_state(state)
         return 0
+
+    def _jprobe_args(self, kernel) -> tuple[int, ...]:
+        """Where the six argument registers sit in kernel.save_cpu_state()."""
+        found = self.__dict__.get("_jprobe_arg_index")
+        if found is None:
+            fields = kernel.cpu_state_fields
+            found = self._jprobe_arg_index = tuple(
+                fields.index(name) for name in ("di", "si", "dx", "cx", "r8", "r9"))
+        return found
 
     # ==== kretprobes ==========================================================================
     def _on_func_entry(self, addr: int) -> bool:
