@@ -3,7 +3,7 @@ adding 10,000 probes in one write and enabling them all with events/kprobes/enab
 `cat trace` throughput with a full buffer (64 KiB per CPU, filled by the background
 workload).
 
-    python3 benchmarks/bench_fs.py [--mountpoint DIR] [--lines N]   (root, /dev/fuse)
+    python3 benchmarks/bench_fs.py [--mountpoint DIR] [--lines N] [--cpus N]   (root, /dev/fuse)
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mountpoint")
     ap.add_argument("--lines", type=int, default=10_000)
+    ap.add_argument("--cpus", type=int, default=2)
     args = ap.parse_args()
     mnt = Path(args.mountpoint or tempfile.mkdtemp(prefix="kprobefs-bench-"))
-    kprobefs("mount", str(mnt), "--cpus", "2", "--workload", "2000")
+    kprobefs("mount", str(mnt), "--cpus", str(args.cpus), "--workload", "2000")
     tr = mnt / "tracing"
     try:
         # 1. One append round trip (the shell's own fork/exec included, as a user sees it).
