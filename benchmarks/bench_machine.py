@@ -13,6 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the source tree, not an install
 
 import argparse
+import statistics
 import time
 
 from kprobefs.machine import Kernel
@@ -80,16 +81,20 @@ def workload_work(ops):
     return make
 
 
-def cpu_scaling(ops: int, counts=(1, 2, 8)) -> list[tuple[int, float]]:
+def cpu_scaling(ops: int, counts=(1, 2, 8), rounds: int = 3) -> list[tuple[int, float]]:
     """(CPUs, syscalls/s) of the mixed workload on machines of each size: more emulated
-    CPUs must not collapse the rate (they take turns on one host thread)."""
-    out = []
+    CPUs must not collapse the rate (they take turns on one host thread).  The sizes
+    take turns, round after round, and each gets its median: the host's load drifts."""
+    machines = []
     for cpus in counts:
         k = Kernel(cpus=cpus, seed=0)
         w = Workload(k, seed=0)
         w.run(ops // 10)                        # warm the translation cache
-        out.append((cpus, ops / timed(lambda: w.run(ops))))
-    return out
+        machines.append((cpus, w, []))
+    for _ in range(rounds):
+        for cpus, w, rates in machines:
+            rates.append(ops / timed(lambda: w.run(ops)))
+    return [(cpus, statistics.median(rates)) for cpus, _w, rates in machines]
 
 
 def main() -> None:
