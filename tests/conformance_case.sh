@@ -3,8 +3,10 @@
 # runner does, and prints its result code on the last line of stdout:
 #   0 pass, 1 fail, 2 unresolved, 3 untested, 4 unsupported, 5 xfail.
 #
-# Usage: conformance_case.sh MOUNT SELFTEST_DIR CASE_FILE LOG_FILE
+# Usage: conformance_case.sh MOUNT SELFTEST_DIR CASE_FILE LOG_FILE [instance]
 # (MOUNT, SELFTEST_DIR and CASE_FILE outside /tmp, which the case sees replaced.)
+# With "instance", the case runs as ftracetest's second pass runs the cases flagged
+# "# flags: instance": in a fresh instances/ftracetest.XXXXXX directory, removed after.
 #
 # Run it under `kprobefs exec MOUNT --`: in its private mount namespace the mount is
 # /sys/kernel/tracing, listed as tracefs in /proc/mounts, where this script finds it as
@@ -33,6 +35,11 @@ done
 
 TRACING_DIR=`grep tracefs /proc/mounts | cut -f2 -d' ' | head -1`
 [ -n "$TRACING_DIR" ] || { echo "no tracefs in /proc/mounts"; exit 96; }
+INSTANCE_DIR=
+if [ "$5" = instance ]; then
+    INSTANCE_DIR=`mktemp -d "$TRACING_DIR/instances/ftracetest.XXXXXX"` || exit 95
+    TRACING_DIR=$INSTANCE_DIR
+fi
 export TMPDIR="$(mktemp -d /tmp/kprobefs-ftracetest.XXXXXX)"
 export FTRACETEST_ROOT=$SELFTEST_DIR
 
@@ -66,5 +73,6 @@ case_requires() {
  . "$CASE")
 [ $? -ne 0 ] && RESULT=1
 
+[ -z "$INSTANCE_DIR" ] || rmdir "$INSTANCE_DIR"
 rm -rf "$TMPDIR"
 echo "$RESULT" >&9

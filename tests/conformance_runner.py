@@ -24,8 +24,9 @@ are recorded).  After each case the runner checks that the daemon answers at onc
 ``finish_ftrace``: what the next case's ``initialize_ftrace`` does, and what ftracetest
 runs at the end), then checks that ``tracing/kprobe_events`` and ``kprobes/list`` are
 empty.  A daemon that stops answering is killed and replaced, so the rest of the suite
-still runs; the restart is recorded.  ftracetest's second pass, over the cases flagged
-``instance`` in a ``tracing/instances`` directory, is not run: kprobefs has no instances.
+still runs; the restart is recorded.  As ftracetest does, a second pass then runs the
+cases flagged ``# flags: instance`` again, each in a fresh ``tracing/instances``
+directory (named ``CASE (instance)`` in the results).
 
 Standalone: ``python3 tests/conformance_runner.py [--all] [--shuffle SEED] [--timeout S]
 [CASE-GLOB...]`` prints one line per case and exits 1 if any case failed (with ``--all``:
@@ -56,8 +57,11 @@ SOURCE_PACKAGE = "linux-source-6.1"
 SOURCE_TARBALL = Path("/usr/src/linux-source-6.1.tar.xz")
 SELFTEST_MEMBER = "linux-source-6.1/tools/testing/selftests/ftrace"
 
-#: The test directories this project answers for: kprobe events and dynamic events.
-CASE_DIRS = ("kprobe", "dynevent")
+#: The test directories this project answers for: kprobe events, dynamic events and
+#: trace instances.
+CASE_DIRS = ("kprobe", "dynevent", "instances")
+#: What a case's name gets in its instance pass (ftracetest prints " (instance) ").
+INSTANCE_SUFFIX = " (instance)"
 #: test.d's directory of ftracetest's own self-checks, left out of a whole-suite run.
 SELFTEST_DIR = "selftest"
 
@@ -144,6 +148,21 @@ def list_cases(selftests: Path, patterns: list[str] | None = None,
                                    for p in patterns):
                 cases.append(name)
     return sorted(cases, key=lambda name: name.encode())
+
+
+def runs_in_instance(selftests: Path, case: str) -> bool:
+    """Whether ftracetest runs case a second time inside an instance (its
+    ``# flags:`` line names ``instance``)."""
+    text = (selftests / "test.d" / case).read_text(errors="replace")
+    return any(line.lstrip("#").strip().startswith("flags:") and "instance" in line
+               for line in text.splitlines() if line.startswith("#"))
+
+
+def with_instance_pass(selftests: Path, cases: list[str]) -> list[str]:
+    """cases, then, as ftracetest's second pass, those flagged ``instance`` again (their
+    names with INSTANCE_SUFFIX)."""
+    return cases + [case + INSTANCE_SUFFIX for case in cases
+                    if runs_in_instance(selftests, case)]
 
 
 def shuffled(cases: list[str], seed: int) -> list[str]:
@@ -460,15 +479,19 @@ def _run_limited(argv: list[str], out: Path, timeout: float, env: dict | None = 
 
 def run_case(mount: Path, selftests: Path, case: str, log_dir: Path,
              timeout: float = CASE_TIMEOUT) -> CaseResult:
-    """Runs one case (``DIR/NAME.tc``) under ``kprobefs exec`` (its own mount namespace)
-    in its own session, killed with all it started when it runs past timeout seconds (a
-    HANG problem)."""
-    stem = case.replace("/", "-")
+    """Runs one case (``DIR/NAME.tc``, or ``DIR/NAME.tc (instance)`` for its run in a
+    fresh instance) under ``kprobefs exec`` (its own mount namespace) in its own
+    session, killed with all it started when it runs past timeout seconds (a HANG
+    problem)."""
+    name, instance = case, case.endswith(INSTANCE_SUFFIX)
+    if instance:
+        case = case[:-len(INSTANCE_SUFFIX)]
+    stem = case.replace("/", "-") + ("-instance" if instance else "")
     log_file = log_dir / (stem + ".log")
     out_file = log_dir / (stem + ".out")
     argv = [sys.executable, "-m", "kprobefs", "exec", str(mount), "--", "sh",
             str(CASE_SCRIPT), str(mount), str(selftests), str(selftests / "test.d" / case),
-            str(log_file)]
+            str(log_file)] + (["instance"] if instance else [])
     # modprobe/rmmod shims that load the project's modules through the mount's control.
     env = _cli_env()
     env.update(KPROBEFS_MOUNT=str(mount),
@@ -490,7 +513,7 @@ def run_case(mount: Path, selftests: Path, case: str, log_dir: Path,
         code = int(lines[-1]) if status == 0 and lines and lines[-1].isdigit() else -1
         extra = "" if code >= 0 else f"\n[runner exit {status}] {out}"
     log = log_file.read_text(errors="replace") if log_file.exists() else ""
-    return CaseResult(case, code, log + extra, elapsed, problems)
+    return CaseResult(name, code, log + extra, elapsed, problems)
 
 
 #: The suite's reset, as ftracetest runs it after its last case (and, as
@@ -586,7 +609,7 @@ def run_suite(mount: Mount, selftests: Path, cases: list[str], log_dir: Path,
         result = run_case(mount.path, selftests, case, log_dir, timeout)
         problems = list(result.problems)
         if checks:
-            problems += check(case.replace("/", "-"))
+            problems += check(case.replace("/", "-").replace(INSTANCE_SUFFIX, "-instance"))
         _LEFTOVERS[:] = _reap(_LEFTOVERS)
         result = CaseResult(result.case, result.code, result.log, result.elapsed,
                             tuple(problems))
@@ -608,6 +631,7 @@ def run_all(patterns: list[str] | None = None, out=sys.stdout, dirs=CASE_DIRS,
     cases = list_cases(selftests, patterns, dirs)
     if seed is not None:
         cases = shuffled(cases, seed)
+    cases = with_instance_pass(selftests, cases)
     log_dir = Path(tempfile.mkdtemp(prefix="kprobefs-conformance-logs-"))
     with Mount(log_dir / "daemon.log", log_level) as mount:
         run = run_suite(mount, selftests, cases, log_dir, timeout, checks=checks,

@@ -237,6 +237,42 @@ def test_real_probe_sees_the_shells_own_reads(real):
     assert not os.path.exists(f"{t}/events/kprobes/myprobe")
 
 
+def test_real_instance_mkdir_enable_rmdir(real):
+    """mkdir/rmdir under tracing/instances go through the emulated kernel's VFS to the
+    daemon; an event enabled in the instance records the shell's reads there only."""
+    t = f"{real}/tracing"
+    foo = f"{t}/instances/foo"
+    assert sh(f"mkdir {foo}").returncode == 0
+    try:
+        assert sh(f"test -d {foo} && ls {t}/instances").stdout == "foo\n"
+        r = sh(f"mkdir {foo}", shell="bash")
+        assert r.returncode == 1 and "File exists" in r.stderr
+        r = sh(f"mkdir {t}/events/new", shell="bash")
+        assert r.returncode == 1 and "Operation not permitted" in r.stderr
+        assert sh(f"echo 'p:myprobe vfs_read' > {t}/kprobe_events").returncode == 0
+        r = sh(f"echo 1 > {foo}/events/kprobes/myprobe/enable && "
+               f"echo $$; exec cat {t}/README > /dev/null")
+        assert r.returncode == 0
+        reader = int(r.stdout.split()[0])
+        assert sh(f"cat {foo}/events/kprobes/myprobe/enable {t}/events/kprobes/myprobe/enable"
+                  ).stdout == "1\n0\n"
+        r = sh(f"echo > {t}/kprobe_events", shell="bash")
+        assert r.returncode == 1 and "Device or resource busy" in r.stderr
+        r = sh(f"exec 3< {foo}/trace; rmdir {foo}", shell="bash")
+        assert r.returncode == 1 and "Device or resource busy" in r.stderr
+        mine = [line for line in Path(f"{foo}/trace").read_text().splitlines()
+                if f"cat-{reader} " in line]
+        assert mine and all("myprobe: (vfs_read+0x0/" in line for line in mine)
+        assert f"cat-{reader} " not in Path(f"{t}/trace").read_text()
+        assert sh(f"rmdir {foo}").returncode == 0
+        assert not os.path.exists(foo)
+        r = sh(f"rmdir {foo}", shell="bash")
+        assert r.returncode == 1 and "No such file or directory" in r.stderr
+        assert sh(f"echo > {t}/kprobe_events").returncode == 0     # rmdir disabled it
+    finally:
+        sh(f"rmdir {foo}; echo > {t}/kprobe_events")
+
+
 # ---- tracing files (fake tracer), through a shell -----------------------------------------
 def test_fake_tracing_echo_cat(fake):
     ev = f"{fake}/tracing/kprobe_events"

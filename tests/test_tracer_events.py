@@ -47,7 +47,7 @@ def test_truncate_deletes_all_and_dirs(t):
     echo(t.root, "kprobe_events", "", append=False)
     assert cat(t.root, "kprobe_events") == ""
     assert set(node(t.root, "events").children()) == {"enable", "header_page",
-                                                      "header_event"}
+                                                      "header_event", "ftrace"}
     assert len(t.hooks.removed) == 4
     assert t.engine.probes == []
 

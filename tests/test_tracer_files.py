@@ -229,3 +229,27 @@ def test_rdwr_open_with_trunc_clears(t):
     echo(t.root, "kprobe_events", "p:a vfs_read")
     node(t.root, "kprobe_events").open(os.O_RDONLY | os.O_TRUNC, 1, "sh").release()
     assert cat(t.root, "kprobe_events") == "p:kprobes/a vfs_read\n"
+
+
+def test_events_ftrace_describes_the_tracers_own_records(t):
+    """events/ftrace: format (and id where Linux has one) of the records the tracer
+    writes itself, with no enable or filter file, in Linux 6.1's text."""
+    assert set(node(t.root, "events/ftrace").children()) == {
+        "function", "kernel_stack", "print"}
+    assert set(node(t.root, "events/ftrace/print").children()) == {"format", "id", "hist"}
+    assert set(node(t.root, "events/ftrace/kernel_stack").children()) == {"format", "hist"}
+    assert cat(t.root, "events/ftrace/print/id") == "5\n"
+    assert cat(t.root, "events/ftrace/function/format") == (
+        "name: function\nID: 1\nformat:\n"
+        "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+        "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
+        "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
+        "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
+        "\tfield:unsigned long ip;\toffset:8;\tsize:8;\tsigned:0;\n"
+        "\tfield:unsigned long parent_ip;\toffset:16;\tsize:8;\tsigned:0;\n\n"
+        'print fmt: " %ps <-- %ps", (void *)REC->ip, (void *)REC->parent_ip\n')
+    assert "\tfield:unsigned long caller[8];\toffset:16;\tsize:64;\tsigned:0;\n" in cat(
+        t.root, "events/ftrace/kernel_stack/format")
+    assert "\tfield:char buf[];\toffset:16;\tsize:0;\tsigned:1;\n" in cat(
+        t.root, "events/ftrace/print/format")
+    assert cat(t.root, "available_events") == ""

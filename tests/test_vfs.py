@@ -414,6 +414,46 @@ def test_hostfs_open_errors_pass_through(host, sc):
     assert sc("open", "/sys/kernel/tracing/new", O_CREAT | O_WRONLY, 0o600) == -errno.EACCES
 
 
+class _Instances(Directory):
+    """A host directory that makes and removes subdirectories, as tracefs's instances/."""
+
+    def __init__(self):
+        super().__init__({})
+        self.calls = []
+
+    def mkdir(self, name, mode):
+        self.calls.append(("mkdir", name, mode))
+        if name in self._entries:
+            raise OSError(errno.EEXIST, "File exists")
+        self.add(name, Directory({"trace": TextFile(lambda: "")}))
+
+    def rmdir(self, name):
+        self.calls.append(("rmdir", name))
+        if name == "busy":
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        del self._entries[name]
+
+
+def test_hostfs_mkdir_and_rmdir_ask_the_host(host, sc):
+    fs, tracing = host
+    instances = _Instances()
+    tracing.add("instances", instances)
+    assert sc("mkdir", "/sys/kernel/tracing/instances/foo", 0o755) == 0
+    assert instances.calls == [("mkdir", "foo", 0o755)]
+    st = stat(sc, "/sys/kernel/tracing/instances/foo")
+    assert st["mode"] & 0o170000 == 0o040000
+    assert open_read(sc, "/sys/kernel/tracing/instances/foo/trace") == b""
+    assert sc("mkdir", "/sys/kernel/tracing/instances/foo", 0o755) == -errno.EEXIST
+    assert sc("mkdir", "/sys/kernel/tracing/instances/busy", 0o700) == 0
+    assert sc("rmdir", "/sys/kernel/tracing/instances/busy") == -errno.EBUSY
+    assert sc("rmdir", "/sys/kernel/tracing/instances/foo") == 0
+    assert stat(sc, "/sys/kernel/tracing/instances/foo") == -errno.ENOENT
+    assert sc("rmdir", "/sys/kernel/tracing/instances/foo") == -errno.ENOENT
+    assert sc("rmdir", "/sys/kernel/tracing/events") == -errno.EPERM
+    assert sc("rmdir", "/sys/kernel/tracing/README") == -errno.ENOTDIR
+    assert instances.calls[-1] == ("rmdir", "foo")      # the VFS answered the rest
+
+
 def test_hostfs_names_follow_the_host_tree(host, sc):
     _, tracing = host
     events = tracing.children()["events"]

@@ -47,6 +47,8 @@ HC_HOSTFS_READ = 18
 HC_HOSTFS_WRITE = 19
 HC_HOSTFS_RELEASE = 20
 HC_HOSTFS_READDIR = 21
+HC_HOSTFS_MKDIR = 40
+HC_HOSTFS_RMDIR = 41
 
 #: Layout of the HC_HOSTFS_READDIR buffer: name[256] (NUL-terminated), then u32 mode.
 DIRENT_NAME_MAX = 255
@@ -322,6 +324,7 @@ class HostFS:
             HC_HOSTFS_LOOKUP: self._hc_lookup, HC_HOSTFS_OPEN: self._hc_open,
             HC_HOSTFS_READ: self._hc_read, HC_HOSTFS_WRITE: self._hc_write,
             HC_HOSTFS_RELEASE: self._hc_release, HC_HOSTFS_READDIR: self._hc_readdir,
+            HC_HOSTFS_MKDIR: self._hc_mkdir, HC_HOSTFS_RMDIR: self._hc_rmdir,
         }
 
     # ---- the Python-side API (also what the hypercalls use) ---------------------------
@@ -575,6 +578,45 @@ class HostFS:
 
     def _hc_release(self, kernel, hid, *_):
         self.release(hid)
+        return 0
+
+    def mkdir(self, dir_id: int, name: str, mode: int) -> tuple[int, object]:
+        """Makes directory ``name`` in directory dir_id, through the directory node's
+        ``mkdir(name, mode)``; returns (child id, child node), ``(0, None)`` when it is
+        gone again already.  EPERM where the node makes no directories (as the VFS
+        answers for an inode without ->mkdir)."""
+        directory = self.refresh(dir_id)
+        make = getattr(directory, "mkdir", None)
+        if make is None:
+            raise OSError(errno.EPERM, "Operation not permitted")
+        make(name, mode)
+        try:
+            return self.lookup(dir_id, name)
+        except OSError:
+            return 0, None
+
+    def rmdir(self, dir_id: int, name: str) -> None:
+        """Removes directory ``name`` from directory dir_id through the node's
+        ``rmdir(name)``; EPERM where the node removes none."""
+        directory = self.refresh(dir_id)
+        remove = getattr(directory, "rmdir", None)
+        if remove is None:
+            raise OSError(errno.EPERM, "Operation not permitted")
+        remove(name)
+        with self._lock:
+            gone = self._ids.get((dir_id, name))
+        if gone is not None:
+            self._forget(gone)
+
+    def _hc_mkdir(self, kernel, dir_id, name_ptr, mode, mode_ptr, *_):
+        name = _read_cstring(kernel, name_ptr, DIRENT_NAME_MAX + 1)
+        child_id, child = self.mkdir(dir_id, name, mode & 0o7777)
+        if child_id and mode_ptr:
+            kernel.write(mode_ptr, (node_mode(child) & 0xFFFFFFFF).to_bytes(4, "little"))
+        return child_id
+
+    def _hc_rmdir(self, kernel, dir_id, name_ptr, *_):
+        self.rmdir(dir_id, _read_cstring(kernel, name_ptr, DIRENT_NAME_MAX + 1))
         return 0
 
     def _hc_readdir(self, kernel, dir_id, index, kbuf, *_):

@@ -57,6 +57,8 @@ class HC:
     TRACE_WAKE = 27
     WORK_NEXT = 28
     WORK_DONE = 29
+    HOSTFS_MKDIR = 40
+    HOSTFS_RMDIR = 41
 
 
 IDLE_WAKE_TASK = 1

@@ -675,7 +675,8 @@ class Kernel:
         cpu.resume_rax = abi.IDLE_UPCALL
 
     def _hostfs_hypercall(self, nr):
-        if self.hostfs is None or not HC.HOSTFS_LOOKUP <= nr <= HC.HOSTFS_READDIR:
+        if self.hostfs is None or not (HC.HOSTFS_LOOKUP <= nr <= HC.HOSTFS_READDIR
+                                       or nr in (HC.HOSTFS_MKDIR, HC.HOSTFS_RMDIR)):
             return -38  # ENOSYS
         work = self.host_work
         work.at_work_point = nr in WORK_POINTS

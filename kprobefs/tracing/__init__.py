@@ -6,6 +6,7 @@ from .fetch import (
 )
 from .error_log import ErrorLog
 from .events import KernelSymbols, TraceEvent, TraceProbe, Tracer
+from .trace_array import EventFile, TraceArray
 from .ring_buffer import RingBuffer
 from .files import FileHandle, TraceDir, TraceFile, tracing_root
 from .filter import EventFilter, FilterParseError, compile_filter
@@ -19,7 +20,7 @@ __all__ = [
     "DeleteSpec", "FetchArgSpec", "SymbolResolver", "compare_arg_types", "is_same_probe",
     "FetchContext", "FetchFault", "FetchProgram", "encode_args", "print_args",
     "format_event_format", "build_record_fields",
-    "Tracer", "TraceEvent", "TraceProbe", "KernelSymbols", "tracing_root", "TraceDir",
-    "TraceFile", "FileHandle", "ErrorLog", "EventFilter", "FilterParseError",
+    "Tracer", "TraceArray", "EventFile", "TraceEvent", "TraceProbe", "KernelSymbols",
+    "tracing_root", "TraceDir", "TraceFile", "FileHandle", "ErrorLog", "EventFilter", "FilterParseError",
     "compile_filter", "RingBuffer",
 ]

@@ -19,7 +19,9 @@ import errno
 import os
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from kprobefs.tracing.events import OPTION_DEFAULTS, TraceEvent, Tracer
+from kprobefs.tracing.events import TraceEvent, Tracer
+from kprobefs.tracing.ftrace_events import FTRACE_EVENTS, FTRACE_SYSTEM
+from kprobefs.tracing.trace_array import OPTION_DEFAULTS, TraceArray
 from kprobefs.tracing.output import TraceOptions
 from kprobefs.tracing.ring_buffer import DEFAULT_BUFFER_BYTES
 
@@ -277,24 +279,76 @@ README_TEXT = (
 )
 
 
+def _ftrace_event_dir(event) -> Directory:
+    files = {"format": _text_file(lambda: event.format), "hist": _text_file(lambda: "")}
+    if event.has_id_file:
+        files["id"] = _text_file(lambda: f"{event.id}\n")
+    return Directory(files)
+
+
+#: events/ftrace: the ftrace system's own events, the same in every trace array.
+_FTRACE_DIR = Directory({name: _ftrace_event_dir(event)
+                         for name, event in FTRACE_EVENTS.items()})
+
+
 # ----------------------------------------------------------------------- the tree
 
 def tracing_root(tracer: Tracer) -> Directory:
     """Return the directory the FUSE layer mounts as ``tracing/``."""
-    return _Root(tracer).directory
+    return _Root(tracer, tracer.top).directory
 
 
 class _Root:
-    """Builds every node of the tree around one tracer."""
+    """Builds every node of one trace array's directory: ``tracing/`` itself for the
+    top array, with the files only the top level has, or ``instances/NAME``."""
 
-    def __init__(self, tracer: Tracer):
+    def __init__(self, tracer: Tracer, tr: TraceArray):
         self.tracer = tracer
+        self.tr = tr
         t = tracer
+        self.files: dict[str, Any] = {
+            "trace": _TraceFile(tr, None),
+            "trace_pipe": _TracePipeFile(tr, None),
+            "tracing_on": _File(MODE_WRITE, read=lambda: f"{int(tr.tracing_on)}\n",
+                                write=self._write_tracing_on),
+            "trace_marker": _File(MODE_WRITE_ONLY,
+                                  write=lambda d, p, c: tr.write_marker(d, p, c)),
+            "buffer_size_kb": _File(MODE_WRITE, read=lambda: self._size_text(None),
+                                    write=lambda d, p, c: self._write_size(d, None)),
+            "buffer_total_size_kb": _text_file(self._total_size_text),
+            "trace_clock": _File(MODE_WRITE, read=self._clock_text,
+                                 write=self._write_clock),
+            "current_tracer": _File(MODE_WRITE, read=lambda: f"{tr.tracer_name}\n",
+                                    write=self._write_tracer),
+            "available_tracers": _text_file(
+                lambda: " ".join(tr.available_tracers()) + "\n"),
+            "available_events": _text_file(t.available_event_lines),
+            "set_event": _File(MODE_WRITE, read=tr.enabled_event_lines,
+                               write=lambda d, p, c: tr.set_event_tokens(d),
+                               trunc=lambda: tr.set_events_enabled(False, allow_none=True)),
+            "error_log": _File(MODE_WRITE, read=tr.error_log.text,
+                               write=lambda d, p, c: len(d), trunc=tr.error_log.clear),
+            "options": Directory(self._options),
+            "per_cpu": Directory(self._per_cpu),
+            "events": Directory(self._events),
+        }
+        if tr.function_tracer is not None:
+            functions = tr.function_tracer
+            self.files["set_ftrace_filter"] = self._filter_file(functions.filter)
+            self.files["set_ftrace_notrace"] = self._filter_file(functions.notrace)
+        if tr.is_top:
+            self._add_top_files()
+        self.directory = Directory(self.files)
+
+    def _add_top_files(self) -> None:
+        """The files only the top level has: the event definitions, the function and
+        stack tracers' files, README, ``instances/``."""
+        t = self.tracer
         readme = README_TEXT
         if t.function_tracer is not None:
             at = readme.index("  available_events")
             readme = readme[:at] + _README_FUNCTIONS + readme[at:]
-        self.files: dict[str, Any] = {
+        self.files.update({
             "README": _text_file(lambda: readme),
             "kprobe_events": _File(MODE_WRITE, read=t.probe_lines,
                                    write=lambda d, p, c: t.run_commands(d),
@@ -307,37 +361,10 @@ class _Root:
                                       write=lambda d, p, c: t.run_synth_commands(d),
                                       trunc=t.release_all_synthetic),
             "kprobe_profile": _text_file(t.profile_text),
-            "trace": _TraceFile(t, None),
-            "trace_pipe": _TracePipeFile(t, None),
-            "tracing_on": _File(MODE_WRITE, read=lambda: f"{int(t.tracing_on)}\n",
-                                write=self._write_tracing_on),
-            "trace_marker": _File(MODE_WRITE_ONLY,
-                                  write=lambda d, p, c: t.write_marker(d, p, c)),
-            "buffer_size_kb": _File(MODE_WRITE, read=lambda: self._size_text(None),
-                                    write=lambda d, p, c: self._write_size(d, None)),
-            "buffer_total_size_kb": _text_file(self._total_size_text),
-            "trace_clock": _File(MODE_WRITE, read=self._clock_text,
-                                 write=self._write_clock),
-            "current_tracer": _File(MODE_WRITE, read=lambda: f"{t.tracer_name}\n",
-                                    write=self._write_tracer),
-            "available_tracers": _text_file(
-                lambda: " ".join(t.available_tracers()) + "\n"),
-            "available_events": _text_file(t.available_event_lines),
-            "set_event": _File(MODE_WRITE, read=t.enabled_event_lines,
-                               write=lambda d, p, c: t.set_event_tokens(d),
-                               trunc=lambda: t.set_events_enabled(False, allow_none=True)),
-            "error_log": _File(MODE_WRITE, read=t.error_log.text,
-                               write=lambda d, p, c: len(d), trunc=t.error_log.clear),
             "available_filter_functions": _text_file(
                 lambda: "".join(f"{name}\n" for name in t.symbols.ftrace_functions())),
-            "options": Directory(self._options),
-            "per_cpu": Directory(self._per_cpu),
-            "events": Directory(self._events),
-        }
-        if t.function_tracer is not None:
-            functions = t.function_tracer
-            self.files["set_ftrace_filter"] = self._filter_file(functions.filter)
-            self.files["set_ftrace_notrace"] = self._filter_file(functions.notrace)
+            "instances": _InstancesDir(t),
+        })
         if t.stack_tracer is not None:
             stack = t.stack_tracer
             self.files["stack_trace"] = _text_file(stack.trace_text)
@@ -345,7 +372,6 @@ class _Root:
                 MODE_WRITE, read=stack.max_size_text,
                 write=lambda d, p, c: self._write_stack_max(d))
             self.files["stack_trace_filter"] = self._filter_file(stack.filter)
-        self.directory = Directory(self.files)
 
     def _filter_file(self, hash_) -> _File:
         """A function filter file (set_ftrace_filter and its kin): O_TRUNC clears it,
@@ -369,12 +395,12 @@ class _Root:
     # ---------------------------------------------------------------- small files
     def _write_tracing_on(self, data: bytes, pid: int, comm: str) -> int:
         value = _kstrtoul(data, 10)
-        if bool(value) != self.tracer.tracing_on:
-            self.tracer.set_tracing_on(bool(value))
+        if bool(value) != self.tr.tracing_on:
+            self.tr.set_tracing_on(bool(value))
         return len(data)
 
     def _size_text(self, cpu: int | None) -> str:
-        buffer = self.tracer.buffer
+        buffer = self.tr.buffer
         if cpu is not None:
             return f"{buffer.size_kb(cpu)}\n"
         sizes = {buffer.size_kb(c) for c in range(buffer.nr_cpus)}
@@ -386,7 +412,7 @@ class _Root:
         return f"{size}\n"
 
     def _total_size_text(self) -> str:
-        buffer = self.tracer.buffer
+        buffer = self.tr.buffer
         total = sum(buffer.size_kb(c) for c in range(buffer.nr_cpus))
         if not buffer.expanded:
             return f"{total} (expanded: {(DEFAULT_BUFFER_BYTES >> 10) * buffer.nr_cpus})\n"
@@ -396,22 +422,22 @@ class _Root:
         kb = _kstrtoul(data, 10)
         if not kb:
             raise OSError(errno.EINVAL, "size must be positive")
-        self.tracer.buffer.resize_kb(kb, cpu)
+        self.tr.resize_kb(kb, cpu)
         return len(data)
 
     def _clock_text(self) -> str:
-        current = self.tracer.trace_clock
+        current = self.tr.trace_clock
         return " ".join(f"[{name}]" if name == current else name
                         for name in self.tracer.clocks) + "\n"
 
     def _write_clock(self, data: bytes, pid: int, comm: str) -> int:
         name = _c_string(data[:63]).decode("latin-1").strip(_BLANKS)
-        self.tracer.set_trace_clock(name)
+        self.tr.set_trace_clock(name)
         return len(data)
 
     def _write_tracer(self, data: bytes, pid: int, comm: str) -> int:
         name = _c_string(data[:100]).decode("latin-1").strip(_BLANKS)
-        self.tracer.set_current_tracer(name)
+        self.tr.set_current_tracer(name)
         return len(data)
 
     # ------------------------------------------------------------------- options
@@ -421,31 +447,31 @@ class _Root:
                 for name in sorted(OPTION_DEFAULTS)}
 
     def _option_reader(self, name: str):
-        return lambda: f"{int(self.tracer.options[name])}\n"
+        return lambda: f"{int(self.tr.options[name])}\n"
 
     def _option_writer(self, name: str):
         def write(data: bytes, pid: int, comm: str) -> int:
             value = _kstrtoul(data, 10)
             if value not in (0, 1):
                 raise OSError(errno.EINVAL, "option takes 0 or 1")
-            self.tracer.set_option(name, bool(value))
+            self.tr.set_option(name, bool(value))
             return len(data)
         return write
 
     # ------------------------------------------------------------------- per_cpu
     def _per_cpu(self) -> dict[str, Any]:
         return {f"cpu{cpu}": Directory({
-            "trace": _TraceFile(self.tracer, cpu),
-            "trace_pipe": _TracePipeFile(self.tracer, cpu),
-            "trace_pipe_raw": _TracePipeRawFile(self.tracer, cpu),
+            "trace": _TraceFile(self.tr, cpu),
+            "trace_pipe": _TracePipeFile(self.tr, cpu),
+            "trace_pipe_raw": _TracePipeRawFile(self.tr, cpu),
             "stats": _text_file(self._cpu_stats(cpu)),
             "buffer_size_kb": _File(MODE_WRITE, read=self._cpu_size(cpu),
                                     write=self._cpu_size_writer(cpu)),
-        }) for cpu in range(self.tracer.nr_cpus)}
+        }) for cpu in range(self.tr.nr_cpus)}
 
     def _cpu_stats(self, cpu: int):
         def produce() -> str:
-            t = self.tracer
+            t = self.tr
             entries, overrun, used, dropped, oldest, read = t.buffer.stats(cpu)
             clock = t.clocks[t.trace_clock]
             now = clock.read()
@@ -470,7 +496,7 @@ class _Root:
     def _events(self) -> dict[str, Any]:
         t = self.tracer
         entries: dict[str, Any] = {
-            "enable": _File(MODE_WRITE, read=lambda: t.enable_state() + "\n",
+            "enable": _File(MODE_WRITE, read=lambda: self.tr.enable_state() + "\n",
                             write=self._group_enable_writer(None)),
             "header_page": _text_file(lambda: HEADER_PAGE),
             "header_event": _text_file(lambda: HEADER_EVENT),
@@ -479,6 +505,7 @@ class _Root:
             groups = list(t.groups)
         for group in groups:
             entries[group] = Directory(self._group_entries(group))
+        entries[FTRACE_SYSTEM] = _FTRACE_DIR
         return entries
 
     def _group_enable_writer(self, group: str | None):
@@ -486,8 +513,8 @@ class _Root:
             value = _kstrtoul(data, 10)
             if value not in (0, 1):
                 raise OSError(errno.EINVAL, "enable takes 0 or 1")
-            self.tracer.update_buffers()
-            self.tracer.set_events_enabled(bool(value), group=group,
+            self.tr.update_buffers()
+            self.tr.set_events_enabled(bool(value), group=group,
                                            allow_none=group is None)
             return len(data)
         return write
@@ -497,7 +524,8 @@ class _Root:
 
         def entries() -> dict[str, Any]:
             out: dict[str, Any] = {
-                "enable": _File(MODE_WRITE, read=lambda: t.enable_state(group) + "\n",
+                "enable": _File(MODE_WRITE,
+                                read=lambda: self.tr.enable_state(group) + "\n",
                                 write=self._group_enable_writer(group)),
                 "filter": _File(MODE_WRITE, read=lambda: self._group_filter_text(group),
                                 write=self._group_filter_writer(group)),
@@ -510,7 +538,7 @@ class _Root:
         return entries
 
     def _group_filter_text(self, group: str) -> str:
-        text = self.tracer.group_filter_text.get(group)
+        text = self.tr.group_filter_text.get(group)
         if text is not None:
             return text + "\n"
         return ("### global filter ###\n"
@@ -523,7 +551,7 @@ class _Root:
             if len(data) >= _PAGE_SIZE:
                 raise OSError(errno.EINVAL, "filter too long")
             text = _c_string(data).decode("latin-1").rstrip(_BLANKS)
-            self.tracer.set_group_filter(group, text)
+            self.tr.set_group_filter(group, text)
             return len(data)
         return write
 
@@ -536,21 +564,21 @@ class _Root:
 
         def write_enable(data: bytes, pid: int, comm: str) -> int:
             value = _kstrtoul(data, 10)
-            self.tracer.update_buffers()
+            self.tr.update_buffers()
             if value not in (0, 1):
                 raise OSError(errno.EINVAL, "enable takes 0 or 1")
-            self.tracer.set_enabled(event(), bool(value))
+            self.tr.set_enabled(event(), bool(value))
             return len(data)
 
         def write_filter(data: bytes, pid: int, comm: str) -> int:
             if len(data) >= _PAGE_SIZE:
                 raise OSError(errno.EINVAL, "filter too long")
             text = _c_string(data).decode("latin-1").rstrip(_BLANKS)
-            self.tracer.set_filter(event(), text)
+            self.tr.set_filter(event(), text)
             return len(data)
 
         def read_filter() -> str:
-            text = event().filter_text
+            text = self.tr.filter_text(event())
             return ("none" if text is None else text) + "\n"
 
         def write_trigger(data: bytes, pid: int, comm: str) -> int:
@@ -567,7 +595,8 @@ class _Root:
 
         def entries() -> dict[str, Any]:
             return {
-                "enable": _File(MODE_WRITE, read=lambda: f"{int(event().enabled)}\n",
+                "enable": _File(MODE_WRITE,
+                                read=lambda: f"{int(self.tr.is_enabled(event()))}\n",
                                 write=write_enable),
                 "filter": _File(MODE_WRITE, read=read_filter, write=write_filter),
                 "format": _text_file(lambda: event().format_text()),
@@ -579,6 +608,97 @@ class _Root:
         return entries
 
 
+# ---------------------------------------------------------------------- instances
+
+class _InstancesDir:
+    """``instances/``: one directory per trace array but the top one.  ``mkdir(name)``
+    makes an instance and ``rmdir(name)`` removes one (hostfs's MKDIR and RMDIR
+    hypercalls, as tracefs calls instance_mkdir and instance_rmdir)."""
+
+    mode = MODE_DIR
+
+    def __init__(self, tracer: Tracer):
+        self.tracer = tracer
+        self._dirs: dict[TraceArray, _RefDir] = {}
+
+    def children(self) -> dict[str, Any]:
+        with self.tracer.lock:
+            dirs = {}
+            for tr in self.tracer.instances.values():
+                node = self._dirs.get(tr)
+                dirs[tr] = node or _RefDir(_Root(self.tracer, tr).directory, tr)
+            self._dirs = dirs
+        return {tr.name: node for tr, node in dirs.items()}
+
+    def mkdir(self, name: str, mode: int) -> None:
+        self.tracer.new_instance(name)
+
+    def rmdir(self, name: str) -> None:
+        self.tracer.remove_instance(name)
+
+
+class _RefDir:
+    """A directory of an instance: each file opened below it holds a reference on the
+    instance (``tr.ref``, Linux's trace_array_get), so that rmdir is EBUSY meanwhile."""
+
+    mode = MODE_DIR
+
+    def __init__(self, inner: Any, tr: TraceArray):
+        self._inner = inner
+        self.tr = tr
+
+    def children(self) -> dict[str, Any]:
+        return {name: (_RefDir(node, self.tr) if hasattr(node, "children")
+                       else _RefFile(node, self.tr))
+                for name, node in self._inner.children().items()}
+
+
+class _RefFile:
+    def __init__(self, inner: Any, tr: TraceArray):
+        self._inner = inner
+        self.tr = tr
+        self.mode = inner.mode
+
+    def open(self, flags: int, pid: int, comm: str) -> FileHandle:
+        tr = self.tr
+        with tr.lock:
+            if tr.registry.instances.get(tr.name) is not tr:
+                raise OSError(errno.ENODEV, "instance removed")
+            tr.ref += 1
+        try:
+            return _RefHandle(self._inner.open(flags, pid, comm), tr)
+        except BaseException:
+            with tr.lock:
+                tr.ref -= 1
+            raise
+
+
+class _RefHandle:
+    """An open file of an instance: the inner handle, and the reference it holds."""
+
+    def __init__(self, inner: FileHandle, tr: TraceArray | None):
+        self._inner = inner
+        self._tr = tr
+
+    def read(self, size: int, offset: int) -> bytes:
+        return self._inner.read(size, offset)
+
+    def write(self, data: bytes, offset: int) -> int:
+        return self._inner.write(data, offset)
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)       # wait(), for the pipes
+
+    def release(self) -> None:
+        try:
+            self._inner.release()
+        finally:
+            tr, self._tr = self._tr, None
+            if tr is not None:
+                with tr.lock:
+                    tr.ref -= 1
+
+
 # ------------------------------------------------------------------ trace, trace_pipe
 
 class _TraceFile:
@@ -586,7 +706,7 @@ class _TraceFile:
 
     mode = MODE_WRITE
 
-    def __init__(self, tracer: Tracer, cpu: int | None):
+    def __init__(self, tracer: TraceArray, cpu: int | None):
         self.tracer = tracer
         self.cpu = cpu
 
@@ -615,7 +735,7 @@ class _TracePipeFile:
 
     mode = MODE_READ
 
-    def __init__(self, tracer: Tracer, cpu: int | None):
+    def __init__(self, tracer: TraceArray, cpu: int | None):
         self.tracer = tracer
         self.cpu = cpu
 
@@ -624,7 +744,7 @@ class _TracePipeFile:
 
 
 class _TracePipeHandle:
-    def __init__(self, tracer: Tracer, cpu: int | None):
+    def __init__(self, tracer: TraceArray, cpu: int | None):
         self.tracer = tracer
         self.cpu = cpu
         self._pending = b""
@@ -669,7 +789,7 @@ class _TracePipeRawFile:
 
     mode = MODE_READ
 
-    def __init__(self, tracer: Tracer, cpu: int):
+    def __init__(self, tracer: TraceArray, cpu: int):
         self.tracer = tracer
         self.cpu = cpu
 
@@ -678,7 +798,7 @@ class _TracePipeRawFile:
 
 
 class _TracePipeRawHandle:
-    def __init__(self, tracer: Tracer, cpu: int):
+    def __init__(self, tracer: TraceArray, cpu: int):
         self.tracer = tracer
         self.cpu = cpu
         self._page = b""

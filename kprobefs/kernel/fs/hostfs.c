@@ -332,9 +332,44 @@ const struct file_operations hostfs_dir_operations = {
 	.iterate = hostfs_readdir,
 };
 
-/* No create/mkdir/unlink/symlink: the VFS answers -EACCES/-EPERM for them. */
+/* mkdir and rmdir ask the host, which makes or removes the directory where the node
+ * allows it (tracefs's instances/) and answers -EPERM elsewhere.  No create, unlink
+ * or symlink: the VFS answers -EACCES/-EPERM for them. */
+static int hostfs_mkdir(struct inode *dir, struct dentry *dentry, umode_t mode)
+{
+	struct inode *inode;
+	u32 hmode = 0;
+	long id;
+
+	if (dentry->d_name.len > NAME_MAX)
+		return -ENAMETOOLONG;
+	id = hypercall(HC_HOSTFS_MKDIR, hostfs_node(dir), dentry->d_name.name, mode, &hmode);
+	if (id < 0) {
+		hostfs_stats.errors++;
+		return (int)id;
+	}
+	if (!id || !S_ISDIR(hmode))
+		return 0;	/* made, and gone again already: the dentry stays negative */
+	inode = hostfs_iget(dir->i_sb, id, hmode);
+	if (!inode)
+		return -ENOMEM;
+	d_instantiate(dentry, inode);
+	return 0;
+}
+
+static int hostfs_rmdir(struct inode *dir, struct dentry *dentry)
+{
+	long ret = hypercall(HC_HOSTFS_RMDIR, hostfs_node(dir), dentry->d_name.name, 0, 0);
+
+	if (ret < 0)
+		hostfs_stats.errors++;
+	return (int)ret;
+}
+
 static const struct inode_operations hostfs_dir_inode_operations = {
 	.lookup = hostfs_lookup,
+	.mkdir = hostfs_mkdir,
+	.rmdir = hostfs_rmdir,
 };
 
 /* ---- kernel-made names (tracefs_create_dir(), the debugfs automount) ------------ */

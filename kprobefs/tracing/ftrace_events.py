@@ -1,0 +1,55 @@
+"""The ftrace system's own events (``events/ftrace/``): the record types the tracer itself
+writes, described as Linux 6.1 describes them (kernel/trace/trace_entries.h), so that
+tools decoding ``trace_pipe_raw`` pages (trace-cmd record and report) can read them.
+
+Only the three record types this tracer writes are listed: ``function`` (the function
+tracer), ``kernel_stack`` (options/stacktrace) and ``print`` (trace_marker).  As in
+Linux, they have no ``enable``, ``filter`` or ``trigger`` file, the ftrace system
+directory has no ``enable`` or ``filter`` either, and only an event with a register
+function (function, print) has an ``id`` file.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kprobefs.tracing.fetch import RecordField, format_fields_text
+
+__all__ = ["FtraceEvent", "FTRACE_EVENTS", "FTRACE_SYSTEM"]
+
+FTRACE_SYSTEM = "ftrace"
+
+
+class FtraceEvent(NamedTuple):
+    name: str
+    id: int
+    has_id_file: bool
+    format: str
+
+
+def _event(name: str, event_id: int, has_id_file: bool, fields, print_fmt: str):
+    return FtraceEvent(name, event_id, has_id_file,
+                       format_fields_text(name, event_id, fields, print_fmt))
+
+
+_STACK_PRINT = ('"\\t=> %ps\\n\\t=> %ps\\n\\t=> %ps\\n" '
+                '"\\t=> %ps\\n\\t=> %ps\\n\\t=> %ps\\n" '
+                '"\\t=> %ps\\n\\t=> %ps\\n", '
+                + ", ".join(f"(void *)REC->caller[{i}]" for i in range(8)))
+
+#: name -> the event, in Linux's order (trace_entries.h).
+FTRACE_EVENTS: dict[str, FtraceEvent] = {e.name: e for e in (
+    _event("function", 1, True,
+           (RecordField("unsigned long", "ip", 8, 8, False),
+            RecordField("unsigned long", "parent_ip", 16, 8, False)),
+           '" %ps <-- %ps", (void *)REC->ip, (void *)REC->parent_ip'),
+    _event("kernel_stack", 4, False,
+           (RecordField("int", "size", 8, 4, True),
+            # a fixed-length array: the format file shows its length
+            RecordField("unsigned long", "caller[8]", 16, 64, False)),
+           _STACK_PRINT),
+    _event("print", 5, True,
+           (RecordField("unsigned long", "ip", 8, 8, False),
+            RecordField("char[]", "buf", 16, 0, True)),
+           '"%ps: %s", (void *)REC->ip, REC->buf'),
+)}

@@ -1,0 +1,446 @@
+"""Trace arrays: what each tracing instance has of its own (Linux's ``trace_array``).
+
+The top-level ``tracing/`` directory is one trace array, and every directory made under
+``tracing/instances/`` is another.  A :class:`TraceArray` holds the ring buffer, the
+options, ``tracing_on`` (and pauses), the trace clock, the current tracer's name, the
+error log, and one :class:`EventFile` per event: the event's enable bit and filter in
+this array (Linux's ``trace_event_file``), where triggers hang too.
+
+The events themselves are defined once, in the registry (:class:`events.Tracer`), for
+every array.  The registry is what a trace array calls back (documented on
+:class:`TraceArray`): to arm the event's probes when its first file is enabled, to
+point the kernel's recorder at the right place when something that decides it
+changes.  Every control method takes the registry's lock (event_mutex).
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from kprobefs.tracing.error_log import ErrorLog
+from kprobefs.tracing.filter import (
+    EventFilter, FilterParseError, FILTER_ERRORS, compile_filter, filter_fields,
+)
+from kprobefs.tracing.output import (
+    FLAGS_NONE, TraceFormatter, TraceOptions, format_header, format_ip_sym,
+)
+from kprobefs.tracing.raw_page import raw_common
+from kprobefs.tracing.ring_buffer import (
+    DEFAULT_BUFFER_BYTES, MAX_TOTAL_BUFFER_KB, RingBuffer,
+)
+
+__all__ = [
+    "TraceArray",
+    "EventFile",
+    "OPTION_DEFAULTS",
+    "PRINT_EVENT",
+    "STACK_EVENT",
+]
+
+# The options a trace array implements (options/<name>), with their defaults.
+OPTION_DEFAULTS = {
+    "context-info": True,
+    "irq-info": True,
+    "markers": True,
+    "overwrite": True,
+    "pause-on-trace": False,
+    "record-cmd": True,
+    "stacktrace": False,
+    "sym-addr": False,
+    "sym-offset": False,
+}
+
+_QWORD = struct.Struct("<Q")
+_TRACE_PRINT_ID = 5              # the record types of marker and stack records
+_TRACE_STACK_ID = 4
+_TRACE_BUF_SIZE = 1024           # longest trace_marker write
+
+
+class _PrintEvent:
+    """trace_marker records: ``(ts, pid, flags, PRINT_EVENT, text)``."""
+
+    id = _TRACE_PRINT_ID
+
+    def raw(self, record: tuple) -> bytes:
+        """``ftrace/print``: the common fields, ``ip`` (0: not kept), ``buf``."""
+        text = record[4]
+        if not text.endswith(b"\0"):
+            text += b"\0"
+        return raw_common(self.id, record[2], record[1]) + _QWORD.pack(0) + text
+
+    def render(self, record: tuple, tr: "TraceArray", options: TraceOptions) -> str:
+        text = record[4]
+        nul = text.find(b"\0")
+        if nul >= 0:
+            text = text[:nul]
+        return "tracing_mark_write: " + text.decode("utf-8", "replace")
+
+
+class _StackEvent:
+    """Stack trace records (options/stacktrace): ``(ts, pid, flags, STACK_EVENT, addrs)``."""
+
+    id = _TRACE_STACK_ID
+
+    def raw(self, record: tuple) -> bytes:
+        """``ftrace/kernel_stack``: the common fields, ``size``, then the callers."""
+        addrs = record[4]
+        return (raw_common(self.id, record[2], record[1])
+                + struct.pack(f"<i4x{len(addrs)}Q", len(addrs), *addrs))
+
+    def render(self, record: tuple, tr: "TraceArray", options: TraceOptions) -> str:
+        sym = tr.symbols.symbolize
+        lines = ["<stack trace>\n"]
+        for addr in record[4]:
+            lines.append(f" => {format_ip_sym(addr, sym, options.sym_offset, options.sym_addr)}\n")
+        return "".join(lines)
+
+
+PRINT_EVENT = _PrintEvent()
+STACK_EVENT = _StackEvent()
+
+
+@dataclass(eq=False)
+class EventFile:
+    """One event in one trace array (Linux's ``trace_event_file``): whether it records
+    into this array's buffer, its filter here (``filter_text`` is what the filter file
+    shows, without the newline), and the triggers attached to it here."""
+
+    event: Any
+    tr: "TraceArray"
+    enabled: bool = False
+    filter: EventFilter | None = None
+    filter_text: str | None = None
+    triggers: list = field(default_factory=list)
+
+
+class TraceArray:
+    """One tracing instance: ``name`` is ``""`` for the top level, else its directory
+    name under ``instances/``.
+
+    ``registry`` is the event registry (:class:`events.Tracer`); the array uses its
+    ``lock``, ``clocks``, ``comm_cache``, ``symbols``, ``kernel``, ``nr_cpus``,
+    ``events_newest_first()``, and the callbacks ``enable_file(file, on)`` (arm or
+    disarm the event's probes as its first file is enabled or its last disabled; raises
+    OSError with nothing changed) and ``array_changed(tr, events=None)`` (something that
+    decides where the given events, or all, are recorded has changed).
+    ``function_tracer`` is the array's function tracer (``current_tracer`` =
+    ``function``), ``None`` when the kernel has no ftrace sites; the registry sets it.
+    """
+
+    def __init__(self, name: str, registry, function_tracer=None):
+        self.name = name
+        self.registry = registry
+        self.lock = registry.lock
+        self.clocks = registry.clocks
+        self.comm_cache = registry.comm_cache
+        self.symbols = registry.symbols
+        self.nr_cpus = registry.nr_cpus
+        self.function_tracer = function_tracer
+        self.buffer = RingBuffer(self.nr_cpus)
+        self.error_log = ErrorLog(registry.clock)
+        self.options = dict(OPTION_DEFAULTS)
+        self.tracer_name = "nop"
+        self.trace_clock = "local"
+        self.now = self.clocks["local"].read      # the trace clock's reading, ns (or ticks)
+        self.tracing_on = True
+        self._stop_count = 0
+        self.recording = True                     # tracing_on and not paused
+        self.stacktrace = False
+        self.files: dict[tuple[str, str], EventFile] = {}
+        self.group_filter_text: dict[str, str] = {}
+        #: Open files of this instance (Linux's tr->ref less its own): rmdir is EBUSY
+        #: while any is open.
+        self.ref = 0
+
+    @property
+    def is_top(self) -> bool:
+        return not self.name
+
+    def __repr__(self) -> str:
+        return f"<TraceArray {self.name or '(top)'}>"
+
+    # ================================================================ event files
+    def file(self, event) -> EventFile:
+        """Return ``event``'s file in this array (made on first use)."""
+        key = (event.group, event.name)
+        ef = self.files.get(key)
+        if ef is None or ef.event is not event:
+            ef = self.files[key] = EventFile(event, self)
+        return ef
+
+    def forget_event(self, event) -> None:
+        """The event is gone: drop its file (the registry checked it is disabled)."""
+        key = (event.group, event.name)
+        ef = self.files.get(key)
+        if ef is not None and ef.event is event:
+            del self.files[key]
+
+    def forget_group(self, group: str) -> None:
+        self.group_filter_text.pop(group, None)
+
+    # ================================================================ buffer size
+    def buffer_total_kb(self) -> int:
+        return sum(self.buffer.size_kb(cpu) for cpu in range(self.nr_cpus))
+
+    def _check_room(self, total_kb: int) -> None:
+        """OSError(ENOMEM) when this array's buffers at ``total_kb`` and every other
+        array's would pass MAX_TOTAL_BUFFER_KB: the bound holds for all arrays
+        together, so instances cannot multiply the memory it bounds."""
+        others = sum(tr.buffer_total_kb() for tr in self.registry.arrays()
+                     if tr is not self)
+        if others + total_kb > MAX_TOTAL_BUFFER_KB:
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    def update_buffers(self) -> None:
+        """Expand the ring buffer to its default size on first use
+        (tracing_update_buffers); ENOMEM when the arrays' buffers have no room for it."""
+        with self.lock:
+            if not self.buffer.expanded:
+                self._check_room((DEFAULT_BUFFER_BYTES >> 10) * self.nr_cpus)
+            self.buffer.expand()
+
+    def resize_kb(self, kb: int, cpu: int | None = None) -> None:
+        """Set ``buffer_size_kb`` of one CPU or (``None``) all; ENOMEM, nothing changed,
+        past the bound (this array's alone, or all arrays' together)."""
+        with self.lock:
+            self._check_room(sum(kb if cpu is None or c == cpu else self.buffer.size_kb(c)
+                                 for c in range(self.nr_cpus)))
+            self.buffer.resize_kb(kb, cpu)
+
+    # ================================================================ enable
+    def set_enabled(self, event, on: bool) -> None:
+        """Enable or disable ``event`` in this array; an enable failure changes nothing."""
+        with self.lock:
+            ef = self.file(event)
+            if ef.enabled != on:
+                self.registry.enable_file(ef, on)
+
+    def set_events_enabled(self, on: bool, *, match: str | None = None,
+                           group: str | None = None, event: str | None = None,
+                           allow_none: bool = False) -> None:
+        """Enable/disable the events selected like ``set_event`` does (``match`` = an
+        event or group name, ``group``/``event`` = exact parts, ``None`` = any).
+
+        Every matching event is changed; the first error is raised afterwards.  No
+        match is EINVAL unless ``allow_none``.
+        """
+        with self.lock:
+            first_error = None
+            matched = False
+            for ev in self.registry.events_newest_first():
+                if match is not None and match != ev.name and match != ev.group:
+                    continue
+                if group is not None and group != ev.group:
+                    continue
+                if event is not None and event != ev.name:
+                    continue
+                matched = True
+                try:
+                    self.set_enabled(ev, on)
+                except OSError as exc:
+                    first_error = first_error or exc
+            if first_error is not None:
+                raise first_error
+            if not matched and not allow_none:
+                raise OSError(errno.EINVAL, "no such event")
+
+    def is_enabled(self, event) -> bool:
+        ef = self.files.get((event.group, event.name))
+        return ef is not None and ef.event is event and ef.enabled
+
+    def enable_state(self, group: str | None = None) -> str:
+        """Return ``0``/``1``/``X``/``?`` for the events of ``group`` (or all)."""
+        with self.lock:
+            states = {self.is_enabled(ev) for ev in self.registry.events_newest_first()
+                      if group is None or ev.group == group}
+        if not states:
+            return "?"
+        if len(states) == 2:
+            return "X"
+        return "1" if True in states else "0"
+
+    def set_event_tokens(self, data: bytes) -> int:
+        """Apply a write to ``set_event``: whitespace-separated ``[!][grp:]ev`` tokens."""
+        self.update_buffers()
+        for token in data.decode("latin-1").split():
+            on = not token.startswith("!")
+            if not on:
+                token = token[1:]
+            sub, sep, name = token.partition(":")
+            if sep:
+                group = None if sub in ("", "*") else sub
+                event = None if name in ("", "*") else name
+                self.set_events_enabled(on, group=group, event=event)
+            else:
+                self.set_events_enabled(on, match=token)
+        return len(data)
+
+    def enabled_event_lines(self) -> str:
+        return "".join(f"{ev.group}:{ev.name}\n"
+                       for ev in self.registry.events_newest_first() if self.is_enabled(ev))
+
+    # ================================================================ filters
+    def filter_text(self, event) -> str | None:
+        ef = self.files.get((event.group, event.name))
+        return ef.filter_text if ef is not None and ef.event is event else None
+
+    def set_filter(self, event, text: str) -> None:
+        """Apply a write to ``event``'s filter file (trailing blanks already removed)."""
+        with self.lock:
+            try:
+                self._set_filter(self.file(event), text)
+            finally:
+                self.registry.array_changed(self, (event,))
+
+    def _set_filter(self, ef: EventFile, text: str) -> None:
+        if text.strip(" \t\n\v\f\r") == "0":
+            ef.filter = None
+            ef.filter_text = None
+            return
+        try:
+            ef.filter = compile_filter(text, filter_fields(ef.event.record_fields()))
+            ef.filter_text = text
+        except FilterParseError as exc:
+            ef.filter = None
+            ef.filter_text = exc.file_text(text)
+            self.error_log.add("event filter parse error", text, exc.message,
+                               exc.log_pos)
+            raise OSError(exc.errno, exc.message) from None
+
+    def set_group_filter(self, group: str, text: str) -> None:
+        """Apply a write to ``events/<group>/filter``: every event of the group gets the
+        filter; an event it does not fit gets it disabled with an error shown."""
+        with self.lock:
+            events = [ev for ev in self.registry.events_newest_first() if ev.group == group]
+            try:
+                self._set_group_filter(group, events, text)
+            finally:
+                self.registry.array_changed(self, events)
+
+    def _set_group_filter(self, group: str, events: list, text: str) -> None:
+        if not events:
+            raise OSError(errno.ENODEV, "no events")
+        self.group_filter_text.pop(group, None)
+        if text.strip(" \t\n\v\f\r") == "0":
+            for ev in events:
+                ef = self.file(ev)
+                ef.filter = None
+                ef.filter_text = None
+            return
+        bad = FilterParseError(errno.EINVAL, FILTER_ERRORS.index(
+            "Couldn't find or set field in one of a subsystem's events"), 0)
+        for ev in events:
+            ef = self.file(ev)
+            try:
+                ef.filter = compile_filter(text, filter_fields(ev.record_fields()))
+                ef.filter_text = text
+            except FilterParseError:
+                ef.filter = None
+                ef.filter_text = bad.file_text(text)
+                self.error_log.add("event filter parse error", text, bad.message, 0)
+
+    # ================================================================ buffer control
+    def clear_trace(self) -> None:
+        self.buffer.reset()
+
+    def set_tracing_on(self, on: bool) -> None:
+        with self.lock:
+            self.tracing_on = on
+            self._update_recording()
+
+    def pause(self) -> None:
+        """Stop recording while a ``trace`` reader is open (options/pause-on-trace)."""
+        with self.lock:
+            self._stop_count += 1
+            self._update_recording()
+
+    def unpause(self) -> None:
+        with self.lock:
+            self._stop_count = max(0, self._stop_count - 1)
+            self._update_recording()
+
+    def _update_recording(self) -> None:
+        self.recording = self.tracing_on and not self._stop_count
+        self.registry.array_changed(self)
+
+    def set_option(self, name: str, on: bool) -> None:
+        with self.lock:
+            self.options[name] = on
+            self.stacktrace = self.options["stacktrace"]
+            self.buffer.overwrite = self.options["overwrite"]
+            self.registry.array_changed(self)       # stack traces are taken by the host
+
+    def set_trace_clock(self, name: str) -> None:
+        """Select a trace clock (clears the buffer); EINVAL for an unknown name."""
+        clock = self.clocks.get(name)
+        if clock is None:
+            raise OSError(errno.EINVAL, "unknown clock")
+        with self.lock:
+            self.trace_clock = name
+            self.now = clock.read
+            self.registry.clock_changed(self, clock)
+            self.buffer.reset()                 # what the kernel staged goes too
+            self.registry.array_changed(self)   # the kernel stamps with TSC clocks only
+
+    def set_current_tracer(self, name: str) -> None:
+        """Switch tracers; a switch to another tracer resets the buffer (tracer_init)."""
+        if name not in self.available_tracers():
+            raise OSError(errno.EINVAL, "unknown tracer")
+        with self.lock:
+            self.update_buffers()
+            if name == self.tracer_name:
+                return
+            functions = self.function_tracer
+            if functions is not None:
+                if name == "function":
+                    functions.start()
+                else:
+                    functions.stop()
+            self.tracer_name = name
+            self.buffer.reset()
+
+    def available_tracers(self) -> list[str]:
+        """Newest registered first, as Linux lists them."""
+        return ["function", "nop"] if self.function_tracer is not None else ["nop"]
+
+    def trace_options(self) -> TraceOptions:
+        return TraceOptions(self.options["context-info"], self.options["irq-info"],
+                            self.options["sym-offset"], self.options["sym-addr"],
+                            self.clocks[self.trace_clock].in_ns)
+
+    # ================================================================ trace_marker
+    def write_marker(self, data: bytes, pid: int, comm: str) -> int:
+        """Record a ``tracing_mark_write`` line; return the bytes taken (at most 1024)."""
+        if not self.options["markers"]:
+            raise OSError(errno.EINVAL, "markers disabled")
+        count = min(len(data), _TRACE_BUF_SIZE)
+        if not self.recording:
+            raise OSError(errno.EBADF, "tracing is off")
+        text = bytes(data[:count])
+        if not text.endswith(b"\n"):
+            text += b"\n"
+        if self.options["record-cmd"]:
+            self.comm_cache.save(pid, comm[:15])
+        cpu = getattr(self.registry.kernel, "cpu", None)
+        self.buffer.write(cpu.index if cpu is not None else 0,
+                          (self.now(), pid, FLAGS_NONE, PRINT_EVENT, text), 16 + count + 2)
+        return count
+
+    # ================================================================ trace text
+    def render(self, pairs: Iterable[tuple[int, tuple]], options: TraceOptions) -> str:
+        """Return the trace lines of (cpu, record) pairs (output.TraceFormatter: kprobe
+        events with numeric arguments by a compiled format, the rest by ev.render)."""
+        return TraceFormatter(self.comm_cache.find, options, self._compile_text).render(
+            pairs, lambda rec: rec[3].render(rec, self, options))
+
+    def _compile_text(self, ev):
+        """ev's compiled text (TraceEvent.compile_text), or None for its own render."""
+        compile_text = getattr(ev, "compile_text", None)
+        return compile_text(self.symbols.symbolize) if compile_text is not None else None
+
+    def trace_header(self, options: TraceOptions, cpu: int | None = None) -> str:
+        entries, written = self.buffer.counts(None)
+        return format_header(self.tracer_name, entries, written, self.nr_cpus, options)
