@@ -50,7 +50,10 @@ def test_bulk_lines_match_the_per_record_path(filled, options):
 
 def test_numeric_events_are_compiled_and_the_rest_are_not(filled):
     by_name = {ev.name: ev for ev in filled.tracer.events.values()}
-    compile_text = filled.tracer._compile_text
+    symbolize = filled.tracer.symbols.symbolize
+
+    def compile_text(ev):
+        return ev.compile_text(symbolize)
     assert compile_text(by_name["num"]) is not None
     assert compile_text(by_name["ret"]) is not None
     assert compile_text(by_name["str"]) is None
