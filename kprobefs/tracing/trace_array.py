@@ -431,15 +431,16 @@ class TraceArray:
 
     # ================================================================ trace text
     def render(self, pairs: Iterable[tuple[int, tuple]], options: TraceOptions) -> str:
-        """Return the trace lines of (cpu, record) pairs (output.TraceFormatter: kprobe
-        events with numeric arguments by a compiled format, the rest by ev.render)."""
-        return TraceFormatter(self.comm_cache.find, options, self._compile_text).render(
-            pairs, lambda rec: rec[3].render(rec, self, options))
+        """Return the trace lines of (cpu, record) pairs (output.TraceFormatter: events
+        that compile their text, kprobe events with numeric arguments, by that; the rest
+        by their ``render``)."""
+        symbolize = self.symbols.symbolize
 
-    def _compile_text(self, ev):
-        """ev's compiled text (TraceEvent.compile_text), or None for its own render."""
-        compile_text = getattr(ev, "compile_text", None)
-        return compile_text(self.symbols.symbolize) if compile_text is not None else None
+        def compile_text(ev):
+            compile_ = getattr(ev, "compile_text", None)
+            return compile_(symbolize) if compile_ is not None else None
+        return TraceFormatter(self.comm_cache.find, options, compile_text).render(
+            pairs, lambda rec: rec[3].render(rec, self, options))
 
     def trace_header(self, options: TraceOptions, cpu: int | None = None) -> str:
         entries, written = self.buffer.counts(None)

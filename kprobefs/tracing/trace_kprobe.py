@@ -252,8 +252,8 @@ class TraceEvent:
         return head + args
 
     def compile_text(self, symbolize) -> Callable[[tuple], str] | None:
-        """render() as one compiled format (output.compile_probe_text), or None when an
-        argument needs the general path."""
+        """The event text as one compiled format (output.compile_probe_text), or
+        ``None`` when an argument needs :meth:`render`."""
         if not self.probes:
             return None
         spec = self.primary
