@@ -13,6 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the source tree, not an install
 
 import argparse
+import statistics
 import time
 
 from kprobefs.machine import Kernel
@@ -80,6 +81,22 @@ def workload_work(ops):
     return make
 
 
+def cpu_scaling(ops: int, counts=(1, 2, 8), rounds: int = 3) -> list[tuple[int, float]]:
+    """(CPUs, syscalls/s) of the mixed workload on machines of each size: more emulated
+    CPUs must not collapse the rate (they take turns on one host thread).  The sizes
+    take turns, round after round, and each gets its median: the host's load drifts."""
+    machines = []
+    for cpus in counts:
+        k = Kernel(cpus=cpus, seed=0)
+        w = Workload(k, seed=0)
+        w.run(ops // 10)                        # warm the translation cache
+        machines.append((cpus, w, []))
+    for _ in range(rounds):
+        for cpus, w, rates in machines:
+            rates.append(ops / timed(lambda: w.run(ops)))
+    return [(cpus, statistics.median(rates)) for cpus, _w, rates in machines]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, default=2000)
@@ -93,6 +110,11 @@ def main() -> None:
     print(f"{'work':32} {'syscalls/s':>12} {'insns/syscall':>14} {'emulated insns/s':>17}")
     for name, rate, per, ips in rows:
         print(f"{name:32} {rate:12,.0f} {per:14,.0f} {ips:17,.0f}")
+    scaling = cpu_scaling(args.ops)
+    one = scaling[0][1]
+    print("mixed workload by emulated CPUs: " + ", ".join(
+        f"{cpus} CPU{'s' if cpus > 1 else ''} {rate:,.0f}/s (x{rate / one:.2f})"
+        for cpus, rate in scaling))
 
 
 if __name__ == "__main__":

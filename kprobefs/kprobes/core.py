@@ -29,6 +29,9 @@ __all__ = ["KprobeEngine", "KprobeCtlblk", "ListEntry", "OPTIMIZE_DELAY"]
 
 #: The optimizer runs this long after a probe is queued (5 jiffies at HZ=250).
 OPTIMIZE_DELAY = 0.020
+#: The most bytes an optimized probe's jump can cover: the 5-byte jump's region, ending
+#: on an instruction boundary (at most 4 bytes and one whole 15-byte instruction).
+OPTIMIZED_REGION = 5 + 15
 #: Functions a return probe must not hook (Linux's kretprobe_blacklist on x86).
 KRETPROBE_BLACKLIST = ("__switch_to",)
 #: Module states, as the machine's module notifier chain names them.
@@ -191,11 +194,12 @@ class KprobeEngine:
         self.arch = arch_factory(kernel, self)
         self.ftrace = Ftrace(self.arch, self.image.ftrace_sites)
         self._table: dict[int, AggrKprobe] = {}
-        self._order: list[Kprobe] = []          # registration order, for listings
+        self._order: dict[Kprobe, None] = {}    # registration order, for listings
         self.kprobe_ctlblks = [KprobeCtlblk() for _ in range(kernel.nr_cpus)]
         self.kprobes_all_disarmed = False
         self.optimization_enabled = True
-        self._optimizing: list[tuple[float, AggrKprobe]] = []
+        # Queued for the optimizer, in queueing order (so by due time): ap -> due time.
+        self._optimizing: dict[AggrKprobe, float] = {}
         self._task_instances: dict[int, list[KretprobeInstance]] = {}
         self._native_aggrs = _NativeAggrs(kernel)
         self.handler_errors = HandlerErrorLog()
@@ -315,7 +319,7 @@ class KprobeEngine:
             if not p.is_disabled() and not self.kprobes_all_disarmed:
                 self._arm(ap)
         p.registered = True
-        self._order.append(p)
+        self._order[p] = None
         self._try_to_optimize(ap)
 
     def _register_aggr(self, ap: AggrKprobe, p: Kprobe) -> None:
@@ -335,7 +339,7 @@ class KprobeEngine:
             return
         ap.children.remove(p)
         p.registered = False
-        self._order.remove(p)
+        del self._order[p]
         if ap.children:
             ap.update_post_handler()
             if ap.armed and ap.all_disabled():
@@ -445,9 +449,10 @@ class KprobeEngine:
                 and not ap.is_ftrace() and ap.post_handler is None
                 and not any(c.kind == "j" for c in ap.children) and not ap.all_disabled())
 
-    def _armed_in_region(self, addr: int, size: int = 5 + 15) -> list[int]:
-        return [a for a, ap in self._table.items()
-                if addr < a < addr + size and ap.armed]
+    def _armed_in_region(self, addr: int, size: int = OPTIMIZED_REGION) -> list[int]:
+        table = self._table
+        return [a for a in range(addr + 1, addr + size)
+                if (ap := table.get(a)) is not None and ap.armed]
 
     def _try_to_optimize(self, ap: AggrKprobe) -> None:
         if ap.detour is not None or not self._optimizable(ap):
@@ -457,12 +462,12 @@ class KprobeEngine:
             return
         ap.detour = op
         ap.flags |= KPROBE_FLAG_OPTIMIZED
-        self._optimizing.append((time.monotonic() + OPTIMIZE_DELAY, ap))
+        self._optimizing[ap] = time.monotonic() + OPTIMIZE_DELAY
 
     def _unoptimize(self, ap: AggrKprobe) -> None:
         if ap.detour is None:
             return
-        self._optimizing = [(t, q) for t, q in self._optimizing if q is not ap]
+        self._optimizing.pop(ap, None)
         self.arch.free_optimized(ap.detour)
         ap.detour = None
         ap.flags &= ~KPROBE_FLAG_OPTIMIZED
@@ -510,21 +515,30 @@ class KprobeEngine:
             self._sync_native(ap)
 
     def _unoptimize_covering(self, addr: int) -> None:
-        """Force-unoptimize any optimized probe whose jump covers addr."""
-        for ap in list(self._table.values()):
-            if ap.detour is not None and ap.addr < addr < ap.addr + ap.detour.plan.size:
+        """Force-unoptimize any optimized probe whose jump covers addr (only probes
+        less than OPTIMIZED_REGION bytes before it can)."""
+        table = self._table
+        for a in range(addr - OPTIMIZED_REGION + 1, addr):
+            ap = table.get(a)
+            if ap is not None and ap.detour is not None and addr < a + ap.detour.plan.size:
                 self._unoptimize(ap)
 
     def run_optimizer(self, force: bool = False) -> None:
         """The delayed optimizer: patch every queued probe whose delay has passed."""
-        if not self._optimizing:
+        queue = self._optimizing
+        if not queue:
             return
         now = time.monotonic()
-        due = [(t, ap) for t, ap in self._optimizing if force or t <= now]
+        due = []
+        for ap, t in queue.items():         # in due order: stop at the first not due
+            if not force and t > now:
+                break
+            due.append(ap)
         if not due:
             return
-        self._optimizing = [(t, ap) for t, ap in self._optimizing if not (force or t <= now)]
-        for _, ap in due:
+        for ap in due:
+            del queue[ap]
+        for ap in due:
             if ap.detour is not None and self._table.get(ap.addr) is ap and ap.armed:
                 self.arch.optimize(ap.detour)
 
@@ -639,15 +653,25 @@ class KprobeEngine:
         """Run the jprobe's entry with the function's arguments on a copy of the
         registers and stack, then put both back (the longjmp of jprobe_return)."""
         jp = p.owner
-        state = self.kernel.save_cpu_state()
+        kernel = self.kernel
+        state = kernel.save_cpu_state()         # the arguments come from it too
         sp = regs.sp
         saved_stack = regs.read_memory(sp, MAX_STACK_SIZE)
         try:
-            jp.entry(regs.di, regs.si, regs.dx, regs.cx, regs.r8, regs.r9)
+            jp.entry(*[state[i] for i in self._jprobe_args(kernel)])
         finally:
-            self.kernel.write(sp, saved_stack)
-            self.kernel.restore_cpu_state(state)
+            kernel.write(sp, saved_stack)
+            kernel.restore_cpu_state(state)
         return 0
+
+    def _jprobe_args(self, kernel) -> tuple[int, ...]:
+        """Where the six argument registers sit in kernel.save_cpu_state()."""
+        found = self.__dict__.get("_jprobe_arg_index")
+        if found is None:
+            fields = kernel.cpu_state_fields
+            found = self._jprobe_arg_index = tuple(
+                fields.index(name) for name in ("di", "si", "dx", "cx", "r8", "r9"))
+        return found
 
     # ==== kretprobes ==========================================================================
     def _on_func_entry(self, addr: int) -> bool:
@@ -695,11 +719,12 @@ class KprobeEngine:
 
     def _pre_handler_kretprobe(self, p: Kprobe, regs) -> int:
         rp: Kretprobe = p.owner
-        if not rp.free_instances:
+        free = rp.free_instances
+        if not free:
             rp.nmissed += 1
             return 0
-        ri = rp.free_instances.pop()
-        ri.task = self.kernel.current_pid()
+        ri = free.pop()
+        ri.task = pid = self.kernel.current_pid()
         ri.func = p.addr
         if rp.entry_handler is not None:
             try:
@@ -708,15 +733,26 @@ class KprobeEngine:
                 self.handle_fault(p, regs, TRAP_BP, e)
                 skip = True
             if skip:
-                rp.free_instances.append(ri)
+                free.append(ri)
                 return 0
         ri.ret_addr, ri.fp = self.arch.prepare_kretprobe(regs)
-        self._task_instances.setdefault(ri.task, []).append(ri)
+        stack = self._task_instances.get(pid)
+        if stack is None:
+            self._task_instances[pid] = [ri]
+        else:
+            stack.append(ri)
         return 0
 
     def _pop_instance(self, slot: int):
         pid = self.kernel.current_pid()
-        stack = self._task_instances.get(pid, [])
+        stack = self._task_instances.get(pid)
+        if not stack:
+            return None
+        if stack[-1].fp == slot:            # the common case: the newest returns first
+            ri = stack.pop()
+            if not stack:
+                del self._task_instances[pid]
+            return ri
         for i in range(len(stack) - 1, -1, -1):
             if stack[i].fp == slot:
                 ri = stack.pop(i)
@@ -735,16 +771,18 @@ class KprobeEngine:
             return self.kernel.image.symbol_value("host_call_return")
         regs.ip = ri.ret_addr
         rp = ri.rp
-        if rp is not None and rp.kp.registered:
+        if rp is not None and (kp := rp.kp).registered:
             kcb = self.kprobe_ctlblks[self.kernel.cpu.index]
-            if not rp.kp.is_disabled() and rp.handler is not None and kcb.current is None:
-                kcb.current, kcb.status = rp.kp, "hit_active"
+            if not kp.flags & (KPROBE_FLAG_DISABLED | KPROBE_FLAG_GONE) \
+                    and rp.handler is not None \
+                    and kcb.current is None:
+                kcb.current, kcb.status = kp, "hit_active"
                 try:
                     rp.handler(ri, regs)
                 except Exception as e:
-                    self.handle_fault(rp.kp, regs, TRAP_BP, e)
+                    self.handle_fault(kp, regs, TRAP_BP, e)
                 finally:
-                    kcb.reset()
+                    kcb.current = kcb.status = None
             rp.free_instances.append(ri)
         return ri.ret_addr
 
@@ -787,7 +825,7 @@ class KprobeEngine:
         ap.flags |= KPROBE_FLAG_GONE
         for child in ap.children:
             child.flags |= KPROBE_FLAG_GONE
-        self._optimizing = [(t, q) for t, q in self._optimizing if q is not ap]
+        self._optimizing.pop(ap, None)
         if ap.is_ftrace():
             if ap.armed:
                 self.ftrace.ftrace_set_filter_ip(self._kprobe_ftrace_ops, ap.addr,

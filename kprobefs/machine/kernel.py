@@ -63,6 +63,7 @@ log = logging.getLogger("kprobefs.machine")
 
 MSR_EFER = 0xC0000080
 _U64 = 0xFFFFFFFFFFFFFFFF
+_QWORD, _PID = struct.Struct("<Q"), struct.Struct("<i")
 _VECTOR_STUB = {0: "asm_exc_divide_error", 1: "asm_exc_debug", 2: "asm_exc_nmi",
                 3: "asm_exc_int3", 6: "asm_exc_invalid_op",
                 13: "asm_exc_general_protection", 14: "asm_exc_page_fault"}
@@ -228,8 +229,8 @@ class Kernel:
         self._scratch_depth = 0
         self._task_pid_off = self.kabi["task.pid"]
         # Writing ip makes Unicorn leave the current block: ip is not part of the set.
-        self._gprs = RegSet(self.uc, [reg for name, reg in UC_REG.items()
-                                      if name not in ("cs", "ss", "ip")])
+        self.cpu_state_fields = tuple(name for name in UC_REG if name not in ("cs", "ss", "ip"))
+        self._gprs = RegSet(self.uc, [UC_REG[name] for name in self.cpu_state_fields])
         self._hc_args = RegSet(self.uc, [UC_X86_REG_RDI, UC_X86_REG_RSI, UC_X86_REG_RDX,
                                          UC_X86_REG_R10, UC_X86_REG_R8])
 
@@ -757,10 +758,16 @@ class Kernel:
         return struct.unpack_from("<Q", self.mem.ram, self.cpu.current_pa)[0]
 
     def current_pid(self) -> int:
-        """Pid of the task running on the current CPU (inside a hook)."""
-        task = struct.unpack_from("<Q", self.mem.ram, self.cpu.current_pa)[0]
-        return struct.unpack_from("<i", self.mem.ram,
-                                  self.mem.translate(task + self._task_pid_off))[0]
+        """Pid of the task running on the current CPU (inside a hook).  On every
+        kretprobe hit and return: a task in the direct map (all but init_task) is read
+        without a page-table walk."""
+        mem = self.mem
+        ram = mem.ram
+        pid_at = _QWORD.unpack_from(ram, self.cpu.current_pa)[0] + self._task_pid_off
+        pa = pid_at - PAGE_OFFSET
+        if not 0 <= pa < len(ram):
+            pa = mem.translate(pid_at)
+        return _PID.unpack_from(ram, pa)[0]
 
     def current_comm(self) -> str:
         t = self._current_task_ptr()
@@ -953,8 +960,9 @@ class Kernel:
     # ---- registers of the CPU in a hook ------------------------------------------------
     def save_cpu_state(self) -> tuple:
         """The general registers and flags of the current CPU (inside a hook), for
-        restore_cpu_state().  (A Unicorn context would carry the whole CPU, at ten times
-        the cost.)"""
+        restore_cpu_state(), in the order ``cpu_state_fields`` names them: one C call,
+        where reading them one by one costs one each.  (A Unicorn context would carry
+        the whole CPU, at ten times the cost.)"""
         return self._gprs.read()
 
     def restore_cpu_state(self, state: tuple) -> None:

@@ -431,11 +431,11 @@ class Tracer:
         return self._log(words, error_id, err, 1)
 
     def _allocate_id(self) -> int:
-        used = {ev.id for ev in self.events.values()}
         if self._next_id <= _MAX_EVENT_ID:
             new = self._next_id
             self._next_id += 1
             return new
+        used = {ev.id for ev in self.events.values()}   # only once the ids wrapped
         for candidate in range(FIRST_EVENT_ID, _MAX_EVENT_ID + 1):
             if candidate not in used:
                 return candidate

@@ -8,7 +8,8 @@ hit path.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+import struct
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 __all__ = [
     "TraceOptions",
@@ -18,6 +19,8 @@ __all__ = [
     "format_ip_sym",
     "flags_text",
     "CommCache",
+    "TraceFormatter",
+    "compile_probe_text",
     "FLAGS_NONE",
     "FLAGS_INT3",
     "SAVED_CMDLINES",
@@ -151,3 +154,102 @@ class CommCache:
         """Mark ``pid`` for a re-read (its task exited; the pid may come back)."""
         if pid:
             self.stale.add(pid)
+
+
+# ------------------------------------------------------------------ formatting in bulk
+
+_UNSIGNED_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
+_SIGNED_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
+
+
+def compile_probe_text(name: str, is_return: bool, args: Sequence,
+                       symbolize: Callable[[int, bool], str | None]
+                       ) -> Callable[[tuple], str] | None:
+    """The event text of a kprobe record, ``NAME: (ip) a=… b=…\\n``, as one ``%``
+    format over the record's argument bytes unpacked at once, with the probed address
+    symbolized once per address.  ``None`` when an argument needs more than a number
+    (strings, symbols, arrays): those records take the general path
+    (:func:`~kprobefs.tracing.fetch.print_args`), which this matches exactly."""
+    codes, texts = [], []
+    for arg in args:
+        program = arg.program
+        ftype = program.fetch_type
+        if program.count or ftype.is_string or ftype.name == "symbol" \
+                or ftype.size not in _UNSIGNED_CODES:
+            return None
+        signed = ftype.name[0] == "s"
+        codes.append((_SIGNED_CODES if signed else _UNSIGNED_CODES)[ftype.size])
+        texts.append(f" {arg.name}=".replace("%", "%%")
+                     + ("0x%x" if ftype.name[0] == "x" else "%d"))
+    unpack = struct.Struct("<" + "".join(codes)).unpack_from
+    name = name.replace("%", "%%")
+    heads: dict = {}
+    if is_return:
+        fmt = name + ": (%s <- %s)" + "".join(texts) + "\n"
+
+        def text(rec: tuple) -> str:
+            key = (rec[5], rec[4])
+            head = heads.get(key)
+            if head is None:
+                head = heads[key] = (format_ip_sym(rec[5], symbolize, True),
+                                     format_ip_sym(rec[4], symbolize, False))
+            return fmt % (*head, *unpack(rec[6]))
+    else:
+        fmt = name + ": (%s)" + "".join(texts) + "\n"
+
+        def text(rec: tuple) -> str:
+            ip = rec[4]
+            head = heads.get(ip)
+            if head is None:
+                head = heads[ip] = format_ip_sym(ip, symbolize, True)
+            return fmt % (head, *unpack(rec[6]))
+    return text
+
+
+class TraceFormatter:
+    """Many records to ``trace`` lines in one pass: the context columns of each
+    (comm, pid, cpu, flags) made once, the timestamp by one ``%``, and the event text by
+    a compiled per-event function (``compile(ev)``, or ``None`` for the event's own
+    ``render``: ``general(record)``)."""
+
+    def __init__(self, find_comm: Callable[[int], str], options: TraceOptions,
+                 compile: Callable[[object], Callable[[tuple], str] | None]):
+        self._find_comm = find_comm
+        self._options = options
+        self._compile = compile
+        self._texts: dict = {}
+
+    def render(self, pairs: Iterable[tuple[int, tuple]],
+               general: Callable[[tuple], str]) -> str:
+        options = self._options
+        if not options.context_info:
+            return "".join(self._text_of(rec[3], general)(rec) for _cpu, rec in pairs)
+        in_ns, irq = options.in_ns, options.irq_info
+        find_comm, texts, text_of = self._find_comm, self._texts, self._text_of
+        prefixes: dict = {}
+        out = []
+        append = out.append
+        for cpu, rec in pairs:
+            key = (rec[1], cpu, rec[2])
+            prefix = prefixes.get(key)
+            if prefix is None:
+                pid = rec[1]
+                prefix = f"{find_comm(pid):>16s}-{pid:<7d} [{cpu:03d}] " + (
+                    flags_text(rec[2]) if irq else "")
+                prefixes[key] = prefix
+            text = texts.get(id(rec[3]))
+            if text is None:
+                text = text_of(rec[3], general)
+            if in_ns:
+                usecs = (rec[0] + 500) // 1000
+                append("%s %5d.%06d: %s" % (prefix, usecs // 1_000_000, usecs % 1_000_000,
+                                            text(rec)))
+            else:
+                append("%s %12d: %s" % (prefix, rec[0], text(rec)))
+        return "".join(out)
+
+    def _text_of(self, ev, general: Callable[[tuple], str]) -> Callable[[tuple], str]:
+        text = self._texts.get(id(ev))
+        if text is None:
+            text = self._texts[id(ev)] = self._compile(ev) or general
+        return text

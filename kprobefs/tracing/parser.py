@@ -778,10 +778,33 @@ def _word_error(error_id: str, index: int, offset: int = 0,
     return ProbeParseError(error_id, err, index=index, offset=offset)
 
 
+#: The common shape of word 0, ``p:EVENT``, ``r:GROUP/EVENT`` (plain identifiers): the
+#: head is built without the grammar (a bulk write of thousands of lines spends half its
+#: parsing here); anything else goes through it.  tests/test_tracer_parser_fast.py checks
+#: both give the same head.
+_SIMPLE_WORD0 = re.compile(r"([pr])(?::(?:([A-Za-z_][A-Za-z0-9_]*)/)?([A-Za-z_][A-Za-z0-9_]*))?")
+
+
+def _parse_word0(word: str) -> _Head:
+    m = _SIMPLE_WORD0.fullmatch(word)
+    if m is None:
+        return _parse("word0", word, _Word0())
+    kind, group, event = m.groups()
+    if event is None:
+        return _Head(kind == "r", "", False, None, False, "", 0)
+    return _Head(kind == "r", "", True, group, group is not None, event, m.start(3))
+
+
+@lru_cache(maxsize=4096)
+def _parse_point(start: str, word: str) -> _Point:
+    """A probe point (frozen): the same point in many lines is parsed once."""
+    return _parse(start, word, _ProbePoint())
+
+
 def _parse_probe(words: list[str], symbols: SymbolResolver) -> ProbeSpec:
     if words[0][0] not in "pr" or len(words) < 2:
         raise ProbeParseError(None, errno.EINVAL, log=False, cancelled=True)
-    head: _Head = _parse("word0", words[0], _Word0())
+    head: _Head = _parse_word0(words[0])
     is_return = head.is_return
 
     maxactive = None
@@ -796,12 +819,12 @@ def _parse_probe(words: list[str], symbols: SymbolResolver) -> ProbeSpec:
         if maxactive > KRETPROBE_MAXACTIVE_MAX:
             raise _word_error("MAXACT_TOO_BIG", 0, 1)
 
-    point: _Point = _parse("probe_point", words[1], _ProbePoint())
+    point: _Point = _parse_point("probe_point", words[1])
     address = None
     if point.kind == "address":
         address = _kstrtoull(point.text)
         if address is None:         # overflow: Linux falls back to a symbol
-            point = _parse("symbol_point", words[1], _ProbePoint())
+            point = _parse_point("symbol_point", words[1])
     if point.kind == "uprobe":
         raise ProbeParseError(None, errno.EINVAL, log=False, cancelled=True)
 

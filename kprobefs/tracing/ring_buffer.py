@@ -23,7 +23,6 @@ emulation thread, or while the machine is stopped.
 from __future__ import annotations
 
 import errno
-import heapq
 import threading
 from collections import deque
 from typing import Callable, Iterator, Protocol, Sequence
@@ -69,6 +68,10 @@ def event_size(payload: int) -> int:
     return _EVENT_HEADER + size
 
 
+def _pair_ts(pair: tuple[int, tuple]) -> int:
+    return pair[1][0]
+
+
 class Chunk:
     """Records staged elsewhere, taken into a page as they were written: ``count``
     records in ``data``, which ``decode(data)`` turns into record tuples when a reader
@@ -103,19 +106,37 @@ class Stage(Protocol):
 
 
 class _Page(deque):
-    """One ring-buffer page: records and chunks, oldest first, and how many records."""
+    """One ring-buffer page: records and chunks, oldest first, how many records, and
+    how many chunks are still undecoded."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "chunks")
 
     def __init__(self):
         super().__init__()
         self.entries = 0
+        self.chunks = 0
 
-    def expand_head(self) -> None:
-        """Decode a chunk at the head into its records."""
+    def expand_head(self) -> int:
+        """Decode the chunks at the head into their records; return how many."""
+        n = 0
         while self and type(self[0]) is Chunk:
             chunk = self.popleft()
             self.extendleft(reversed(chunk.decode(chunk.data)))
+            n += 1
+        self.chunks -= n
+        return n
+
+    def expand(self) -> int:
+        """Decode every chunk of the page; return how many there were."""
+        n = self.chunks
+        if n:
+            items = []
+            for item in self:
+                items.extend(item.decode(item.data) if type(item) is Chunk else (item,))
+            self.clear()
+            self.extend(items)
+            self.chunks = 0
+        return n
 
 
 class CpuBuffer:
@@ -125,7 +146,7 @@ class CpuBuffer:
     """
 
     __slots__ = ("cpu", "nr_pages", "pages", "used", "entries", "overrun", "dropped",
-                 "last_ts", "read_overrun", "read_events")
+                 "last_ts", "read_overrun", "read_events", "undecoded")
 
     def __init__(self, cpu: int, nr_pages: int):
         self.cpu = cpu
@@ -141,6 +162,7 @@ class CpuBuffer:
         self.last_ts = None
         self.read_overrun = 0          # overrun when trace_pipe_raw last read a page
         self.read_events = 0           # records consumed
+        self.undecoded = 0             # chunks not decoded yet, over every page
 
     @property
     def size_bytes(self) -> int:
@@ -148,6 +170,7 @@ class CpuBuffer:
 
     def _drop_oldest(self) -> None:
         lost = self.pages.popleft()
+        self.undecoded -= lost.chunks
         self.overrun += lost.entries
         self.entries -= lost.entries
 
@@ -190,6 +213,8 @@ class CpuBuffer:
             if chunk is not None:
                 page = self.pages[-1]
                 page.append(chunk)
+                page.chunks += 1
+                self.undecoded += 1
                 page.entries += chunk.count
                 self.entries += chunk.count
         self.used = used
@@ -204,7 +229,8 @@ class CpuBuffer:
     def peek(self):
         """Return the oldest record, or ``None``."""
         for page in self.pages:
-            page.expand_head()
+            if page.chunks:
+                self.undecoded -= page.expand_head()
             if page:
                 return page[0]
         return None
@@ -214,7 +240,8 @@ class CpuBuffer:
         pages = self.pages
         while pages:
             page = pages[0]
-            page.expand_head()
+            if page.chunks:
+                self.undecoded -= page.expand_head()
             if page:
                 record = page.popleft()
                 page.entries -= 1
@@ -229,16 +256,18 @@ class CpuBuffer:
 
     def records(self) -> list:
         """Return a copy of the records, oldest first (decoding every chunk, once)."""
+        self.decode_all()
         out = []
         for page in self.pages:
-            if any(type(item) is Chunk for item in page):
-                items = []
-                for item in page:
-                    items.extend(item.decode(item.data) if type(item) is Chunk else (item,))
-                page.clear()
-                page.extend(items)
             out.extend(page)
         return out
+
+    def decode_all(self) -> None:
+        """Decode every chunk now (nothing to do, and O(1), when none is left)."""
+        if self.undecoded:
+            for page in self.pages:
+                if page.chunks:
+                    self.undecoded -= page.expand()
 
 
 class RingBuffer:
@@ -421,14 +450,20 @@ class RingBuffer:
         """Decode every chunk now (before what their decoder needs goes away)."""
         with self.lock:
             for buf in self._bufs(None):
-                buf.records()
+                buf.decode_all()
 
     def snapshot(self, cpu: int | None = None) -> list[tuple[int, tuple]]:
         """Return (cpu, record) pairs in time order, without consuming them."""
         with self.lock:
-            bufs = self._bufs(cpu)
-            lists = [[(r[0], b.cpu, r) for r in b.records()] for b in bufs]
-        return [(c, r) for _ts, c, r in heapq.merge(*lists, key=lambda item: item[:2])]
+            lists = [(b.cpu, recs) for b in self._bufs(cpu) if (recs := b.records())]
+        if len(lists) == 1:
+            c, recs = lists[0]
+            return [(c, r) for r in recs]
+        # Each CPU's records are in time order: one stable sort on the timestamp merges
+        # them (runs merge in linear time), a tie going to the lower CPU, as before.
+        pairs = [(c, r) for c, recs in lists for r in recs]
+        pairs.sort(key=_pair_ts)
+        return pairs
 
     def consume(self, cpu: int | None = None, limit: int = 1) -> list[tuple[int, tuple]]:
         """Remove and return up to ``limit`` oldest (cpu, record) pairs, in time order.

@@ -27,7 +27,7 @@ from kprobefs.tracing.filter import (
     EventFilter, FilterParseError, FILTER_ERRORS, compile_filter, filter_fields,
 )
 from kprobefs.tracing.output import (
-    FLAGS_NONE, TraceOptions, format_context, format_header, format_ip_sym,
+    FLAGS_NONE, TraceFormatter, TraceOptions, format_header, format_ip_sym,
 )
 from kprobefs.tracing.pid_filter import PidFilter
 from kprobefs.tracing.raw_page import raw_common
@@ -485,14 +485,16 @@ class TraceArray:
 
     # ================================================================ trace text
     def render(self, pairs: Iterable[tuple[int, tuple]], options: TraceOptions) -> str:
-        """Return the trace lines of (cpu, record) pairs."""
-        cache = self.comm_cache
-        out = []
-        for cpu, rec in pairs:
-            ts, pid, flags, ev = rec[0], rec[1], rec[2], rec[3]
-            out.append(format_context(cache.find(pid), pid, cpu, flags, ts, options))
-            out.append(ev.render(rec, self, options))
-        return "".join(out)
+        """Return the trace lines of (cpu, record) pairs (output.TraceFormatter: events
+        that compile their text, kprobe events with numeric arguments, by that; the rest
+        by their ``render``)."""
+        symbolize = self.symbols.symbolize
+
+        def compile_text(ev):
+            compile_ = getattr(ev, "compile_text", None)
+            return compile_(symbolize) if compile_ is not None else None
+        return TraceFormatter(self.comm_cache.find, options, compile_text).render(
+            pairs, lambda rec: rec[3].render(rec, self, options))
 
     def trace_header(self, options: TraceOptions, cpu: int | None = None) -> str:
         entries, written = self.buffer.counts(None)

@@ -15,7 +15,9 @@ from kprobefs.tracing.fetch import (
     FetchRetval, FetchStackPointer, StoreRaw, build_record_fields, encode_args,
     format_event_format, print_args,
 )
-from kprobefs.tracing.output import FLAGS_INT3, FLAGS_NONE, TraceOptions, format_ip_sym
+from kprobefs.tracing.output import (
+    FLAGS_INT3, FLAGS_NONE, TraceOptions, compile_probe_text, format_ip_sym,
+)
 from kprobefs.tracing.parser import ProbeSpec, format_probe
 from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.ring_buffer import PAGE_DATA_SIZE
@@ -248,6 +250,14 @@ class TraceEvent:
         if self.primary.is_return:
             head += _QWORD.pack(ret_ip)
         return head + args
+
+    def compile_text(self, symbolize) -> Callable[[tuple], str] | None:
+        """The event text as one compiled format (output.compile_probe_text), or
+        ``None`` when an argument needs :meth:`render`."""
+        if not self.probes:
+            return None
+        spec = self.primary
+        return compile_probe_text(self.name, spec.is_return, spec.args, symbolize)
 
     def render(self, record: tuple, tracer, options: TraceOptions) -> str:
         """Return the event text of a probe record (after the context columns)."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import errno
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Protocol
 
 import capstone
@@ -58,6 +58,7 @@ __all__ = [
     "decode",
     "iter_insns",
     "check_boundary",
+    "FunctionText",
     "EmulateOp",
     "InsnCopyPlan",
     "copy_instruction",
@@ -469,6 +470,38 @@ def iter_insns(code: bytes, address: int) -> Iterator[Insn]:
         insn = decode(code[offset:offset + MAX_INSN_SIZE], address + offset)
         yield insn
         offset += insn.length
+
+
+@dataclass(frozen=True)
+class FunctionText:
+    """A whole function decoded once from its start: the instructions up to the first
+    offset that does not decode (``error`` says why, ``error_at`` where; both None when
+    the whole function decodes).  What every probe in the function is checked against,
+    so a function's text is decoded once however many probes it gets."""
+
+    addr: int
+    size: int
+    insns: tuple[Insn, ...]
+    error: str | None
+    error_at: int | None
+    #: the instructions by start address (the boundaries ``can_probe`` accepts)
+    by_address: dict[int, Insn] = field(compare=False, repr=False)
+
+    @classmethod
+    def decode(cls, func_code: bytes, func_addr: int) -> "FunctionText":
+        insns: list[Insn] = []
+        error = error_at = None
+        offset = 0
+        while offset < len(func_code):
+            try:
+                insn = decode(func_code[offset:offset + MAX_INSN_SIZE], func_addr + offset)
+            except InsnDecodeError as exc:
+                error, error_at = str(exc), func_addr + offset
+                break
+            insns.append(insn)
+            offset += insn.length
+        return cls(func_addr, len(func_code), tuple(insns), error, error_at,
+                   {insn.address: insn for insn in insns})
 
 
 def check_boundary(func_code: bytes, func_addr: int, addr: int) -> bool:
@@ -959,6 +992,7 @@ def can_optimize(func_code: bytes, func_addr: int, addr: int,
                  kprobe_addrs_in_region: Iterable[int] = (), *,
                  copy_address: int | None = None,
                  indirect_thunk: tuple[int, int] | None = None,
+                 decoded: FunctionText | None = None,
                  ) -> tuple[OptimizePlan | None, str | None]:
     """Decide whether the probe at ``addr`` can become a 5-byte jump (opt.c checks).
 
@@ -969,35 +1003,39 @@ def can_optimize(func_code: bytes, func_addr: int, addr: int,
     RIP-relative displacements and the jump back must reach.  With ``indirect_thunk`` =
     ``(start, end)`` a relative jump into that range counts as an indirect jump (retpolines).
 
+    ``decoded`` is the function already decoded (:class:`FunctionText`; ``func_code`` is
+    then not looked at), to check many probes in one function without decoding it each
+    time.
+
     Returns ``(plan, None)`` when optimizable, else ``(None, reason)`` with a reason for
     the log.
     """
-    func_end = func_addr + len(func_code)
+    func_end = func_addr + (len(func_code) if decoded is None else decoded.size)
     if not func_addr <= addr < func_end:
         return None, f"{addr:#x} is not inside the function"
     if func_end - addr < JMP32_INSN_SIZE:
         return None, f"less than {JMP32_INSN_SIZE} bytes from {addr:#x} to the function end"
 
-    extable = frozenset(extable_addrs)
-    insns: list[Insn] = []
-    offset = 0
-    while offset < len(func_code):
-        here = func_addr + offset
+    extable = extable_addrs if isinstance(extable_addrs, (set, frozenset)) \
+        else frozenset(extable_addrs)
+    if decoded is None:
+        decoded = FunctionText.decode(func_code, func_addr)
+    region_start, region_end = addr + INT3_INSN_SIZE, addr + INT3_INSN_SIZE + DISP32_SIZE
+    for insn in decoded.insns:
+        here = insn.address
         if here in extable:
             return None, f"instruction at {here:#x} has an exception-table entry"
-        try:
-            insn = decode(func_code[offset:offset + MAX_INSN_SIZE], here)
-        except InsnDecodeError as exc:
-            return None, f"function does not decode: {exc}"
         if insn.is_indirect_jump or (
                 indirect_thunk is not None and _jumps_into(insn, *indirect_thunk)):
             return None, f"indirect jump at {here:#x}"
-        if _jumps_into(insn, addr + INT3_INSN_SIZE, addr + INT3_INSN_SIZE + DISP32_SIZE):
+        if _jumps_into(insn, region_start, region_end):
             return None, f"jump at {here:#x} into the optimized region"
-        insns.append(insn)
-        offset += insn.length
+    if decoded.error is not None:
+        if decoded.error_at in extable:
+            return None, f"instruction at {decoded.error_at:#x} has an exception-table entry"
+        return None, f"function does not decode: {decoded.error}"
 
-    by_address = {insn.address: insn for insn in insns}
+    by_address = decoded.by_address
     if addr not in by_address:
         return None, f"{addr:#x} is not an instruction boundary"
     covered: list[Insn] = []

@@ -16,6 +16,7 @@ int3 whose trap completes the single-step and runs the post-handler.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import logging
 import struct
@@ -25,8 +26,8 @@ from typing import Protocol
 from ...errors import ProbeError
 from ...machine.cpu import UC_REG
 from .insn import (
-    GPR_NAMES, Insn, InsnDecodeError, OptimizePlan, can_boost, can_optimize, decode, emulate,
-    iter_insns, prepare_copy, relocate, synthesize_relcall, synthesize_reljump,
+    GPR_NAMES, FunctionText, Insn, OptimizePlan, can_boost, can_optimize, emulate,
+    prepare_copy, relocate, synthesize_relcall, synthesize_reljump,
 )
 from .regs import REGS_FIELDS, ProbeRegs
 
@@ -154,8 +155,7 @@ class X86Kprobes:
         self.slots = InsnSlots(self._sym("kprobe_insn_area"), self._sym("kprobe_insn_area_end"))
         self._ss_slots: dict[int, object] = {}    # int3 after a slot copy -> probe
         self._boost_slots: dict[int, object] = {}
-        self._ftrace_sites = frozenset(img.ftrace_sites)
-        self._extable = frozenset(img.extable)
+        self._set_text_tables(img)
         self._template = kernel.read(self._sym("optprobe_template_entry"),
                                      self._sym("optprobe_template_end")
                                      - self._sym("optprobe_template_entry"))
@@ -169,7 +169,7 @@ class X86Kprobes:
         self.kretprobe_trampoline = self._sym("kretprobe_trampoline")
         self.rethook_trampoline = self._sym("rethook_trampoline")
         self._ftrace_tramps: dict[int, _FtraceTramp] = {}
-        self._boundary_cache: dict[tuple[int, int], frozenset] = {}
+        self._text_cache: dict[tuple[int, int], FunctionText] = {}
         self._fast = kernel.fast
         self._mem = kernel.mem
         # One pt_regs view per CPU and path, reused: a handler's regs are valid only
@@ -177,6 +177,9 @@ class X86Kprobes:
         self._regs = [ProbeRegs(self._fast, self._mem, 0) for _ in range(kernel.nr_cpus)]
         self._detour_regs = [ProbeRegs(self._fast, self._mem, 0, trapped=False)
                              for _ in range(kernel.nr_cpus)]
+        # At a return trampoline, the slot it pushed sits on the stack.
+        self._tramp_regs = [ProbeRegs(self._fast, self._mem, 0, sp_offset=8)
+                            for _ in range(kernel.nr_cpus)]
         # In an ftrace callback the trampoline's return address sits on the stack.
         self._ftrace_regs = [ProbeRegs(self._fast, self._mem, 0, sp_offset=8, trapped=False)
                              for _ in range(kernel.nr_cpus)]
@@ -191,45 +194,49 @@ class X86Kprobes:
         ]
 
     # ==== the original bytes of text, as if no probe were there ===========================
+    def _set_text_tables(self, img) -> None:
+        self._ftrace_sites = frozenset(img.ftrace_sites)
+        self._ftrace_sorted = sorted(self._ftrace_sites)
+        self._extable = frozenset(img.extable)
+
     def original_bytes(self, addr: int, size: int) -> bytes:
         """Text as built (ftrace sites as the NOP they boot to), not as probes patched it."""
         data = bytearray(self.kernel.image.read(addr, size))
-        for site in self._ftrace_sites:
-            if addr - 5 < site < addr + size:
-                for i in range(5):
-                    if 0 <= site + i - addr < size:
-                        data[site + i - addr] = FENTRY_NOP[i]
+        sites = self._ftrace_sorted
+        for k in range(bisect.bisect_right(sites, addr - 5), len(sites)):
+            site = sites[k]
+            if site >= addr + size:
+                break
+            for i in range(5):
+                if 0 <= site + i - addr < size:
+                    data[site + i - addr] = FENTRY_NOP[i]
         return bytes(data)
 
-    def _boundaries(self, func, code: bytes) -> frozenset:
-        """Instruction starts of func, decoded from its start (cached: text as built never
-        changes)."""
+    def _ftrace_region(self, addr: int, size: int = 5 + 15) -> list[int]:
+        """The ftrace sites whose 5 bytes can overlap [addr, addr + size)."""
+        sites = self._ftrace_sorted
+        start = bisect.bisect_right(sites, addr - 5)
+        return sites[start:bisect.bisect_left(sites, addr + size, start)]
+
+    def function_text(self, func) -> FunctionText:
+        """func's original text decoded from its start, once (cached: text as built never
+        changes; a module's is dropped when module text comes or goes)."""
         key = (func.addr, func.size)
-        found = self._boundary_cache.get(key)
+        found = self._text_cache.get(key)
         if found is None:
-            found = []
-            try:
-                for insn in iter_insns(code, func.addr):
-                    found.append(insn.address)
-            except InsnDecodeError:
-                pass            # what decodes before the first bad byte still counts
-            found = self._boundary_cache[key] = frozenset(found)
+            found = self._text_cache[key] = FunctionText.decode(
+                self.original_bytes(func.addr, func.size), func.addr)
         return found
 
     # ==== arch_prepare_kprobe / arch_arm / arch_disarm / arch_remove =========================
     def prepare(self, p, func) -> ArchKprobe:
         """Decode and copy the instruction at p.addr.  func is the containing Symbol.
         Raises ProbeError(EILSEQ) off an instruction boundary, or the copy rules' errno."""
-        code = self.original_bytes(func.addr, func.size)
-        if p.addr not in self._boundaries(func, code):
+        insn = self.function_text(func).by_address.get(p.addr)
+        if insn is None:
             raise ProbeError(errno.EILSEQ, f"{p.addr:#x} is not an instruction boundary")
-        off = p.addr - func.addr
-        try:
-            insn = decode(code[off:off + 15], p.addr)
-        except InsnDecodeError as e:
-            raise ProbeError(errno.EILSEQ, str(e)) from e
         plan = prepare_copy(insn)
-        ainsn = ArchKprobe(insn=insn, opcode=bytes(code[off:off + 1]),
+        ainsn = ArchKprobe(insn=insn, opcode=insn.bytes[:1],
                            emulate=plan.emulate_op is not None,
                            boostable=can_boost(insn, p.addr in self._extable))
         if not ainsn.emulate:
@@ -271,11 +278,10 @@ class X86Kprobes:
         """Module text came or went: take the image's ftrace sites and exception table
         again."""
         img = self.kernel.image
-        self._ftrace_sites = frozenset(img.ftrace_sites)
-        self._extable = frozenset(img.extable)
-        # Module text is built anew at each load: keep only vmlinux functions' boundaries.
-        self._boundary_cache = {k: v for k, v in self._boundary_cache.items()
-                                if img.text_start <= k[0] < img.text_end}
+        self._set_text_tables(img)
+        # Module text is built anew at each load: keep only vmlinux functions' text.
+        self._text_cache = {k: v for k, v in self._text_cache.items()
+                            if img.text_start <= k[0] < img.text_end}
 
     def remove(self, p) -> None:
         a = p.ainsn
@@ -477,9 +483,10 @@ class X86Kprobes:
         if native is None and not self.kernel.fast_hooks_available():
             log.debug("not optimized: no code hook left for a detour")
             return None
-        code = self.original_bytes(func.addr, func.size)
-        plan, reason = can_optimize(code, func.addr, p.addr, self._extable,
-                                    self._ftrace_sites, armed_in_region)
+        text = self.function_text(func)
+        plan, reason = can_optimize(b"", func.addr, p.addr, self._extable,
+                                    self._ftrace_region(p.addr), armed_in_region,
+                                    decoded=text)
         if plan is None:
             log.debug("%s+%#x not optimized: %s", func.name, p.addr - func.addr, reason)
             return None
@@ -668,16 +675,32 @@ class X86Kprobes:
         return self._hijack(regs.sp, self.rethook_trampoline)
 
     def _hijack(self, slot: int, trampoline: int) -> tuple[int, int]:
-        ret = self._mem.read_u64(slot)
-        self._mem.write_u64(slot, trampoline)
+        mem = self._mem
+        if slot & (_PAGE - 1) > _PAGE - 8:          # the slot straddles two pages
+            ret = mem.read_u64(slot)
+            mem.write_u64(slot, trampoline)
+            return ret, slot
+        pa = mem.translate(slot)
+        ret = _Q.unpack_from(mem.ram, pa)[0]
+        _Q.pack_into(mem.ram, pa, trampoline)
         return ret, slot
 
     def _tramp(self, handler) -> None:
         # The function returned into the trampoline, which pushed one slot at exactly
         # the address the return address was taken from.
         rsp = self._fast.get(UC_X86_REG_RSP)
-        regs = ProbeRegs(self._fast, self._mem, 0, sp_offset=8)
-        self._mem.write_u64(rsp, handler(regs, rsp))
+        cpu = self.kernel.cpu.index
+        regs = self._tramp_regs[cpu]
+        if regs is None:    # nested (a handler's kernel call returned through one)
+            self._mem.write_u64(rsp, handler(ProbeRegs(self._fast, self._mem, 0,
+                                                       sp_offset=8), rsp))
+            return
+        regs.ip = 0
+        self._tramp_regs[cpu] = None
+        try:
+            self._mem.write_u64(rsp, handler(regs, rsp))
+        finally:
+            self._tramp_regs[cpu] = regs
 
     def _on_kretprobe_tramp(self, _uc, _address, _size, _ud) -> None:
         self._tramp(self.core.kretprobe_trampoline_handler)

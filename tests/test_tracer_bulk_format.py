@@ -1,0 +1,68 @@
+"""`trace` in bulk (output.TraceFormatter): every line as the per-record path
+(format_context + the event's own render) writes it, for every numeric type, both
+signs and extremes, return probes, events that take the general path, and the
+options that change the context columns."""
+
+import os
+
+import pytest
+
+from kprobefs.tracing.output import TraceOptions, format_context
+from tracer_fakes import VFS_READ, echo, make_tracer, node
+
+VALUES = [0, 1, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF, 0x80000000,
+          0xFFFFFFFF, 0x7FFFFFFFFFFFFFFF, 0x8000000000000000, 0xFFFFFFFFFFFFFFFF]
+TYPES = ["u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64", "x8", "x16", "x32", "x64"]
+
+
+def per_record(t, pairs, options):
+    tracer = t.tracer
+    return "".join(format_context(tracer.comm_cache.find(rec[1]), rec[1], cpu, rec[2],
+                                  rec[0], options) + rec[3].render(rec, tracer, options)
+                   for cpu, rec in pairs)
+
+
+@pytest.fixture
+def filled():
+    t = make_tracer(nr_cpus=2)
+    args = " ".join(f"a{i}=%di:{ty}" for i, ty in enumerate(TYPES))
+    echo(t.root, "kprobe_events", f"p:num vfs_read {args}\n"
+                                  "r:ret vfs_read rv=$retval:s32 x=%si:x16\n"
+                                  "p:str vfs_read s=+0(%si):string n=%di\n"
+                                  "p:sym vfs_read f=%di:symbol\n")
+    echo(t.root, "events/enable", "1")
+    for i, v in enumerate(VALUES):
+        t.kernel.pid = 100 + i % 3
+        t.engine.hit(VFS_READ, di=v, si=0)
+        t.engine.ret(VFS_READ, VFS_READ + 0x40 + i, ax=v, si=v)
+        t.clock.advance(1_234_567 * (i + 1))
+    return t
+
+
+@pytest.mark.parametrize("options", [
+    TraceOptions(), TraceOptions(irq_info=False), TraceOptions(context_info=False),
+    TraceOptions(in_ns=False)])
+def test_bulk_lines_match_the_per_record_path(filled, options):
+    pairs = filled.tracer.buffer.snapshot()
+    assert len(pairs) == 4 * len(VALUES)
+    assert filled.tracer.render(pairs, options) == per_record(filled, pairs, options)
+
+
+def test_numeric_events_are_compiled_and_the_rest_are_not(filled):
+    by_name = {ev.name: ev for ev in filled.tracer.events.values()}
+    symbolize = filled.tracer.symbols.symbolize
+
+    def compile_text(ev):
+        return ev.compile_text(symbolize)
+    assert compile_text(by_name["num"]) is not None
+    assert compile_text(by_name["ret"]) is not None
+    assert compile_text(by_name["str"]) is None
+    assert compile_text(by_name["sym"]) is None
+
+
+def test_trace_file_reads_the_bulk_text(filled):
+    h = node(filled.root, "trace").open(os.O_RDONLY, 1, "cat")
+    text = h.read(1 << 20, 0).decode()
+    h.release()
+    assert " a4=-128 " in text and " a11=0xffffffffffffffff" in text
+    assert "ret: (vfs_read+0x" in text and " rv=-1 " in text
