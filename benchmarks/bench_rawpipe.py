@@ -9,7 +9,9 @@ With ``--mount``, through a real FUSE mount of a daemon this script starts (root
 /dev/fuse needed): the daemon's background workload runs under the function tracer for
 ``--fill`` seconds, tracing stops, then the same records are read with ``cat trace``
 (text, not consumed, a real process) and by reading every per_cpu/cpuN/trace_pipe_raw
-page by page with O_NONBLOCK until EAGAIN (consumed; this process, through the mount).
+page by page with O_NONBLOCK until EAGAIN (consumed; this process, through the mount);
+then the buffer is filled again for as long and emptied with splice(2) into a pipe, as
+trace-cmd's recorders do (through the host's page cache, a READ per page).
 
     python3 benchmarks/bench_rawpipe.py [--records N]
     python3 benchmarks/bench_rawpipe.py --mount [--fill S] [--workload RATE]
@@ -51,26 +53,33 @@ def _read_all(t, path, chunk):
     return total, elapsed
 
 
-def _timed_raw_reads(paths):
+def _timed_raw_reads(paths, splice=False):
     """(bytes, seconds) of reading each trace_pipe_raw page by page (4096-byte reads,
-    as trace-cmd's recorders) with O_NONBLOCK until EAGAIN: a blocking reader would
+    as trace-cmd's recorders' last reads; with ``splice``, 4096-byte splices into a
+    pipe, as their recording) with O_NONBLOCK until EAGAIN: a blocking reader would
     wait for more at the end."""
     total = 0
+    r, w = os.pipe()
     start = time.perf_counter()
     for path in paths:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         try:
             while True:
                 try:
-                    data = os.read(fd, 4096)
+                    n = os.splice(fd, w, 4096) if splice else len(os.read(fd, 4096))
                 except BlockingIOError:
                     break
-                if not data:
+                if not n:
                     break
-                total += len(data)
+                if splice:
+                    os.read(r, n)
+                total += n
         finally:
             os.close(fd)
-    return total, time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    os.close(r)
+    os.close(w)
+    return total, elapsed
 
 
 def _timed_cat(paths):
@@ -94,18 +103,25 @@ def _through_mount(args):
     try:
         echo("buffer_size_kb", str(args.buffer_kb))
         echo("current_tracer", "function")
-        time.sleep(args.fill)
-        echo("tracing_on", "0")
         cpus = sorted(os.listdir(os.path.join(tracing, "per_cpu")))
-        stats = {}
-        for cpu in cpus:
-            with open(os.path.join(tracing, "per_cpu", cpu, "stats")) as f:
-                stats[cpu] = int(f.readline().split()[1])
-        records = sum(stats.values())
-        results = [("trace", *_timed_cat([os.path.join(tracing, "trace")]))]
-        results.append(("trace_pipe_raw", *_timed_raw_reads(
-            [os.path.join(tracing, "per_cpu", cpu, "trace_pipe_raw") for cpu in cpus])))
-        for name, total, elapsed in results:
+        raws = [os.path.join(tracing, "per_cpu", cpu, "trace_pipe_raw") for cpu in cpus]
+
+        def fill():
+            echo("tracing_on", "1")
+            time.sleep(args.fill)
+            echo("tracing_on", "0")
+            records = 0
+            for cpu in cpus:
+                with open(os.path.join(tracing, "per_cpu", cpu, "stats")) as f:
+                    records += int(f.readline().split()[1])
+            return records
+
+        records = fill()
+        results = [("trace", records, *_timed_cat([os.path.join(tracing, "trace")])),
+                   ("trace_pipe_raw", records, *_timed_raw_reads(raws))]
+        records = fill()
+        results.append(("splice raw", records, *_timed_raw_reads(raws, splice=True)))
+        for name, records, total, elapsed in results:
             print(f"{name:15s} {records} records  {total / 1e6:8.2f} MB  "
                   f"{elapsed:6.2f} s  {total / 1e6 / elapsed:8.2f} MB/s  "
                   f"{records / elapsed:10.0f} records/s  (through FUSE)")

@@ -315,9 +315,7 @@ def test_trace_cmd_extract_and_report_show_the_records_of_trace(mnt, tracing, tm
 def test_trace_cmd_record_and_report(mnt, tracing, tmp_path):
     need_tool("trace-cmd")
     (tracing / "kprobe_events").write_text("p:myprobe vfs_read count=%dx:u32\n")
-    # The command waits before its reads: trace-cmd's recorders must have opened
-    # trace_pipe_raw first (a recorder told to stop before that reads nothing).
-    workload = 'echo $$ > pid; sleep 1; exec cat /proc/version'
+    workload = 'echo $$ > pid; exec cat /proc/version'
     out = _trace_cmd(mnt, tmp_path, "record", "-o", "r.dat", "-e", "kprobes:myprobe",
                      "sh", "-c", workload)
     assert out.startswith("Linux version")
@@ -335,6 +333,37 @@ def test_trace_cmd_record_and_report(mnt, tracing, tmp_path):
     traced = [ev for ev in _events((tracing / "trace").read_text()) if ev["pid"] == pid]
     assert [(ev["comm"], ev["name"], ev["args"]) for ev in mine] == [
         (ev["comm"], ev["name"], ev["args"]) for ev in traced]
+
+
+def test_trace_cmd_stream_prints_the_events_as_they_come(mnt, tracing, tmp_path):
+    need_tool("trace-cmd")
+    (tracing / "kprobe_events").write_text("p:myprobe vfs_read count=%dx:u32\n")
+    # The command runs once stream has started (it turns tracing_on off, enables the
+    # event, starts its recorders, turns tracing_on on); its events must be printed
+    # while stream runs, within 5 s (less than one: the recorders splice each page as it
+    # comes), before stream is stopped as a user would (SIGINT).
+    script = r"""
+        cd "$0" || exit
+        trace-cmd stream -e kprobes:myprobe > out 2> err & stream=$!
+        cd /sys/kernel/tracing
+        until grep -q 1 events/kprobes/myprobe/enable && grep -q 1 tracing_on; do
+            sleep 0.1
+        done
+        cd "$0"
+        sh -c 'echo $$ > pid; exec cat /proc/version' > /dev/null
+        i=0
+        until grep -q -e "-$(cat pid) " out || [ $i -ge 50 ]; do sleep 0.1; i=$((i+1)); done
+        grep -q -e "-$(cat pid) " out && echo streamed
+        kill -INT $stream; wait $stream
+    """
+    done = run_exec(mnt, "sh", "-c", script, str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == "streamed\n", done.stderr + (tmp_path / "err").read_text()
+    pid = (tmp_path / "pid").read_text().strip()
+    mine = [ev for ev in _events((tmp_path / "out").read_text()) if ev["pid"] == pid]
+    assert mine and {ev["name"] for ev in mine} == {"myprobe"}, mine
+    assert all(re.fullmatch(r" count=\d+", ev["args"]) for ev in mine), mine
+    assert (tracing / "events" / "kprobes" / "myprobe" / "enable").read_text() == "0\n"
 
 
 def test_trace_cmd_turns_ftrace_enabled_on_and_restores_it(mnt, tracing, tmp_path):

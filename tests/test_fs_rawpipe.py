@@ -1,8 +1,9 @@
 """per_cpu/cpuN/trace_pipe_raw through a real mount: pages decoded with the layout
 events/header_page, events/header_event and the event's format describe (raw_decoder.py),
 records from the kernel's recorder and from the host, a time extend, short reads,
-O_NONBLOCK and a blocked reader that is killed."""
+O_NONBLOCK, splice(2) and a blocked reader that is killed."""
 
+import errno
 import os
 import signal
 import subprocess
@@ -100,6 +101,45 @@ def test_short_reads_split_one_page(t):
         sizes.append((len(first), len(rest)))
         os.close(fd)
     assert (1000, PAGE - 1000) in sizes
+
+
+def splice_pages(t, cpu):
+    """Every page trace_pipe_raw has now, as splice(2) moves them into a pipe (trace-cmd's
+    recorders), O_NONBLOCK until EAGAIN."""
+    fd = os.open(f"{t}/per_cpu/cpu{cpu}/trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK)
+    r, w = os.pipe()
+    pages = []
+    try:
+        while True:
+            try:
+                n = os.splice(fd, w, PAGE)
+            except BlockingIOError:
+                return pages
+            assert n > 0, "splice found the end of the file"
+            pages.append(os.read(r, n))
+    finally:
+        for f in (fd, r, w):
+            os.close(f)
+
+
+def test_splice_moves_whole_pages(t):
+    ident, fields = parse_format(open(f"{t}/events/kprobes/rawprobe/format").read())
+    r = sh(f"echo $$; exec dd if={t}/README of=/dev/null bs=123 count=2 2>/dev/null")
+    reader = int(r.stdout.split()[0])
+    stop_probe(t)
+    layout = parse_layout(open(f"{t}/events/header_page").read(),
+                          open(f"{t}/events/header_event").read())
+    pages = [page for cpu in range(len(os.listdir(f"{t}/per_cpu")))
+             for page in splice_pages(t, cpu)]
+    assert pages and all(len(page) == PAGE for page in pages)
+    events = [rec for page in pages for _ts, rec in decode_page(page, layout).events]
+    mine = [rec for rec in events if get_field(rec, fields, "common_type") == ident
+            and get_field(rec, fields, "common_pid") == reader]
+    assert [get_field(rec, fields, "count") for rec in mine][:2] == [123, 123]
+    with open(f"{t}/per_cpu/cpu0/trace_pipe_raw", "rb", buffering=0) as f:
+        with pytest.raises(OSError) as e:       # nonseekable, as in Linux
+            f.seek(0)
+        assert e.value.errno == errno.ESPIPE
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
