@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import operator
 import struct
 import time
 from dataclasses import dataclass
@@ -655,25 +656,25 @@ class KprobeEngine:
     def _setjmp_pre_handler(self, p: Kprobe, regs) -> int:
         """Run the jprobe's entry with the function's arguments on a copy of the
         registers and stack, then put both back (the longjmp of jprobe_return)."""
-        jp = p.owner
         kernel = self.kernel
         state = kernel.save_cpu_state()         # the arguments come from it too
         sp = regs.sp
-        saved_stack = regs.read_memory(sp, MAX_STACK_SIZE)
+        saved_stack = kernel.read(sp, MAX_STACK_SIZE)
         try:
-            jp.entry(*[state[i] for i in self._jprobe_args(kernel)])
+            p.owner.entry(*self._jprobe_args(state))
         finally:
             kernel.write(sp, saved_stack)
             kernel.restore_cpu_state(state)
         return 0
 
-    def _jprobe_args(self, kernel) -> tuple[int, ...]:
-        """Where the six argument registers sit in kernel.save_cpu_state()."""
-        found = self.__dict__.get("_jprobe_arg_index")
+    @property
+    def _jprobe_args(self) -> Callable[[tuple], tuple[int, ...]]:
+        """The six argument registers out of a kernel.save_cpu_state() tuple."""
+        found = self.__dict__.get("_jprobe_arg_getter")
         if found is None:
-            fields = kernel.cpu_state_fields
-            found = self._jprobe_arg_index = tuple(
-                fields.index(name) for name in ("di", "si", "dx", "cx", "r8", "r9"))
+            fields = self.kernel.cpu_state_fields
+            found = self._jprobe_arg_getter = operator.itemgetter(
+                *(fields.index(name) for name in ("di", "si", "dx", "cx", "r8", "r9")))
         return found
 
     # ==== kretprobes ==========================================================================
