@@ -485,6 +485,21 @@ def test_kretprobe_entry_handler_and_instance_data(kernel):
     assert rp.nmissed == 0
 
 
+def test_two_kretprobes_on_one_function_share_its_return_slot(kernel):
+    """The second replaces the return address the first already replaced: the function
+    returns into the trampoline twice, the second probe's instance first."""
+    seen = []
+    rps = [Kretprobe(symbol_name="kprobe_target", maxactive=2,
+                     handler=lambda ri, regs, n=n: seen.append((n, regs.ax & 0xFFFFFFFF)))
+           for n in (1, 2)]
+    for rp in rps:
+        kernel.register_kretprobe(rp)
+    assert loop(kernel, 3) == expected_loop(3)
+    assert seen == [(2, 7), (1, 7), (2, 23), (1, 23), (2, 71), (1, 71)]
+    assert [len(rp.free_instances) for rp in rps] == [2, 2]
+    assert [rp.nmissed for rp in rps] == [0, 0]
+
+
 def test_kretprobe_instances_flushed_when_a_task_exits(kernel):
     rp = Kretprobe(symbol_name="do_exit", handler=lambda ri, regs: None, maxactive=2)
     kernel.register_kretprobe(rp)

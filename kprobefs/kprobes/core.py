@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import operator
 import struct
 import time
 from dataclasses import dataclass
@@ -200,7 +201,10 @@ class KprobeEngine:
         self.optimization_enabled = True
         # Queued for the optimizer, in queueing order (so by due time): ap -> due time.
         self._optimizing: dict[AggrKprobe, float] = {}
-        self._task_instances: dict[int, list[KretprobeInstance]] = {}
+        # Pending returns by the stack slot whose return address was replaced: a live
+        # slot belongs to one task's stack and one call, so the trampoline finds its
+        # instance without asking which task is current.
+        self._instances: dict[int, KretprobeInstance] = {}
         self._native_aggrs = _NativeAggrs(kernel)
         self.handler_errors = HandlerErrorLog()
         self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler,
@@ -652,25 +656,25 @@ class KprobeEngine:
     def _setjmp_pre_handler(self, p: Kprobe, regs) -> int:
         """Run the jprobe's entry with the function's arguments on a copy of the
         registers and stack, then put both back (the longjmp of jprobe_return)."""
-        jp = p.owner
         kernel = self.kernel
         state = kernel.save_cpu_state()         # the arguments come from it too
         sp = regs.sp
-        saved_stack = regs.read_memory(sp, MAX_STACK_SIZE)
+        saved_stack = kernel.read(sp, MAX_STACK_SIZE)
         try:
-            jp.entry(*[state[i] for i in self._jprobe_args(kernel)])
+            p.owner.entry(*self._jprobe_args(state))
         finally:
             kernel.write(sp, saved_stack)
             kernel.restore_cpu_state(state)
         return 0
 
-    def _jprobe_args(self, kernel) -> tuple[int, ...]:
-        """Where the six argument registers sit in kernel.save_cpu_state()."""
-        found = self.__dict__.get("_jprobe_arg_index")
+    @property
+    def _jprobe_args(self) -> Callable[[tuple], tuple[int, ...]]:
+        """The six argument registers out of a kernel.save_cpu_state() tuple."""
+        found = self.__dict__.get("_jprobe_arg_getter")
         if found is None:
-            fields = kernel.cpu_state_fields
-            found = self._jprobe_arg_index = tuple(
-                fields.index(name) for name in ("di", "si", "dx", "cx", "r8", "r9"))
+            fields = self.kernel.cpu_state_fields
+            found = self._jprobe_arg_getter = operator.itemgetter(
+                *(fields.index(name) for name in ("di", "si", "dx", "cx", "r8", "r9")))
         return found
 
     # ==== kretprobes ==========================================================================
@@ -724,7 +728,7 @@ class KprobeEngine:
             rp.nmissed += 1
             return 0
         ri = free.pop()
-        ri.task = pid = self.kernel.current_pid()
+        ri.task = self.kernel.current_pid()
         ri.func = p.addr
         if rp.entry_handler is not None:
             try:
@@ -735,40 +739,28 @@ class KprobeEngine:
             if skip:
                 free.append(ri)
                 return 0
-        ri.ret_addr, ri.fp = self.arch.prepare_kretprobe(regs)
-        stack = self._task_instances.get(pid)
-        if stack is None:
-            self._task_instances[pid] = [ri]
-        else:
-            stack.append(ri)
+        ri.ret_addr, slot = self.arch.prepare_kretprobe(regs)
+        ri.fp = slot
+        instances = self._instances
+        below = instances.get(slot)
+        if below is not None and ri.ret_addr != self.arch.kretprobe_trampoline:
+            self._recycle(below)    # its return was never taken (cannot happen normally)
+            below = None
+        ri.below = below
+        instances[slot] = ri
         return 0
-
-    def _pop_instance(self, slot: int):
-        pid = self.kernel.current_pid()
-        stack = self._task_instances.get(pid)
-        if not stack:
-            return None
-        if stack[-1].fp == slot:            # the common case: the newest returns first
-            ri = stack.pop()
-            if not stack:
-                del self._task_instances[pid]
-            return ri
-        for i in range(len(stack) - 1, -1, -1):
-            if stack[i].fp == slot:
-                ri = stack.pop(i)
-                if not stack:
-                    self._task_instances.pop(pid, None)
-                return ri
-        return None
 
     def kretprobe_trampoline_handler(self, regs, slot: int) -> int:
         """A function with a hijacked return address returned: run its kretprobe's
         handler and give back the real return address."""
-        ri = self._pop_instance(slot)
+        ri = self._instances.pop(slot, None)
         if ri is None:
             # Cannot happen unless the stack was corrupted: nothing to return to.
             self.kernel.panicked = f"kretprobe trampoline: no instance for {slot:#x}"
             return self.kernel.image.symbol_value("host_call_return")
+        if ri.below is not None:    # it returns into the trampoline again, for this one
+            self._instances[slot] = ri.below
+            ri.below = None
         regs.ip = ri.ret_addr
         rp = ri.rp
         if rp is not None and (kp := rp.kp).registered:
@@ -791,10 +783,19 @@ class KprobeEngine:
 
     def _flush_task_instances(self, pid: int) -> None:
         """The task exited: recycle the instances it will never return through."""
-        for ri in self._task_instances.pop(pid, []):
+        instances = self._instances
+        for slot in [slot for slot, ri in instances.items() if ri.task == pid]:
+            self._recycle(instances.pop(slot))
+
+    @staticmethod
+    def _recycle(ri: KretprobeInstance | None) -> None:
+        """Back to their free lists: ri and the instances below it on its slot."""
+        while ri is not None:
+            below, ri.below = ri.below, None
             if ri.rp is not None and getattr(ri.rp, "kp", None) is not None \
                     and ri.rp.kp.registered:
                 ri.rp.free_instances.append(ri)
+            ri = below
 
     # ==== modules =============================================================================
     def _module_notify(self, state: str, mod) -> None:

@@ -104,6 +104,9 @@ class KretprobeInstance:
     task: int = 0            # pid
     fp: int = 0              # the stack slot whose return address was replaced
     data: bytearray = field(default_factory=bytearray)
+    # engine-private: the instance that replaced the same slot's return address before
+    # this one (two return probes on one function), which returns next
+    below: "KretprobeInstance | None" = None
 
 
 @dataclass(eq=False)

@@ -228,6 +228,9 @@ class Kernel:
         self._host_call_return = self._sym("host_call_return")
         self._scratch_depth = 0
         self._task_pid_off = self.kabi["task.pid"]
+        # init_task lives in the image's data, mapped for good: its pid's place, once.
+        self._init_pid_at = self._sym("init_task") + self._task_pid_off
+        self._init_pid_pa = self.mem.translate(self._init_pid_at)
         # Writing ip makes Unicorn leave the current block: ip is not part of the set.
         self.cpu_state_fields = tuple(name for name in UC_REG if name not in ("cs", "ss", "ip"))
         self._gprs = RegSet(self.uc, [UC_REG[name] for name in self.cpu_state_fields])
@@ -759,14 +762,14 @@ class Kernel:
 
     def current_pid(self) -> int:
         """Pid of the task running on the current CPU (inside a hook).  On every
-        kretprobe hit and return: a task in the direct map (all but init_task) is read
-        without a page-table walk."""
+        kretprobe hit: a task in the direct map (all but init_task) and init_task are
+        read without a page-table walk."""
         mem = self.mem
         ram = mem.ram
         pid_at = _QWORD.unpack_from(ram, self.cpu.current_pa)[0] + self._task_pid_off
         pa = pid_at - PAGE_OFFSET
         if not 0 <= pa < len(ram):
-            pa = mem.translate(pid_at)
+            pa = self._init_pid_pa if pid_at == self._init_pid_at else mem.translate(pid_at)
         return _PID.unpack_from(ram, pa)[0]
 
     def current_comm(self) -> str:

@@ -178,6 +178,10 @@ class AddressSpace:
     def write(self, va: int, data: bytes) -> None:
         """Write bytes at a virtual address, ignoring page protections (as the host)."""
         va &= 0xFFFFFFFFFFFFFFFF
+        if (va & 0xFFF) + len(data) <= PAGE:       # one page: one slice assignment
+            pa = self.translate(va)
+            self.ram[pa:pa + len(data)] = data
+            return
         mv = memoryview(data)
         while mv:
             pa = self.translate(va)

@@ -308,6 +308,10 @@ class _Root:
     def __init__(self, tracer: Tracer, tr: TraceArray):
         self.tracer = tracer
         self.tr = tr
+        # Per group, each event's directory as last listed, with the event it was made
+        # for: a lookup under events/GROUP lists the group, and 10,000 kprobe events
+        # must not cost 10,000 new directories per lookup.
+        self._event_dirs: dict[str, dict[str, tuple[Any, Directory]]] = {}
         t = tracer
         self.files: dict[str, Any] = {
             "trace": _TraceFile(tr, None),
@@ -571,6 +575,8 @@ class _Root:
             groups = list(t.groups)
         for group in groups:
             entries[group] = Directory(self._group_entries(group))
+        for gone in self._event_dirs.keys() - set(groups):
+            self._event_dirs.pop(gone, None)
         entries[FTRACE_SYSTEM] = _FTRACE_DIR
         return entries
 
@@ -597,9 +603,16 @@ class _Root:
                                 write=self._group_filter_writer(group)),
             }
             with t.lock:
-                names = [ev.name for ev in t.events.values() if ev.group == group]
-            for name in names:
-                out[name] = Directory(self._event_entries(group, name))
+                evs = [ev for ev in t.events.values() if ev.group == group]
+            known = self._event_dirs.get(group, {})
+            dirs = {}
+            for ev in evs:
+                found = known.get(ev.name)
+                if found is None or found[0] is not ev:     # new, or made again
+                    found = (ev, Directory(self._event_entries(group, ev.name)))
+                dirs[ev.name] = found
+                out[ev.name] = found[1]
+            self._event_dirs[group] = dirs
             return out
         return entries
 

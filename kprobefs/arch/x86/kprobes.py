@@ -189,8 +189,9 @@ class X86Kprobes:
                 trapnr, lambda k, cpu, ip, trapnr=trapnr: self._fault(cpu, ip, trapnr))
         self._hooks = [
             kernel.hook_code_raw(self._sym(name), self._sym(name), callback)
-            for name, callback in (("kretprobe_trampoline_call", self._on_kretprobe_tramp),
-                                   ("rethook_trampoline_call", self._on_rethook_tramp))
+            for name, callback in (
+                ("kretprobe_trampoline_call", self._tramp("kretprobe_trampoline_handler")),
+                ("rethook_trampoline_call", self._tramp("rethook_trampoline_handler")))
         ]
 
     # ==== the original bytes of text, as if no probe were there ===========================
@@ -685,28 +686,29 @@ class X86Kprobes:
         _Q.pack_into(mem.ram, pa, trampoline)
         return ret, slot
 
-    def _tramp(self, handler) -> None:
-        # The function returned into the trampoline, which pushed one slot at exactly
-        # the address the return address was taken from.
-        rsp = self._fast.get(UC_X86_REG_RSP)
-        cpu = self.kernel.cpu.index
-        regs = self._tramp_regs[cpu]
-        if regs is None:    # nested (a handler's kernel call returned through one)
-            self._mem.write_u64(rsp, handler(ProbeRegs(self._fast, self._mem, 0,
-                                                       sp_offset=8), rsp))
-            return
-        regs.ip = 0
-        self._tramp_regs[cpu] = None
-        try:
-            self._mem.write_u64(rsp, handler(regs, rsp))
-        finally:
-            self._tramp_regs[cpu] = regs
+    def _tramp(self, handler_name: str):
+        """The code hook of a return trampoline: the function returned into it, and it
+        pushed one slot at exactly the address the return address was taken from; the
+        core's handler_name(regs, slot) gives the real return address for that slot."""
+        fast, mem, kernel, core = self._fast, self._mem, self.kernel, self.core
+        regs_of = self._tramp_regs
 
-    def _on_kretprobe_tramp(self, _uc, _address, _size, _ud) -> None:
-        self._tramp(self.core.kretprobe_trampoline_handler)
+        def trampoline(_uc, _address, _size, _ud) -> None:
+            rsp = fast.get(UC_X86_REG_RSP)
+            cpu = kernel.cpu.index
+            regs = regs_of[cpu]
+            handler = getattr(core, handler_name)
+            if regs is None:    # nested (a handler's kernel call returned through one)
+                mem.write_u64(rsp, handler(ProbeRegs(fast, mem, 0, sp_offset=8), rsp))
+                return
+            regs.ip = 0
+            regs_of[cpu] = None
+            try:
+                mem.write_u64(rsp, handler(regs, rsp))
+            finally:
+                regs_of[cpu] = regs
 
-    def _on_rethook_tramp(self, _uc, _address, _size, _ud) -> None:
-        self._tramp(self.core.rethook_trampoline_handler)
+        return trampoline
 
 
 class _EmulRegs:

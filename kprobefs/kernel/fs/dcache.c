@@ -1,7 +1,8 @@
 /* The dentry cache.  A dentry names an inode (or, while negative, the absence of one)
- * inside its parent directory.  Children hang off the parent's d_subdirs list, which is
- * also what d_lookup() searches: directories here are small, so a per-directory list
- * does the job of Linux's global hash.
+ * inside its parent directory.  Children hang off the parent's d_subdirs list (walked by
+ * simple_empty() and the filesystems' readdir); d_lookup() finds them in one global hash
+ * table keyed by the parent and the name, as Linux's d_hash() does, so a directory of
+ * 10,000 kprobe events costs a lookup no more than a directory of ten.
  *
  * Lifetime: every child holds a reference on its parent; a filesystem that wants a name
  * to stay (ramfs, tracefs) pins it with DCACHE_PINNED and one extra reference.  There is
@@ -13,6 +14,27 @@
 
 DEFINE_SPINLOCK(dcache_lock);
 unsigned long nr_dentry;
+
+/* Every child dentry, from d_alloc() until it is freed, chained through d_hash_next in
+ * the bucket of its salted name hash.  Unhashed (dropped, deleted) ones stay chained and
+ * d_lookup() skips them, as it used to skip them on the parent's list. */
+#define D_HASH_SHIFT	14
+static struct dentry *dentry_hashtable[1 << D_HASH_SHIFT];
+
+static inline struct dentry **d_hash(u32 hash)
+{
+	return &dentry_hashtable[(hash * 0x61c88647u) >> (32 - D_HASH_SHIFT)];
+}
+
+static void __d_hash_del(struct dentry *dentry)
+{
+	struct dentry **pp = d_hash(dentry->d_name.hash);
+
+	while (*pp != dentry)
+		pp = &(*pp)->d_hash_next;
+	*pp = dentry->d_hash_next;
+	dentry->d_hash_next = NULL;
+}
 
 /* The hash of a name component, salted by the parent so equal names in different
  * directories spread apart (as Linux's hash_name() does with the parent pointer). */
@@ -67,6 +89,8 @@ struct dentry *d_alloc(struct dentry *parent, const struct qstr *name)
 	dentry->d_parent = dget(parent);
 	dentry->d_name.hash = full_name_hash(parent, name->name, name->len);
 	list_add_tail(&dentry->d_child, &parent->d_subdirs);
+	dentry->d_hash_next = *d_hash(dentry->d_name.hash);
+	*d_hash(dentry->d_name.hash) = dentry;
 	spin_unlock(&dcache_lock);
 	return dentry;
 }
@@ -146,6 +170,7 @@ static struct dentry *__dentry_kill(struct dentry *dentry)
 	if (!IS_ROOT(dentry)) {
 		parent = dentry->d_parent;
 		list_del_init(&dentry->d_child);
+		__d_hash_del(dentry);
 	}
 	dentry->d_inode = NULL;
 	spin_unlock(&dcache_lock);
@@ -189,8 +214,9 @@ static struct dentry *__d_lookup(const struct dentry *parent, const struct qstr 
 	u32 hash = full_name_hash(parent, name->name, name->len);
 	struct dentry *dentry;
 
-	list_for_each_entry(dentry, &parent->d_subdirs, d_child) {
-		if (dentry->d_name.hash != hash || d_unhashed(dentry))
+	for (dentry = *d_hash(hash); dentry; dentry = dentry->d_hash_next) {
+		if (dentry->d_name.hash != hash || dentry->d_parent != parent ||
+		    d_unhashed(dentry))
 			continue;
 		if (!d_same_name(dentry, name))
 			continue;

@@ -125,6 +125,7 @@ struct dentry {
 	char d_iname[40];
 	struct dentry *d_parent;
 	struct inode *d_inode;
+	struct dentry *d_hash_next;	/* the next in its dentry_hashtable bucket */
 	struct list_head d_child;
 	struct list_head d_subdirs;
 	struct super_block *d_sb;
