@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from kprobefs.tracing.events import OPTION_DEFAULTS, TraceEvent, Tracer
 from kprobefs.tracing.output import TraceOptions
 from kprobefs.tracing.ring_buffer import DEFAULT_BUFFER_BYTES
+from kprobefs.tracing.trigger import TRIGGER_HELP
 
 __all__ = [
     "TraceNode",
@@ -201,11 +202,6 @@ HEADER_EVENT = (
     "\ttime_stamp : type == 31\n"
     "\tdata max type_len  == 28\n"
 )
-TRIGGER_HELP = ("# Available triggers:\n# traceon traceoff snapshot stacktrace enable_event "
-                "disable_event enable_hist disable_hist hist\n")
-_TRIGGER_COMMANDS = ("traceon", "traceoff", "snapshot", "stacktrace", "enable_event",
-                     "disable_event", "enable_hist", "disable_hist", "hist")
-
 # The dynamic-event part of Linux 6.1's README (byte-exact); the uprobe and eprobe lines
 # are left out because this tracer does not implement them.
 _README_PROBES = (
@@ -556,25 +552,31 @@ class _Root:
         def write_trigger(data: bytes, pid: int, comm: str) -> int:
             if len(data) >= _PAGE_SIZE:
                 raise OSError(errno.EINVAL, "trigger too long")
-            event()
             text = _c_string(data).decode("latin-1").strip(_BLANKS)
-            if not text:
-                return len(data)
-            command = text.split(":", 1)[0].split()[0]
-            if command.startswith("!") and command[1:] in _TRIGGER_COMMANDS:
-                return len(data)        # removing a trigger that is not installed
-            raise OSError(errno.EINVAL, "triggers are not supported")
+            if text:
+                self.tracer.set_triggers(event(), text)
+            else:
+                event()
+            return len(data)
+
+        def read_triggers() -> str:
+            triggers = event().triggers
+            return triggers.text() if triggers is not None else TRIGGER_HELP
+
+        def read_hist() -> str:
+            triggers = event().triggers
+            return triggers.hist_text() if triggers is not None else ""
 
         def entries() -> dict[str, Any]:
             return {
-                "enable": _File(MODE_WRITE, read=lambda: f"{int(event().enabled)}\n",
+                "enable": _File(MODE_WRITE, read=lambda: self.tracer.enable_text(event()),
                                 write=write_enable),
                 "filter": _File(MODE_WRITE, read=read_filter, write=write_filter),
                 "format": _text_file(lambda: event().format_text()),
                 "id": _text_file(lambda: f"{event().id}\n"),
-                "trigger": _File(MODE_WRITE, read=lambda: TRIGGER_HELP,
-                                 write=write_trigger),
-                "hist": _text_file(lambda: ""),
+                "trigger": _File(MODE_WRITE, read=read_triggers, write=write_trigger,
+                                 trunc=lambda: self.tracer.truncate_triggers(event())),
+                "hist": _text_file(read_hist),
             }
         return entries
 
