@@ -191,8 +191,10 @@ def test_trigger_and_hist(t):
     echo(t.root, "kprobe_events", "p:ev vfs_read")
     assert cat(t.root, "events/kprobes/ev/trigger").startswith("# Available triggers:\n")
     assert echo(t.root, "events/kprobes/ev/trigger", "!traceoff") == 9
-    assert write_errno(t.root, "events/kprobes/ev/trigger", "traceoff") == errno.EINVAL
     assert cat(t.root, "events/kprobes/ev/hist") == ""
+    assert write_errno(t.root, "events/kprobes/ev/trigger", "traceof") == errno.EINVAL
+    echo(t.root, "events/kprobes/ev/trigger", "traceoff")
+    assert cat(t.root, "events/kprobes/ev/trigger") == "traceoff:unlimited\n"
 
 
 def test_format_and_id(t):
