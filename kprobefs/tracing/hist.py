@@ -874,10 +874,10 @@ class _Builder:
         act = _Action(handler, "", action_name, params)
         if handler == "onmatch":
             system, dot, event = arg.partition(".")
-            if not dot or not system:
-                _fail("SUBSYS_NOT_FOUND", arg)
+            if not dot:
+                _fail("SUBSYS_NOT_FOUND", system)
             if data.triggers.host.find_event(system, event) is None:
-                _fail("INVALID_SUBSYS_EVENT", arg)
+                _fail("INVALID_SUBSYS_EVENT", event)
             act.match_system, act.match_event = system, event
             if action_name in ("save", "snapshot"):
                 _fail("ACTION_MISMATCH", action_name)
@@ -885,9 +885,9 @@ class _Builder:
             if not arg.startswith("$"):
                 _fail("ONX_NOT_VAR", arg)
             act.var_text = arg
+            if self.find_var(None, None, arg[1:]) is None:
+                _fail("ONX_VAR_NOT_FOUND", arg[1:])
             act.track_field = self.parse_var_ref(None, None, arg[1:], None)
-            if act.track_field is None:
-                _fail("ONX_VAR_NOT_FOUND", arg)
         if action_name == "save":
             if not params:
                 _fail("NO_SAVE_PARAMS")
