@@ -1520,8 +1520,9 @@ class Tracer:
         flt = event.filter
         if self.recording and not event.soft_disabled and (
                 flt is None or flt.match(raw, cpu, hit.comm)):
-            if self.options["record-cmd"]:
-                self.comm_cache.save(pid, hit.comm())
+            cache = self.comm_cache
+            if (pid not in cache.names or pid in cache.stale) and self.options["record-cmd"]:
+                cache.save(pid, hit.comm())
             rec = (ts, pid, flags, event) + payload
             if self.stacktrace:
                 stack = hit.stack()

@@ -81,8 +81,10 @@ class TracerTriggerHost:
         flt = event.filter
         if tracer.recording and not event.soft_disabled and (
                 flt is None or flt.match(raw, hit.cpu, hit.comm)):
-            if tracer.options["record-cmd"]:
-                tracer.comm_cache.save(hit.pid, hit.comm())
+            cache = tracer.comm_cache
+            if (hit.pid not in cache.names or hit.pid in cache.stale) \
+                    and tracer.options["record-cmd"]:
+                cache.save(hit.pid, hit.comm())
             tracer.buffer.write(hit.cpu, (hit.ts, hit.pid, 0, event, 0, 0, args),
                                 _SYNTH_HEADER + len(args))
         if posts:
