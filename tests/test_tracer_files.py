@@ -64,6 +64,10 @@ def test_readme_tokens(t):
     assert "$comm" in lines[at] + lines[at + 1]
     assert any("ustring" in line for line in lines[at:at + 11])
     assert any("[u]<offset>" in line for line in lines[at:at + 11])
+    # the trigger and hist features the trigger selftests require
+    for token in ("<var1>=<field|var_ref|numeric_literal>", "onchange(var)", "snapshot()",
+                  "trace(<synthetic_event>", "char name[]' >> synthetic_events"):
+        assert token in readme, token
     # nothing this tracer lacks is advertised
     for absent in ("uprobe", "e[:[<group>/][<event>]]"):
         assert absent not in readme

@@ -114,7 +114,8 @@ class TracerTriggerHost:
         name = self.tracer.symbols.symbolize(handler, False)
         if name is None:
             return None
-        return name[len("__x64_"):] if name.startswith("__x64_") else name
+        name = name[len("__x64_"):] if name.startswith("__x64_") else name
+        return None if name == "sys_ni_syscall" else name     # no metadata: unknown
 
     # ------------------------------------------------------------ control path
     def find_event(self, system: str, name: str) -> Any:
