@@ -395,3 +395,32 @@ def test_onchange_snapshot(t):
             in hist(t))
     assert ":v=sz:sort=hitcount:size=2048:onchange($v).snapshot() [active]" in cat(
         t.root, EV + "trigger")
+
+
+def test_a_field_of_the_matching_event_becomes_a_field_variable(t):
+    echo(t.root, "synthetic_events", "lat u64 d; pid_t pid; u64 size")
+    echo(t.root, EV + "trigger", "hist:keys=arg1:ts0=common_timestamp.usecs if arg1 < 100")
+    cmd = ("hist:keys=arg1:d=common_timestamp.usecs-$ts0:"
+           "onmatch(kprobes.p1).lat($d,arg1,kprobes.p1.sz)")
+    echo(t.root, "events/kprobes/p2/trigger", cmd)
+    assert cat(t.root, EV + "trigger").splitlines()[1] == (
+        "hist:keys=arg1:vals=hitcount:synthetic_sz=sz:sort=hitcount:size=2048"
+        " if arg1 < 100 [active]")
+    echo(t.root, "events/synthetic/lat/enable", "1")
+    hit(t, 4, sz=77)
+    t.clock.advance(5000)
+    hit(t, 4, fn=KSYS_READ)
+    assert "lat: d=5 pid=4 size=77" in cat(t.root, "trace")
+    echo(t.root, "events/kprobes/p2/trigger", "!" + cmd)
+    assert len(cat(t.root, EV + "trigger").splitlines()) == 1
+
+
+def test_a_qualified_variable_of_another_histogram(t):
+    echo(t.root, "synthetic_events", "lat u64 d; pid_t pid")
+    echo(t.root, EV + "trigger", "hist:keys=arg1:ts0=common_timestamp.usecs")
+    echo(t.root, "events/kprobes/p2/trigger", "hist:keys=arg1:d=common_timestamp.usecs-$ts0")
+    echo(t.root, "events/kprobes/p2/trigger",
+         "hist:keys=arg1:onmatch(kprobes.p1).lat(kprobes.p2.$d,arg1)")
+    echo(t.root, "events/synthetic/lat/enable", "1")
+    pair(t, 2, 9)
+    assert "lat: d=9 pid=2" in cat(t.root, "trace")

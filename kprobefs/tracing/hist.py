@@ -42,6 +42,8 @@ HIST_ERRORS = {
     "TOO_MANY_SUBEXPR": "Too many subexpressions (3 max)",
     "TIMESTAMP_MISMATCH": "Timestamp units in expression don't match",
     "EVENT_FILE_NOT_FOUND": "Event file not found",
+    "HIST_NOT_FOUND": "Matching event histogram not found",
+    "HIST_CREATE_FAIL": "Couldn't create histogram for field",
     "SYNTH_EVENT_NOT_FOUND": "Couldn't find synthetic event",
     "SYNTH_COUNT_MISMATCH": "Param count doesn't match synthetic event field count",
     "FIELD_VAR_CREATE_FAIL": "Couldn't create field variable",
@@ -263,10 +265,9 @@ class _Action:
 class HistData:
     """A histogram: its fields, sort keys, map and actions (hist_trigger_data)."""
 
-    def __init__(self, triggers: EventTriggers, attrs: "_Attrs", last_cmd: str):
+    def __init__(self, triggers: EventTriggers, attrs: "_Attrs"):
         self.triggers = triggers
         self.attrs = attrs
-        self.last_cmd = last_cmd
         self.keys: list[HistField] = []
         self.vals: list[HistField] = []          # hitcount first
         self.vars: list[HistField] = []
@@ -274,6 +275,7 @@ class HistData:
         self.map_bits = attrs.map_bits or _BITS_DEFAULT
         self.actions: list[_Action] = []
         self.var_refs: list[HistField] = []
+        self.field_var_hists: list[tuple[EventTriggers, str]] = []   # made for params
         self.enable_timestamps = False
         self.table: dict[tuple, _Elt] = {}
         self.hits = 0
@@ -284,8 +286,11 @@ class HistData:
         return tuple(k.read(record, hit, None) for k in self.keys)
 
     def lookup_var(self, key: tuple, name: str, once: bool):
-        """The value of variable ``name`` in the entry for ``key`` (None if unset)."""
-        elt = self.table.get(key)
+        """The value of variable ``name`` in the entry for ``key`` (None if unset).
+
+        Like Linux, which compares the first key_size bytes of the referring key, a
+        longer compound key matches on its leading fields."""
+        elt = self.table.get(key[:len(self.keys)])
         if elt is None or name not in elt.vars:
             return None
         return elt.vars.pop(name) if once else elt.vars[name]
@@ -918,12 +923,40 @@ class _Builder:
         if text.startswith("$"):
             return self.parse_var_ref(None, None, text[1:], None)
         if text.count(".") >= 2:
-            # a field of another event (a field variable on a hidden histogram there)
-            _fail("FIELD_VAR_CREATE_FAIL", text)
+            system, event, rest = text.split(".", 2)
+            if rest.startswith("$"):
+                return self.parse_var_ref(system, event, rest[1:], None)
+            return self.field_var(system, event, rest)
         try:
             return self.parse_field(text, 0)
         except HistError:
             _fail("PARAM_NOT_FOUND", text)
+
+    def field_var(self, system: str, event: str, name: str) -> HistField:
+        """``SYS.EVENT.FIELD``: a variable ``synthetic_FIELD`` set by a histogram made
+        for it on that event, keyed as that event's first histogram with as many keys
+        (create_field_var_hist); it goes when this histogram goes."""
+        host = self.triggers.host
+        target = host.find_event(system, event)
+        if target is None:
+            _fail("EVENT_FILE_NOT_FOUND", name)
+        pool = host.event_triggers(target)
+        var = f"synthetic_{name}"
+        if self.find_var(system, event, var) is None:
+            compatible = next((t for t in pool.items if isinstance(t, HistTrigger)
+                               and len(t.data.keys) == len(self.data.keys)), None)
+            if compatible is None:
+                _fail("HIST_NOT_FOUND", name)
+            cmd = ("keys=" + ",".join(k.name for k in compatible.data.keys)
+                   + f":{var}={name}")
+            if compatible.filter_text is not None:
+                cmd += f" if {compatible.filter_text}"
+            try:
+                _parse(pool, "hist", cmd)
+            except (HistError, OSError):
+                _fail("HIST_CREATE_FAIL", name)
+            self.data.field_var_hists.append((pool, cmd))
+        return self.parse_var_ref(system, event, var, None)
 
 
 def _own_var(refs: _EltRefs, ref: HistField) -> int:
@@ -979,6 +1012,21 @@ class HistTrigger(EventTrigger):
         if record is not None:
             self.data.hit(record, hit)
 
+    def unregistered(self, triggers: EventTriggers) -> None:
+        if not any(isinstance(t, HistTrigger) and t.data is self.data
+                   for pool in triggers.host.all_triggers() for t in pool.items):
+            _remove_field_var_hists(self.data)
+
+
+def _remove_field_var_hists(data: HistData) -> None:
+    """Take away the histograms made for ``data``'s field-variable params."""
+    for pool, cmd in data.field_var_hists:
+        try:
+            _parse(pool, "!hist", cmd)
+        except OSError:
+            pass
+    data.field_var_hists.clear()
+
 
 def _split_filter(text: str) -> tuple[str, str | None]:
     """Separate ``k:v [if filter]``, allowing blanks in the trigger (Linux's scan)."""
@@ -1005,7 +1053,7 @@ def parse_hist_command(triggers: EventTriggers, glob: str, rest: str | None) -> 
     loc = f"hist:{triggers.loc}"
     last_cmd = f"hist:{rest}" if rest is not None else ""
     try:
-        _parse(triggers, glob, rest, last_cmd)
+        _parse(triggers, glob, rest)
     except HistError as exc:
         if exc.code and last_cmd:
             pos = last_cmd.find(exc.where) if exc.where else 0
@@ -1013,18 +1061,33 @@ def parse_hist_command(triggers: EventTriggers, glob: str, rest: str | None) -> 
         raise OSError(exc.errno, exc.strerror) from None
 
 
-def _parse(triggers: EventTriggers, glob: str, rest: str | None, last_cmd: str) -> None:
+def _parse(triggers: EventTriggers, glob: str, rest: str | None) -> None:
     remove = glob.startswith("!")
     if rest is None:
         _fail(None)
     param, filter_text = _split_filter(rest)
     param = param.replace(".sym-offset", ".symXoffset")
     attrs = _parse_attrs(param)
-    data = HistData(triggers, attrs, last_cmd)
-    _Builder(data, remove).build()
-    trig = HistTrigger("hist", "hist", data=data, post=False)
-    trig.filter, trig.filter_text = compile_trigger_filter(
-        None if filter_text is None else filter_text, triggers.fields)
+    data = HistData(triggers, attrs)
+    try:
+        _Builder(data, remove).build()
+        trig = HistTrigger("hist", "hist", data=data, post=False)
+        trig.filter, trig.filter_text = compile_trigger_filter(
+            None if filter_text is None else filter_text, triggers.fields)
+        _apply(triggers, trig, remove)
+    finally:
+        if _unused(triggers, data):
+            _remove_field_var_hists(data)
+
+
+def _unused(triggers: EventTriggers, data: HistData) -> bool:
+    """Whether no trigger of the event uses ``data`` (it was a removal, an update of
+    an existing one, or it failed)."""
+    return not any(isinstance(t, HistTrigger) and t.data is data for t in triggers.items)
+
+
+def _apply(triggers: EventTriggers, trig: "HistTrigger", remove: bool) -> None:
+    data, attrs = trig.data, trig.data.attrs
     existing = [t for t in triggers.items if isinstance(t, HistTrigger) and t.same(trig)]
     if remove:
         if existing:
