@@ -48,7 +48,9 @@ from kprobefs.tracing.parser import (
 )
 from kprobefs.tracing.native import NativeRecorder
 from kprobefs.tracing.ring_buffer import PAGE_DATA_SIZE, RingBuffer
-from kprobefs.tracing.synth import SYNTH_SYSTEM, SynthEvent, is_good_name, parse_synth_fields
+from kprobefs.tracing.synth import (
+    SYNTH_SYSTEM, SynthError, SynthEvent, check_synth_command, is_good_name, parse_synth_fields,
+)
 from kprobefs.tracing.trigger import TriggerHit
 from kprobefs.tracing.trigger_host import TracerTriggerHost
 
@@ -933,45 +935,59 @@ class Tracer:
 
     # ------------------------------------------------------------ synthetic events
     def _create_synth_command(self, line: str) -> None:
-        """``s:[synthetic/]NAME FIELDS`` written to dynamic_events."""
-        head, _, fields = line.partition(" ")
-        if not fields.strip():
-            head, _, fields = line.partition("\t")
-        name = head[2:]
-        if "/" in name:
-            group, _, name = name.partition("/")
-            if group != SYNTH_SYSTEM:
-                raise OSError(errno.EINVAL, "synthetic events live in synthetic/")
-        if not fields.strip():
-            raise OSError(errno.EINVAL, "no fields")
-        self.create_synth(name, fields)
+        """``s:[synthetic/]NAME FIELDS`` written to dynamic_events (create_synth_event);
+        errors are logged at ``synthetic_events``."""
+        try:
+            cut = min((i for i in (line.find(" "), line.find("\t")) if i >= 0), default=-1)
+            if cut < 0:
+                raise SynthError("INVALID_CMD")
+            start = 2
+            name = line[start:cut]
+            if "/" in line[start:]:
+                group, _, name = name.partition("/")
+                if group != SYNTH_SYSTEM:
+                    raise SynthError("INVALID_DYN_CMD")
+                start += len(group) + 1
+            check_synth_command(line[start:])
+            self.create_synth(name, line[cut:])
+        except SynthError as exc:
+            self.error_log.add("synthetic_events", line, exc.message, exc.pos(line))
+            raise
 
     def run_synth_commands(self, data: bytes) -> int:
         """Apply one write() of synthetic_events: ``NAME FIELDS`` creates, ``!NAME``
-        deletes; each line in order, stopping at the first failure."""
+        deletes; each line in order, stopping at the first failure (logged at
+        ``synthetic_events``, as create_or_delete_synth_event logs it)."""
         data, count = _whole_lines(data)
         with self.lock:
             for line in split_commands(data):
                 line = line.strip(" \t")
                 if not line:
                     continue
-                name, sep, fields = line.replace("\t", " ").partition(" ")
-                if name.startswith("!"):
-                    self.delete_synth(name[1:])
-                elif not sep:
-                    raise OSError(errno.EINVAL, "no fields")
-                else:
-                    self.create_synth(name, fields)
+                try:
+                    check_synth_command(line)
+                    name, sep, fields = line.replace("\t", " ").partition(" ")
+                    if name.startswith("!"):
+                        self.delete_synth(name[1:])
+                    elif not sep:
+                        raise SynthError("INVALID_CMD")
+                    else:
+                        self.create_synth(name, fields)
+                except SynthError as exc:
+                    self.error_log.add("synthetic_events", line, exc.message, exc.pos(line))
+                    raise
         return count
 
     def create_synth(self, name: str, raw_fields: str) -> SynthEvent:
-        """Define synthetic event ``name``; EINVAL for a bad name or field, EEXIST when
-        the name is taken."""
+        """Define synthetic event ``name``; SynthError (EINVAL) for a bad name or field,
+        EEXIST when the name is taken."""
         with self.lock:
-            if not name or not is_good_name(name):
-                raise OSError(errno.EINVAL, f"bad event name {name!r}")
+            if not name:
+                raise SynthError("INVALID_CMD")
+            if not is_good_name(name):
+                raise SynthError("BAD_NAME", name)
             if (SYNTH_SYSTEM, name) in self.events:
-                raise OSError(errno.EEXIST, f"event {name} exists")
+                raise SynthError("EVENT_EXISTS", name, errno.EEXIST)
             self._check_room()
             fields = parse_synth_fields(raw_fields)
             event = SynthEvent(name, self._allocate_id(), fields)

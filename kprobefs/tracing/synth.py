@@ -14,10 +14,53 @@ import re
 import struct
 from dataclasses import dataclass, field
 
+from kprobefs.errors import KprobefsError
 from kprobefs.tracing.fetch import RecordField, format_fields_text
 
-__all__ = ["SynthField", "SynthEvent", "parse_synth_fields", "SYNTH_SYSTEM",
-           "is_good_name"]
+__all__ = ["SynthField", "SynthEvent", "SynthError", "parse_synth_fields", "SYNTH_SYSTEM",
+           "is_good_name", "check_synth_command", "SYNTH_ERRORS"]
+
+#: The kernel's synthetic event error messages (trace_events_synth.c), by code.
+SYNTH_ERRORS = {
+    "BAD_NAME": "Illegal name",
+    "INVALID_CMD": "Command must be of the form: <name> field[;field] ...",
+    "INVALID_DYN_CMD": "Command must be of the form: s or -:[synthetic/]<name> "
+                       "field[;field] ...",
+    "EVENT_EXISTS": "Event already exists",
+    "TOO_MANY_FIELDS": "Too many fields",
+    "INCOMPLETE_TYPE": "Incomplete type",
+    "INVALID_TYPE": "Invalid type",
+    "INVALID_FIELD": "Invalid field",
+    "INVALID_ARRAY_SPEC": "Invalid array specification",
+}
+
+
+class SynthError(KprobefsError, OSError):
+    """A rejected synthetic event command: its errno, the error_log message code, and
+    the text at whose first occurrence in the command the caret goes (None: column 0)."""
+
+    def __init__(self, code: str, where: str | None = None, err: int = errno.EINVAL):
+        super().__init__(err, SYNTH_ERRORS[code])
+        self.code = code
+        self.where = where
+
+    @property
+    def message(self) -> str:
+        return SYNTH_ERRORS[self.code]
+
+    def pos(self, command: str) -> int:
+        """The caret column in ``command`` (err_pos: the first occurrence, else 0)."""
+        return max(command.find(self.where), 0) if self.where else 0
+
+
+def check_synth_command(command: str) -> None:
+    """check_command: the part before the first ``;`` of a definition needs a name,
+    a type and a field name (a ``!`` deletion is not checked)."""
+    head = command.split(";", 1)[0]
+    if head.startswith("!"):
+        return
+    if len(head.split()) < 3:
+        raise SynthError("INVALID_CMD")
 
 SYNTH_SYSTEM = "synthetic"
 SYNTH_FIELDS_MAX = 64
@@ -80,30 +123,35 @@ class SynthField:
         return f"{self.type} {self.name}"
 
 
-def _check_type(type_: str, name_had_array: bool) -> None:
+def _field_size(type_: str) -> int | None:
+    """synth_field_size: the field's size, 0 for a dynamic one, None if invalid."""
     if type_ in _NUMERIC:
-        return
-    match = re.fullmatch(r"(char|long)\[([^\]]*)\]", type_)
-    if match and match.group(1) == "long" and not match.group(2):
-        return
-    if match and match.group(1) == "char":
-        digits = match.group(2)
+        return _NUMERIC[type_][0]
+    if "char[" in type_:
+        start = type_.index("char[") + 5
+        end = type_.find("]")
+        if end < start or len(type_) > end + 1:
+            return None
+        digits = type_[start:end]
+        if len(digits) > 3:
+            return None
         if not digits:
-            return
-        if len(digits) <= 3:
-            try:
-                if 0 < int(digits, 0) <= STR_VAR_LEN_MAX:
-                    return
-            except ValueError:
-                pass
-    raise OSError(errno.EINVAL, "invalid array specification" if name_had_array
-                  else f"unknown type {type_!r}")
+            return 0
+        try:
+            size = int(digits, 0)
+        except ValueError:
+            return None
+        return size if size <= STR_VAR_LEN_MAX else None
+    if "long[" in type_:
+        return 0
+    return 0
 
 
 def parse_synth_fields(raw: str) -> tuple[SynthField, ...]:
     """Parse the fields of a definition (``u64 lat; pid_t pid;``, ``char[16] comm``, an
-    array suffix on the name moves to the type).  Raises OSError(EINVAL) when a field
-    is malformed, a type unknown, a name bad or used twice, or there are too many."""
+    array suffix on the name moves to the type), as parse_synth_field does.  Raises
+    :class:`SynthError` with the kernel's code and caret text; EEXIST (no log) for a
+    field name used twice."""
     fields: list[SynthField] = []
     for part in raw.split(";"):
         words = part.split()
@@ -111,28 +159,36 @@ def parse_synth_fields(raw: str) -> tuple[SynthField, ...]:
         while i < len(words):
             if words[i] == "unsigned":
                 if len(words) - i < 3:
-                    raise OSError(errno.EINVAL, "incomplete type")
-                type_, name = "unsigned " + words[i + 1], words[i + 2]
+                    raise SynthError("INCOMPLETE_TYPE", words[i])
+                base, name = words[i + 1], words[i + 2]
+                prefix = "unsigned "
                 i += 3
             else:
                 if len(words) - i < 2:
-                    raise OSError(errno.EINVAL, "invalid field")
-                type_, name = words[i], words[i + 1]
+                    raise SynthError("INVALID_FIELD", words[i])
+                base, name = words[i], words[i + 1]
+                prefix = ""
                 i += 2
             array = ""
             if "[" in name:
-                name, array = name[:name.index("[")], name[name.index("["):]
-            if not is_good_name(name):
-                raise OSError(errno.EINVAL, f"bad field name {name!r}")
-            type_ += array
-            _check_type(type_, bool(array))
-            if any(f.name == name for f in fields):
-                raise OSError(errno.EEXIST, f"field {name!r} defined twice")
+                array = name[name.index("["):]
+            field_name = name[:len(name) - len(array)]
+            if not is_good_name(field_name):
+                raise SynthError("BAD_NAME", name)
+            type_ = prefix + base + array
+            size = _field_size(type_)
+            if size is None:
+                raise SynthError("INVALID_ARRAY_SPEC" if array else "INVALID_TYPE",
+                                 name if array else base)
+            if size == 0 and "char[" not in type_ and not re.fullmatch(r"long\[\]", type_):
+                raise SynthError("INVALID_TYPE", base)
+            if any(f.name == field_name for f in fields):
+                raise OSError(errno.EEXIST, f"field {field_name!r} defined twice")
             if len(fields) == SYNTH_FIELDS_MAX:
-                raise OSError(errno.EINVAL, "too many fields")
-            fields.append(SynthField(type_, name))
+                raise SynthError("TOO_MANY_FIELDS")
+            fields.append(SynthField(type_, field_name))
     if not fields:
-        raise OSError(errno.EINVAL, "no fields")
+        raise SynthError("INVALID_CMD")
     return tuple(fields)
 
 
