@@ -424,3 +424,12 @@ def test_a_qualified_variable_of_another_histogram(t):
     echo(t.root, "events/synthetic/lat/enable", "1")
     pair(t, 2, 9)
     assert "lat: d=9 pid=2" in cat(t.root, "trace")
+
+
+def test_a_synthetic_event_generating_itself_stops(t):
+    echo(t.root, "synthetic_events", "lat u64 d")
+    echo(t.root, EV + "trigger", "hist:keys=arg1:onmatch(kprobes.p1).lat(arg1)")
+    echo(t.root, "events/synthetic/lat/trigger", "hist:keys=d:onmatch(synthetic.lat).lat(d)")
+    echo(t.root, "events/synthetic/lat/enable", "1")
+    hit(t, 1)
+    assert cat(t.root, "trace").count(" lat: d=1") == 4

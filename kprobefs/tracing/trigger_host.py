@@ -20,6 +20,9 @@ __all__ = ["TracerTriggerHost"]
 
 _log = logging.getLogger("kprobefs.tracing")
 _SYNTH_HEADER = 8
+#: How deep synthetic events may generate synthetic events within one hit (Linux's
+#: trace recursion protection drops deeper ones).
+_SYNTH_NESTING = 4
 
 
 class TracerTriggerHost:
@@ -28,6 +31,7 @@ class TracerTriggerHost:
     def __init__(self, tracer: Any):
         self.tracer = tracer
         self._syscalls: dict[int, str | None] = {}
+        self._synth_depth = 0
         #: Called for the ``snapshot`` trigger and ``snapshot()`` actions; the buffer
         #: swap belongs to the instance (snapshot) work, which sets this.
         self.snapshot_hook = None
@@ -72,8 +76,16 @@ class TracerTriggerHost:
         """Generate synthetic ``event`` with ``values``: its triggers run, and it is
         written when enabled (trace_synth)."""
         tracer = self.tracer
-        if not event.enabled:
-            return
+        if not event.enabled or self._synth_depth >= _SYNTH_NESTING:
+            return          # a synthetic event generating itself stops here
+        self._synth_depth += 1
+        try:
+            self._trace_synth(event, values, hit)
+        finally:
+            self._synth_depth -= 1
+
+    def _trace_synth(self, event: Any, values: list, hit: TriggerHit) -> None:
+        tracer = self.tracer
         args = event.encode(values)
         raw = struct.pack("<HBBi", event.id & 0xFFFF, 0, 0, hit.pid) + args
         triggers = event.triggers
