@@ -21,6 +21,9 @@ def t(real):
         echo '!hist:keys=common_pid:lat=common_timestamp.usecs-$ts0:onmatch(kprobes.rstart).readlat($lat,common_pid)' >> {t}/events/kprobes/rstop/trigger
         echo '!hist:keys=common_pid:ts0=common_timestamp.usecs' >> {t}/events/kprobes/rstart/trigger
         echo '!traceoff' >> {t}/events/kprobes/rstart/trigger
+        echo '!enable_event:kprobes:kread' >> {t}/events/kprobes/rstart/trigger
+        echo > {t}/events/kprobes/kread/trigger
+        echo 0 > {t}/events/kprobes/kread/enable
         echo > {t}/synthetic_events; echo > {t}/kprobe_events
         echo 1 > {t}/tracing_on; echo local > {t}/trace_clock; echo > {t}/error_log
     """)
@@ -76,3 +79,26 @@ def test_traceoff_trigger_and_a_hist_error(t):
         "  Command: hist:keys=common_pid:vals=hitcount:sort=common_pid,junk\n"
         + " " * (len("  Command: hist:keys=common_pid:vals=hitcount:sort=common_pid,")) + "^\n")
     assert "Invalid argument" in r.stderr
+
+
+def test_enable_event_turns_on_a_kernel_recorded_event(t):
+    """kread has no trigger of its own: the kernel records it, soft disabled until
+    rstart's enable_event fires; then a hist trigger moves it to the host."""
+    r = sh(f"""
+        set -e
+        echo 'p:rstart vfs_read' >> {t}/kprobe_events
+        echo 'p:kread ksys_read fd=%di:s32' >> {t}/kprobe_events
+        echo 'enable_event:kprobes:kread:1' > {t}/events/kprobes/rstart/trigger
+        cat {t}/README > /dev/null
+        cat {t}/events/kprobes/rstart/trigger {t}/events/kprobes/kread/enable
+        cat {t}/trace
+        echo 'hist:keys=common_pid.execname,fd' > {t}/events/kprobes/kread/trigger
+        cat {t}/README > /dev/null
+        cat {t}/events/kprobes/kread/hist
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("enable_event:kprobes:kread:count=0\n1*\n"), r.stdout
+    assert re.search(r"^\{ common_pid: cat +\[ *\d+\], fd: +\d+ \} hitcount: +\d+$",
+                     r.stdout, re.M)
+    assert re.search(r"^ +cat-\d+ .* kread: \(ksys_read\+0x0/0x[0-9a-f]+\) fd=\d+$",
+                     r.stdout, re.M)
