@@ -395,6 +395,10 @@ def test_onchange_snapshot(t):
             in hist(t))
     assert ":v=sz:sort=hitcount:size=2048:onchange($v).snapshot() [active]" in cat(
         t.root, EV + "trigger")
+    assert hist(t).endswith(
+        "\nSnapshot taken (see tracing/snapshot).  Details:\n"
+        "\ttriggering value { onchange($v) }:          1"
+        "\ttriggered by event with key: { arg1:          0 }\n" + TOTALS.format(5, 1, 0))
 
 
 def test_a_field_of_the_matching_event_becomes_a_field_variable(t):

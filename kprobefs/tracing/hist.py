@@ -276,6 +276,7 @@ class HistData:
         self.actions: list[_Action] = []
         self.var_refs: list[HistField] = []
         self.field_var_hists: list[tuple[EventTriggers, str]] = []   # made for params
+        self.snapshot_taken: tuple | None = None     # (action, value, key, entry)
         self.enable_timestamps = False
         self.table: dict[tuple, _Elt] = {}
         self.hits = 0
@@ -335,6 +336,7 @@ class HistData:
 
     def clear(self) -> None:
         self.table.clear()
+        self.snapshot_taken = None
         self.hits = 0
         self.drops = 0
 
@@ -499,11 +501,8 @@ def _run_action(data: HistData, index: int, action: _Action, elt: _Elt, record: 
         host.trace_synth(action.synth, values, hit)
         return
     value = action.track_field.read(record, hit, refs)
-    old = elt.track.get(index)
-    if action.handler == "onmax":
-        if old is not None and value <= old:
-            return
-    elif old is not None and value == old:
+    old = elt.track.get(index, 0)          # both handlers start from 0, as in 6.1
+    if value <= old if action.handler == "onmax" else value == old:
         return
     elt.track[index] = value
     if action.action == "save":
@@ -511,6 +510,7 @@ def _run_action(data: HistData, index: int, action: _Action, elt: _Elt, record: 
                             for name, pf in zip(action.params, action.param_fields)}
     elif action.action == "snapshot":
         host.snapshot()
+        data.snapshot_taken = (action, value, refs.key, elt)
     else:
         values = [pf.read(record, hit, refs) for pf in action.param_fields]
         host.trace_synth(action.synth, values, hit)
@@ -1154,8 +1154,15 @@ def hist_file_text(triggers: EventTriggers) -> str:
         if out:
             out.append("\n\n")
         out.append("# event histogram\n#\n# trigger info: " + trig.text() + "#\n\n")
-        entries, n = trig.data.entries_text(host.symbolize, host.syscall_name)
+        data = trig.data
+        entries, n = data.entries_text(host.symbolize, host.syscall_name)
         out.append(entries)
+        if data.snapshot_taken is not None:
+            action, value, key, elt = data.snapshot_taken
+            out.append("\nSnapshot taken (see tracing/snapshot).  Details:\n"
+                       f"\ttriggering value {{ {action.handler}({action.var_text}) }}: "
+                       f"{value:10d}\ttriggered by event with key: "
+                       + _key_text(data, key, elt, host.symbolize, host.syscall_name) + "\n")
         out.append(f"\nTotals:\n    Hits: {trig.data.hits}\n    Entries: {n}\n"
                    f"    Dropped: {trig.data.drops}\n")
     return "".join(out)
