@@ -1496,8 +1496,11 @@ class Tracer:
                 head = (_KRETPROBE_HEAD.pack(ip, ret_ip) if ri is not None
                         else _KPROBE_HEAD.pack(ip))
                 raw = _COMMON.pack(event.id & 0xFFFF, flags, 0, pid) + head + args
-                self._triggered_record(event, raw, (ip, ret_ip, args), head_size + len(args),
-                                       pid, cpu, flags, regs, ri)
+                unwind_ip = ip if ri is None else 0
+                hit = TriggerHit(cpu, pid, self._now(), kernel.current_comm,
+                                 lambda: self._unwind(regs, unwind_ip))
+                self.record_triggered(event, raw, (hit.ts, pid, flags, event, ip, ret_ip, args),
+                                      head_size + len(args), hit)
                 return
             if not self.recording or event.soft_disabled:
                 return
@@ -1521,31 +1524,27 @@ class Tracer:
                 buffer.write(cpu, rec, head_size + len(args))
         return record
 
-    def _triggered_record(self, event, raw: bytes, payload: tuple, size: int, pid: int,
-                          cpu: int, flags: int, regs, ri) -> None:
-        """Record one hit of an event that has triggers (always the host path): run
-        its triggers, write the event unless it is soft disabled or filtered out, then
-        run the post triggers (traceoff, stacktrace)."""
-        kernel = self.kernel
-        ts = self._now()
-        ip = payload[0]
-        hit = TriggerHit(cpu, pid, ts, kernel.current_comm,
-                         lambda: self._unwind(regs, ip if ri is None else 0))
+    def record_triggered(self, event, raw: bytes, rec: tuple, size: int,
+                         hit: TriggerHit) -> None:
+        """The hit path of an event with triggers, for any recorder (the host's; the
+        kernel's recorder leaves such events to it): run the triggers on ``raw`` (the
+        record's binary form, common fields included), write ``rec`` (``size`` bytes in
+        the buffer) unless the event is soft disabled or filtered out, then run the post
+        triggers (traceoff, stacktrace)."""
         triggers = event.triggers
         posts = triggers.call(raw, hit)
         flt = event.filter
         if self.recording and not event.soft_disabled and (
-                flt is None or flt.match(raw, cpu, hit.comm)):
-            cache = self.comm_cache
+                flt is None or flt.match(raw, hit.cpu, hit.comm)):
+            pid, cache = hit.pid, self.comm_cache
             if (pid not in cache.names or pid in cache.stale) and self.options["record-cmd"]:
                 cache.save(pid, hit.comm())
-            rec = (ts, pid, flags, event) + payload
             if self.stacktrace:
                 stack = hit.stack()
-                self.buffer.write_many(cpu, ((rec, size), ((ts, pid, flags, STACK_EVENT, stack),
-                                                           16 + 8 * len(stack))))
+                self.buffer.write_many(hit.cpu, ((rec, size), (
+                    (rec[0], pid, rec[2], STACK_EVENT, stack), 16 + 8 * len(stack))))
             else:
-                self.buffer.write(cpu, rec, size)
+                self.buffer.write(hit.cpu, rec, size)
         if posts:
             triggers.post_call(posts, hit)
 

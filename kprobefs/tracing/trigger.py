@@ -22,7 +22,7 @@ hit, and it records into the buffer only if it is also enabled (``enable`` reads
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from kprobefs.tracing.filter import EventFilter, FilterParseError, compile_filter
@@ -311,7 +311,7 @@ class EventTriggers:
         elif name in _ENABLE:
             self._parse_enable(name, remove, rest)
         elif name == "hist":
-            from kprobefs.tracing.hist import parse_hist_command
+            from kprobefs.tracing.hist_parse import parse_hist_command
             parse_hist_command(self, command, rest)
         else:
             raise OSError(errno.EINVAL, "no such trigger command")

@@ -75,7 +75,6 @@ class TracerTriggerHost:
     def trace_synth(self, event: Any, values: list, hit: TriggerHit) -> None:
         """Generate synthetic ``event`` with ``values``: its triggers run, and it is
         written when enabled (trace_synth)."""
-        tracer = self.tracer
         if not event.enabled or self._synth_depth >= _SYNTH_NESTING:
             return          # a synthetic event generating itself stops here
         self._synth_depth += 1
