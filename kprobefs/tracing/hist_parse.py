@@ -28,6 +28,9 @@ _KEYS_MAX, _VALS_MAX, _VARS_MAX, _SORT_KEYS_MAX = 3, 3, 16, 2
 _STACK_DEPTH = 16
 _ACTIONS_MAX = 8
 _PARAMS_MAX = 64
+#: Modifiers that are one word (".sym-offset" reads as "symXoffset" by then).
+_MODIFIERS = {"hex": HEX, "sym": SYM, "symXoffset": SYM_OFFSET, "syscall": SYSCALL,
+              "log2": LOG2, "usecs": USECS}
 
 @dataclass
 class _Attrs:
@@ -106,20 +109,10 @@ class _Builder:
         name, dot, modifier = text.partition(".")
         buckets = 0
         if dot:
-            if modifier == "hex":
-                flags |= HEX
-            elif modifier == "sym":
-                flags |= SYM
-            elif modifier == "symXoffset":
-                flags |= SYM_OFFSET
+            if modifier in _MODIFIERS:
+                flags |= _MODIFIERS[modifier]
             elif modifier == "execname" and name == "common_pid":
                 flags |= EXECNAME
-            elif modifier == "syscall":
-                flags |= SYSCALL
-            elif modifier == "log2":
-                flags |= LOG2
-            elif modifier == "usecs":
-                flags |= USECS
             elif modifier.startswith("bucket"):
                 rest = modifier[6:]
                 if rest.startswith("s"):
