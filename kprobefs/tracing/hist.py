@@ -271,6 +271,7 @@ class HistData:
         self.var_refs: list[HistField] = []
         self.field_var_hists: list[tuple[EventTriggers, str]] = []   # made for params
         self.snapshot_taken: tuple | None = None     # (action, value, key, entry)
+        self.snapshot_track: dict[int, int] = {}      # action index -> tracked value
         #: Called when no trigger uses this histogram any more (the parser's cleanup
         #: of what it made for it, such as field-variable histograms).
         self.on_release: list[Callable[[], None]] = []
@@ -339,6 +340,7 @@ class HistData:
     def clear(self) -> None:
         self.table.clear()
         self.snapshot_taken = None
+        self.snapshot_track.clear()
         self.hits = 0
         self.drops = 0
 
@@ -390,8 +392,6 @@ class HistData:
             for index, action in enumerate(self.actions):
                 if action.handler in ("onmax", "onchange") and action.action != "snapshot":
                     text += _track_text(action, elt, index)
-                elif action.handler in ("onmax", "onchange"):
-                    text += _track_head(action, elt, index)
             lines.append(text + "\n")
         return "".join(lines), len(items)
 
@@ -503,10 +503,13 @@ def _run_action(data: HistData, index: int, action: _Action, elt: _Elt, record: 
         host.trace_synth(action.synth, values, hit)
         return
     value = action.track_field.read(record, hit, refs)
-    old = elt.track.get(index, 0)          # both handlers start from 0, as in 6.1
+    # Both handlers start from 0, as in 6.1; a snapshot() tracks one value for the
+    # whole histogram (the snapshot's), the others one per entry.
+    track = data.snapshot_track if action.action == "snapshot" else elt.track
+    old = track.get(index, 0)
     if value <= old if action.handler == "onmax" else value == old:
         return
-    elt.track[index] = value
+    track[index] = value
     if action.action == "save":
         elt.saved[index] = {name: pf.read(record, hit, refs)
                             for name, pf in zip(action.params, action.param_fields)}

@@ -134,7 +134,7 @@ class _Builder:
             usecs = bool(flags & USECS)
 
             def read_ts(rec, hit, refs):
-                return hit.ts // 1000 if usecs else hit.ts
+                return (hit.ts + 500) // 1000 if usecs else hit.ts    # ns2usecs rounds
             return HistField("common_timestamp", flags, read_ts)
         if name in ("common_cpu", "cpu", "CPU"):
             return HistField("common_cpu", flags | CPU, lambda rec, hit, refs: hit.cpu, 4,
