@@ -203,3 +203,13 @@ def test_trigger_on_a_return_probe_and_on_a_tracing_off_buffer(t):
     t.engine.ret(VFS_READ, KSYS_READ + 0x10, ax=(-5) & (2**64 - 1))
     assert "{ ret: 18446744073709551611 } hitcount:          1\n" in cat(
         t.root, "events/kprobes/r1/hist")
+
+
+def test_teardown_removes_triggers_and_their_events(t):
+    echo(t.root, "synthetic_events", "lat u64 d")
+    echo(t.root, EV + "trigger", "enable_event:kprobes:p2")
+    echo(t.root, EV + "trigger", "hist:keys=arg1:onmatch(kprobes.p1).lat(arg1)")
+    echo(t.root, OTHER + "trigger", "hist:keys=arg1:x=arg1")
+    t.tracer.teardown()
+    assert t.tracer.events == {}
+    assert not t.engine.armed(VFS_READ) and not t.engine.armed(KSYS_READ)

@@ -906,10 +906,13 @@ class Tracer:
 
     def teardown(self) -> None:
         """Take every probe and ftrace hook out of the kernel text (the daemon is going
-        away): events disabled, the function and stack tracers stopped, every dynamic
-        event deleted.  The event directories are left to the dying kernel."""
+        away): triggers removed, events disabled, the function and stack tracers
+        stopped, every dynamic event deleted.  The event directories are left to the dying kernel."""
         with self.lock:
             self.remove_dir_hook = None
+            for event in list(self.events.values()):
+                if event.triggers is not None:
+                    event.triggers.remove_all()     # they hold their events armed
             self.set_events_enabled(False, allow_none=True)
             if self.function_tracer is not None:
                 self.set_current_tracer("nop")
