@@ -436,3 +436,10 @@ def test_a_synthetic_event_generating_itself_stops(t):
     echo(t.root, "events/synthetic/lat/enable", "1")
     hit(t, 1)
     assert cat(t.root, "trace").count(" lat: d=1") == 4
+
+
+def test_truncating_keeps_histograms_another_one_reads(t):
+    latency_setup(t)
+    echo(t.root, EV + "trigger", "hist:keys=sz", append=True)
+    echo(t.root, EV + "trigger", "traceon", append=False)       # O_TRUNC: nothing goes
+    assert len(cat(t.root, EV + "trigger").splitlines()) == 3

@@ -550,6 +550,13 @@ class HistTrigger(EventTrigger):
         if record is not None:
             self.data.hit(record, hit)
 
+    def busy(self) -> bool:
+        """Whether another histogram reads this one's variables (it may not go)."""
+        data = self.data
+        return any(isinstance(trig, HistTrigger) and trig.data is not data
+                   and any(ref.ref[0] is data for ref in trig.data.var_refs)
+                   for pool in data.triggers.host.all_triggers() for trig in pool.items)
+
     def unregistered(self, triggers: EventTriggers) -> None:
         if not any(isinstance(t, HistTrigger) and t.data is self.data
                    for pool in triggers.host.all_triggers() for t in pool.items):

@@ -564,7 +564,7 @@ def _apply(triggers: EventTriggers, trig: "HistTrigger", remove: bool) -> None:
     existing = [t for t in triggers.items if isinstance(t, HistTrigger) and t.same(trig)]
     if remove:
         if existing:
-            if _is_referenced(triggers, existing[0].data):
+            if existing[0].busy():
                 raise HistError(errno.EBUSY)
             triggers.unregister(existing[0])
         return
@@ -606,14 +606,3 @@ def _named_peers(triggers: EventTriggers, trig: HistTrigger) -> list[HistTrigger
         return [trig]
     return [t for pool in triggers.host.all_triggers() for t in pool.items
             if isinstance(t, HistTrigger) and t.data is trig.data]
-
-
-def _is_referenced(triggers: EventTriggers, data: HistData) -> bool:
-    for pool in triggers.host.all_triggers():
-        for trig in pool.items:
-            if isinstance(trig, HistTrigger) and trig.data is not data and any(
-                    ref.ref[0] is data for ref in trig.data.var_refs):
-                return True
-    return False
-
-

@@ -223,6 +223,10 @@ class EventTrigger:
             if hit is not None:
                 host.stack_trace(hit)
 
+    def busy(self) -> bool:
+        """Whether something else depends on this trigger (it may not be removed)."""
+        return False
+
     def registered(self, triggers: "EventTriggers") -> None:
         """Called once the trigger is on the event's list."""
 
@@ -317,8 +321,12 @@ class EventTriggers:
             raise OSError(errno.EINVAL, "no such trigger command")
 
     def truncate(self) -> None:
-        """open(O_TRUNC) for writing: every hist trigger goes (hist_unreg_all)."""
-        for trig in [t for t in self.items if t.kind == "hist"]:
+        """open(O_TRUNC) for writing: every hist trigger goes (hist_unreg_all), unless
+        one of them is busy: then none does."""
+        hists = [t for t in self.items if t.kind == "hist"]
+        if any(t.busy() for t in hists):
+            return
+        for trig in hists:
             self.unregister(trig)
 
     def remove_all(self) -> None:
