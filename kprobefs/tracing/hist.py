@@ -281,8 +281,10 @@ class HistData:
         self.drops = 0
 
     # ------------------------------------------------------------ the hit
-    def key_of(self, record: bytes, hit: TriggerHit) -> tuple:
-        return tuple(k.read(record, hit, None) for k in self.keys)
+    @property
+    def wants_comm(self) -> bool:
+        """Whether an entry keeps the comm of the task that made it (``.execname``)."""
+        return any(k.flags & EXECNAME for k in self.keys)
 
     def lookup_var(self, key: tuple, name: str, once: bool):
         """The value of variable ``name`` in the entry for ``key`` (None if unset).
@@ -295,9 +297,15 @@ class HistData:
         return elt.vars.pop(name) if once else elt.vars[name]
 
     def hit(self, record: bytes, hit: TriggerHit) -> None:
-        key = self.key_of(record, hit)
+        """Count one hit (event_hist_trigger): other histograms' variables first (no
+        entry is touched unless all are set), then the entry's sums and variables,
+        then the actions (once this histogram's own variables are set too)."""
+        keys = self.keys
+        key = ((keys[0].read(record, hit, None),) if len(keys) == 1
+               else tuple(k.read(record, hit, None) for k in keys))
+        var_refs = self.var_refs
         refs: dict = {}
-        for ref in self.var_refs:
+        for ref in var_refs:
             data, name = ref.ref
             if data is self:
                 continue
@@ -310,19 +318,18 @@ class HistData:
             if len(self.table) >= 1 << self.map_bits:
                 self.drops += 1
                 return
-            elt = _Elt([0] * len(self.vals), comm=hit.comm() if any(
-                k.flags & EXECNAME for k in self.keys) else "")
+            elt = _Elt([0] * len(self.vals), comm=hit.comm() if self.wants_comm else "")
             self.table[key] = elt
         self.hits += 1
-        elt_refs = _EltRefs(self, key, refs)
+        elt_refs = _EltRefs(self, key, refs) if var_refs else None
         sums = elt.sums
         sums[0] += 1
-        for i in range(1, len(self.vals)):
-            value = self.vals[i].read(record, hit, elt_refs)
-            sums[i] = (sums[i] + value) & _U64
+        vals = self.vals
+        for i in range(1, len(vals)):
+            sums[i] = (sums[i] + vals[i].read(record, hit, elt_refs)) & _U64
         for var in self.vars:
             elt.vars[var.var_name] = var.read(record, hit, elt_refs)
-        for ref in self.var_refs:
+        for ref in var_refs:
             data, name = ref.ref
             if data is self:
                 value = elt.vars.get(name)
