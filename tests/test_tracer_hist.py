@@ -443,3 +443,19 @@ def test_truncating_keeps_histograms_another_one_reads(t):
     echo(t.root, EV + "trigger", "hist:keys=sz", append=True)
     echo(t.root, EV + "trigger", "traceon", append=False)       # O_TRUNC: nothing goes
     assert len(cat(t.root, EV + "trigger").splitlines()) == 3
+
+
+def test_a_variable_two_events_define_needs_its_full_name(t):
+    echo(t.root, "kprobe_events", "p:p3 kernel_clone arg1=%di:u32")
+    echo(t.root, EV + "trigger", "hist:keys=arg1:ts0=common_timestamp")
+    echo(t.root, "events/kprobes/p3/trigger", "hist:keys=arg1:ts0=common_timestamp")
+    assert write_errno(t.root, "events/kprobes/p2/trigger",
+                       "hist:keys=arg1:d=common_timestamp-$ts0") == errno.EINVAL
+    assert cat(t.root, "error_log").splitlines()[-3:] == [
+        "[ 1234.567891] hist:kprobes:p2: error: Variable name not unique, need to use "
+        "fully qualified name (subsys.event.var) for variable",
+        "  Command: hist:keys=arg1:d=common_timestamp-$ts0",
+        " " * (len("  Command: hist:keys=arg1:d=common_timestamp-$")) + "^"]
+    echo(t.root, "events/kprobes/p2/trigger",
+         "hist:keys=arg1:d=common_timestamp-kprobes.p3.$ts0")
+    assert "d=common_timestamp-$kprobes.p3.ts0" in cat(t.root, "events/kprobes/p2/trigger")

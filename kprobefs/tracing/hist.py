@@ -31,6 +31,8 @@ __all__ = ["HistData", "HistTrigger", "HistField", "HistError", "hist_file_text"
 
 HIST_ERRORS = {
     "DUPLICATE_VAR": "Variable already defined",
+    "VAR_NOT_UNIQUE": "Variable name not unique, need to use fully qualified name "
+                      "(subsys.event.var) for variable",
     "TOO_MANY_VARS": "Too many variables defined",
     "NAMED_MISMATCH": "Named hist trigger doesn't match existing named trigger "
                       "(includes variables)",

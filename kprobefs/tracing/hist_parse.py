@@ -174,12 +174,13 @@ class _Builder:
         if data is None:
             _fail("VAR_NOT_FOUND", name)
         var = next(v for v in data.vars if v.var_name == name)
-        ref = HistField(name, VAR_REF | (var.flags & (USECS | TIMESTAMP | STRING)),
+        shown = f"{system}.{event}.{name}" if system is not None else name
+        ref = HistField(shown, VAR_REF | (var.flags & (USECS | TIMESTAMP | STRING)),
                         None, var.size, var.is_signed, ref=(data, name))
         ref.read = lambda rec, hit, refs, _f=ref: refs.value(_f)
         self.data.var_refs.append(ref)
         if var_name:
-            alias = HistField(name, ALIAS | (ref.flags & ~VAR_REF), ref.read, ref.size,
+            alias = HistField(shown, ALIAS | (ref.flags & ~VAR_REF), ref.read, ref.size,
                               ref.is_signed, var_name=var_name, operands=(ref,))
             return alias
         return ref
@@ -190,22 +191,32 @@ class _Builder:
                    for t in self.triggers.items)
 
     def find_var(self, system, event, name) -> HistData | None:
+        """The histogram defining variable ``name``: this one, one on this event, the
+        event of an ``onmatch()``, then any event — where two events define it, only
+        ``SYS.EVENT.$name`` can tell them apart (VAR_NOT_UNIQUE)."""
         for v in self.data.vars:
             if v.var_name == name:
                 return self.data
         host = self.triggers.host
         if system is not None:
             target = host.find_event(system, event)
-            pools = [host.event_triggers(target)] if target is not None else []
-        else:
-            pools = [self.triggers] + [t for t in host.all_triggers()
-                                       if t is not self.triggers]
-        for pool in pools:
-            for trig in pool.items:
-                if isinstance(trig, HistTrigger):
-                    if any(v.var_name == name for v in trig.data.vars):
-                        return trig.data
-        return None
+            return _var_in(host.event_triggers(target), name) if target is not None \
+                else None
+        found = _var_in(self.triggers, name)
+        if found is not None:
+            return found
+        for match in self.data.attrs.actions:
+            if match.startswith("onmatch("):
+                sys_event = match[len("onmatch("):].split(")", 1)[0]
+                target = host.find_event(*sys_event.partition(".")[::2])
+                found = _var_in(host.event_triggers(target), name) if target else None
+                if found is not None:
+                    return found
+        hits = [d for d in (_var_in(pool, name) for pool in host.all_triggers()
+                            if pool is not self.triggers) if d is not None]
+        if len(hits) > 1:
+            _fail("VAR_NOT_UNIQUE", name)
+        return hits[0] if hits else None
 
     # ---------------------------------------------------------- expressions
     def parse_expr(self, text: str, flags: int, var_name: str | None,
@@ -463,6 +474,14 @@ class _Builder:
                 self.data.on_release.append(lambda: _remove_field_var_hists(self.data))
             self.data.field_var_hists.append((pool, cmd))
         return self.parse_var_ref(system, event, var, None)
+
+
+def _var_in(pool: EventTriggers, name: str) -> HistData | None:
+    """The first histogram of an event that defines variable ``name``."""
+    for trig in pool.items:
+        if isinstance(trig, HistTrigger) and any(v.var_name == name for v in trig.data.vars):
+            return trig.data
+    return None
 
 
 _OPS = {
