@@ -6,6 +6,9 @@ import re
 
 import pytest
 
+STOP = ("hist:keys=common_pid:lat=common_timestamp.usecs-$ts0:"
+        "onmatch(kprobes.rstart).readlat($lat,common_pid)")
+
 from test_fs_mount import _need_fuse, real, sh  # noqa: F401 (fixtures)
 
 
@@ -18,7 +21,7 @@ def t(real):
         echo '!hist:keys=lat.log2:sort=lat' >> {t}/events/synthetic/readlat/trigger
         echo 0 > {t}/events/synthetic/readlat/enable
         echo > {t}/events/kprobes/rstop/trigger
-        echo '!hist:keys=common_pid:lat=common_timestamp.usecs-$ts0:onmatch(kprobes.rstart).readlat($lat,common_pid)' >> {t}/events/kprobes/rstop/trigger
+        echo '!{STOP}' >> {t}/events/kprobes/rstop/trigger
         echo '!hist:keys=common_pid:ts0=common_timestamp.usecs' >> {t}/events/kprobes/rstart/trigger
         echo '!traceoff' >> {t}/events/kprobes/rstart/trigger
         echo '!enable_event:kprobes:kread' >> {t}/events/kprobes/rstart/trigger
@@ -37,7 +40,7 @@ def test_read_latency_histogram_end_to_end(t):
         echo 'r:rstop vfs_read' >> {t}/kprobe_events
         echo 'readlat u64 lat; pid_t pid' >> {t}/synthetic_events
         echo 'hist:keys=common_pid:ts0=common_timestamp.usecs' > {t}/events/kprobes/rstart/trigger
-        echo 'hist:keys=common_pid:lat=common_timestamp.usecs-$ts0:onmatch(kprobes.rstart).readlat($lat,common_pid)' > {t}/events/kprobes/rstop/trigger
+        echo '{STOP}' > {t}/events/kprobes/rstop/trigger
         echo 'hist:keys=lat.log2:sort=lat' > {t}/events/synthetic/readlat/trigger
         echo 1 > {t}/events/synthetic/readlat/enable
         cat {t}/events/kprobes/rstart/enable {t}/events/synthetic/readlat/enable
@@ -69,7 +72,8 @@ def test_traceoff_trigger_and_a_hist_error(t):
         cat {t}/README > /dev/null
         cat {t}/events/kprobes/rstart/trigger
         cat {t}/tracing_on
-        echo 'hist:keys=common_pid:vals=hitcount:sort=common_pid,junk' >> {t}/events/kprobes/rstart/trigger
+        echo 'hist:keys=common_pid:vals=hitcount:sort=common_pid,junk' \\
+            >> {t}/events/kprobes/rstart/trigger
         echo rc=$?
         cat {t}/error_log
     """, shell="bash")

@@ -280,7 +280,8 @@ def test_error_log_entries(t, command, message):
 
 
 def test_silent_rejections(t):
-    for text in ("hist", "hist:vals=sz", "hist:keys=arg1,sz,addr,common_pid", "hist:keys=arg1:bogus"):
+    for text in ("hist", "hist:vals=sz", "hist:keys=arg1,sz,addr,common_pid",
+                 "hist:keys=arg1:bogus"):
         assert write_errno(t.root, EV + "trigger", text) == errno.EINVAL
     assert cat(t.root, "error_log") == ""
 

@@ -907,7 +907,8 @@ class Tracer:
     def teardown(self) -> None:
         """Take every probe and ftrace hook out of the kernel text (the daemon is going
         away): triggers removed, events disabled, the function and stack tracers
-        stopped, every dynamic event deleted.  The event directories are left to the dying kernel."""
+        stopped, every dynamic event deleted.  The event directories are left to the
+        dying kernel."""
         with self.lock:
             self.remove_dir_hook = None
             for event in list(self.events.values()):
