@@ -17,6 +17,13 @@ calls :meth:`EventTriggers.post_call` with what it returned (Linux's post trigge
 As in Linux, an event with triggers is armed in soft mode: its triggers run on every
 hit, and it records into the buffer only if it is also enabled (``enable`` reads
 ``0*`` or ``1*``).
+
+The tracer's side is small: an event object carries ``triggers`` (its EventTriggers,
+made on first use), ``soft_mode`` and ``soft_disabled``; ``Tracer.set_triggers`` /
+``truncate_triggers`` serve the ``trigger`` file, ``EventTriggers.hist_text`` the
+``hist`` file; a recorder that meets an event with triggers builds its binary form and
+a :class:`TriggerHit` and calls ``Tracer.record_triggered``
+(tracing/trigger_host.py is the :class:`TriggerHost`).
 """
 
 from __future__ import annotations
