@@ -3,7 +3,8 @@ records, in µs per call of kprobe_target_traced above the unprobed call.
 
 The event (bench_tracer.py's 4-argument kprobe on the jump-optimized site) is measured:
 
-- enabled, no trigger: recorded by the kernel's own recorder (the baseline);
+- enabled, no trigger: recorded by the kernel's own recorder (the baseline), and by the
+  host (a tracer whose clock is not the kernel's), the path triggers take;
 - with a hist trigger and not enabled (soft disabled: the trigger runs, nothing is
   written) — an event with triggers is recorded through the host path, which runs them;
 - with the hist trigger and enabled (the trigger runs and the event is written);
@@ -27,8 +28,10 @@ from kprobefs import Kernel  # noqa: E402
 from kprobefs.tracing import Tracer  # noqa: E402
 
 EVENT = "events/kprobes/bench/"
+#: ``host:`` cases run a tracer whose clock is not the kernel's, so the host records.
 CASES = {
     "recorded, no trigger": ["enable 1"],
+    "host:recorded, no trigger": ["enable 1"],
     "hist, soft disabled": ["trigger hist:keys=common_pid"],
     "hist, recorded": ["trigger hist:keys=common_pid", "enable 1"],
     "hist 2 keys+val+filter": ["trigger hist:keys=common_pid,b.log2:vals=a if d >= 0"],
@@ -45,13 +48,13 @@ def setup_latency(root) -> None:
     write(root, "events/synthetic/lat/trigger", "hist:keys=lat.log2")
 
 
-def cost(steps, calls: int) -> tuple[float, bool, int]:
+def cost(steps, calls: int, host: bool) -> tuple[float, bool, int]:
     """(µs per hit above the unprobed call, whether the kernel recorded it, the hits
     the event's histograms counted, dropped included)."""
     kernel = Kernel(cpus=1, seed=0)
     timed_loop(kernel, 1000, 1)
     base = timed_loop(kernel, calls)
-    tracer = Tracer(kernel.kprobes, kernel)
+    tracer = Tracer(kernel.kprobes, kernel, **({"clock": kernel.clock_ns} if host else {}))
     root = tracer.tracefs_root()
     write(root, "buffer_size_kb", "16384")
     write(root, "kprobe_events", f"p:bench kprobe_target_traced+5 {ARGS}\n")
@@ -81,7 +84,9 @@ def main() -> None:
     print(f"event: p:bench kprobe_target_traced+5 {ARGS} (jump-optimized site)")
     print(f"{'case':26} {'recorder':8} {'us/hit':>8} {'hits/s':>10} {'hist hits':>10}")
     for name, steps in CASES.items():
-        per_hit, native, hits = cost(steps, args.calls)
+        host = name.startswith("host:")
+        name = name.removeprefix("host:")
+        per_hit, native, hits = cost(steps, args.calls, host)
         print(f"{name:26} {'kernel' if native else 'host':8} {per_hit:8.3f} "
               f"{1e6 / per_hit:10,.0f} {hits:10}")
 
