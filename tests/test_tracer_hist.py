@@ -460,3 +460,17 @@ def test_a_variable_two_events_define_needs_its_full_name(t):
     echo(t.root, "events/kprobes/p2/trigger",
          "hist:keys=arg1:d=common_timestamp-kprobes.p3.$ts0")
     assert "d=common_timestamp-$kprobes.p3.ts0" in cat(t.root, "events/kprobes/p2/trigger")
+
+
+def test_a_string_variable_fills_a_dynamic_string_field(t):
+    echo(t.root, "synthetic_events", "named u64 lat; char filename[]")
+    echo(t.root, EV + "trigger", "hist:key=arg1:fv=name:ts0=common_timestamp.usecs")
+    echo(t.root, "events/kprobes/p2/trigger",
+         "hist:key=arg1:lat=common_timestamp.usecs-$ts0:"
+         "onmatch(kprobes.p1).named($lat,$fv)")
+    echo(t.root, "events/synthetic/named/trigger", "hist:keys=filename,lat:sort=filename,lat")
+    echo(t.root, "events/synthetic/named/enable", "1")
+    pair(t, 3, 8)
+    assert "named: lat=8 filename=hello" in cat(t.root, "trace")
+    assert only_entries(hist(t, "events/synthetic/named/")) == [
+        f"{{ filename: {'hello':<50}, lat:          8 }} hitcount:          1"]
