@@ -6,7 +6,9 @@ import errno
 
 import pytest
 
-from tracer_fakes import KDATA, KSYS_READ, VFS_READ, cat, echo, make_tracer, write_errno
+from tracer_fakes import (
+    KDATA, KERNEL_CLONE, KSYS_READ, VFS_READ, cat, echo, make_tracer, write_errno,
+)
 
 EV = "events/kprobes/p1/"
 TOTALS = "\nTotals:\n    Hits: {}\n    Entries: {}\n    Dropped: {}\n"
@@ -474,3 +476,32 @@ def test_a_string_variable_fills_a_dynamic_string_field(t):
     assert "named: lat=8 filename=hello" in cat(t.root, "trace")
     assert only_entries(hist(t, "events/synthetic/named/")) == [
         f"{{ filename: {'hello':<50}, lat:          8 }} hitcount:          1"]
+
+
+def test_combined_latencies_through_a_synthetic_event_matching_itself(t):
+    """trigger-inter-event-combined-hist.tc on kprobe events: waking (p1) → wakeup
+    (p2) → switch (p3); the sum of both latencies from wakeup_latency's own hist."""
+    echo(t.root, "kprobe_events", "p:p3 kernel_clone arg1=%di:u32")
+    sw = "events/kprobes/p3/trigger"
+    echo(t.root, "synthetic_events", "waking_latency u64 lat; pid_t pid")
+    echo(t.root, EV + "trigger", "hist:keys=arg1:ts0=common_timestamp.usecs")
+    echo(t.root, "events/kprobes/p2/trigger",
+         "hist:keys=arg1:waking_lat=common_timestamp.usecs-$ts0:"
+         "onmatch(kprobes.p1).waking_latency($waking_lat,arg1)")
+    echo(t.root, "synthetic_events", "wakeup_latency u64 lat; pid_t pid")
+    echo(t.root, "events/kprobes/p2/trigger", "hist:keys=arg1:ts1=common_timestamp.usecs")
+    echo(t.root, sw, "hist:keys=arg1:wakeup_lat=common_timestamp.usecs-$ts1:"
+                     "onmatch(kprobes.p2).wakeup_latency($wakeup_lat,arg1)")
+    echo(t.root, "synthetic_events", "waking_plus_wakeup_latency u64 lat; pid_t pid")
+    echo(t.root, "events/synthetic/wakeup_latency/trigger",
+         "hist:keys=pid,lat:sort=pid,lat:ww_lat=$waking_lat+$wakeup_lat:"
+         "onmatch(synthetic.wakeup_latency).waking_plus_wakeup_latency($ww_lat,pid)")
+    echo(t.root, "events/synthetic/waking_plus_wakeup_latency/trigger",
+         "hist:keys=pid,lat:sort=pid,lat")
+    hit(t, 7)                                   # waking
+    t.clock.advance(3000)
+    hit(t, 7, fn=KSYS_READ)                     # wakeup: 3 us after waking
+    t.clock.advance(5000)
+    t.engine.hit(KERNEL_CLONE, di=7)            # switch: 5 us after wakeup
+    assert only_entries(hist(t, "events/synthetic/waking_plus_wakeup_latency/")) == [
+        "{ pid:          7, lat:          8 } hitcount:          1"]
