@@ -213,3 +213,10 @@ def test_teardown_removes_triggers_and_their_events(t):
     t.tracer.teardown()
     assert t.tracer.events == {}
     assert not t.engine.armed(VFS_READ) and not t.engine.armed(KSYS_READ)
+
+
+def test_an_empty_write_names_no_command(t):
+    echo(t.root, EV + "trigger", "traceon")
+    assert write_errno(t.root, EV + "trigger", "\n") == errno.EINVAL
+    assert write_errno(t.root, EV + "trigger", "  ") == errno.EINVAL
+    assert cat(t.root, EV + "trigger") == "traceon:unlimited\n"

@@ -579,10 +579,7 @@ class _Root:
             if len(data) >= _PAGE_SIZE:
                 raise OSError(errno.EINVAL, "trigger too long")
             text = _c_string(data).decode("latin-1").strip(_BLANKS)
-            if text:
-                self.tracer.set_triggers(event(), text)
-            else:
-                event()
+            self.tracer.set_triggers(event(), text)     # "" names no command: EINVAL
             return len(data)
 
         def read_triggers() -> str:
