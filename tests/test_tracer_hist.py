@@ -505,3 +505,11 @@ def test_combined_latencies_through_a_synthetic_event_matching_itself(t):
     t.engine.hit(KERNEL_CLONE, di=7)            # switch: 5 us after wakeup
     assert only_entries(hist(t, "events/synthetic/waking_plus_wakeup_latency/")) == [
         "{ pid:          7, lat:          8 } hitcount:          1"]
+
+
+def test_common_flags_as_the_format_file_has_them(t):
+    echo(t.root, "kprobe_events", "p:p4 vfs_read+4")
+    echo(t.root, "events/kprobes/p4/trigger", "hist:keys=common_flags.hex")
+    t.engine.hit(VFS_READ + 4)                  # an int3: irqs off, in an NMI-like context
+    assert only_entries(hist(t, "events/kprobes/p4/")) == [
+        "{ common_flags: 49 } hitcount:          1"]

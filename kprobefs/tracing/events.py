@@ -1499,7 +1499,7 @@ class Tracer:
             if triggers is not None and triggers.items:
                 head = (_KRETPROBE_HEAD.pack(ip, ret_ip) if ri is not None
                         else _KPROBE_HEAD.pack(ip))
-                raw = _COMMON.pack(event.id & 0xFFFF, flags, 0, pid) + head + args
+                raw = raw_common(event.id, flags, pid) + head + args
                 unwind_ip = ip if ri is None else 0
                 hit = TriggerHit(cpu, pid, self._now(), kernel.current_comm,
                                  lambda: self._unwind(regs, unwind_ip))

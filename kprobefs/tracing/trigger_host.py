@@ -14,6 +14,7 @@ import struct
 from typing import Any
 
 from kprobefs.tracing.filter import filter_fields
+from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.trigger import EventTriggers, TriggerHit
 
 __all__ = ["TracerTriggerHost"]
@@ -86,7 +87,7 @@ class TracerTriggerHost:
     def _trace_synth(self, event: Any, values: list, hit: TriggerHit) -> None:
         tracer = self.tracer
         args = event.encode(values)
-        raw = struct.pack("<HBBi", event.id & 0xFFFF, 0, 0, hit.pid) + args
+        raw = raw_common(event.id, 0, hit.pid) + args
         triggers = event.triggers
         posts = triggers.call(raw, hit) if triggers is not None and triggers.items else None
         flt = event.filter
