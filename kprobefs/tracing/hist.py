@@ -231,6 +231,8 @@ class _Elt:
 
 @dataclass(eq=False)
 class _Action:
+    """One ``handler.action`` of a histogram (action_data), as parsed."""
+
     handler: str                     # onmatch / onmax / onchange
     action: str                      # trace / save / snapshot
     action_name: str                 # what follows the handler's '.'
@@ -241,9 +243,11 @@ class _Action:
     track_field: HistField | None = None
     synth: Any = None
     use_trace_keyword: bool = False
+    synth_name: str = ""
     param_fields: list = field(default_factory=list)
 
     def spec(self) -> str:
+        """print_actions_spec: the action as the trigger file shows it."""
         if self.action == "trace":
             head = [self.synth_name] if self.use_trace_keyword else []
             inner = ",".join(head + self.params)
@@ -254,8 +258,6 @@ class _Action:
         if self.handler == "onmatch":
             return f":onmatch({self.match_system}.{self.match_event}).{self.action_name}({inner})"
         return f":{self.handler}({self.var_text}).{self.action_name}({inner})"
-
-    synth_name: str = ""
 
 
 class HistData:
