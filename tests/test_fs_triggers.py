@@ -1,6 +1,7 @@
 """Event triggers and histograms through a real mount, driven by a shell: a latency
 histogram built from a kprobe and a kretprobe on vfs_read through a synthetic event, a
-traceoff trigger, and a hist trigger's error in error_log."""
+traceoff trigger, a hist trigger's error in error_log, and triggers in an instance
+acting on that instance only."""
 
 import re
 
@@ -18,6 +19,7 @@ def t(real):
     yield t
     # triggers first (they hold their events), then the events
     sh(f"""
+        rmdir {t}/instances/foo 2>/dev/null
         echo '!hist:keys=lat.log2:sort=lat' >> {t}/events/synthetic/readlat/trigger
         echo 0 > {t}/events/synthetic/readlat/enable
         echo > {t}/events/kprobes/rstop/trigger
@@ -106,3 +108,38 @@ def test_enable_event_turns_on_a_kernel_recorded_event(t):
                      r.stdout, re.M)
     assert re.search(r"^ +cat-\d+ .* kread: \(ksys_read\+0x0/0x[0-9a-f]+\) fd=\d+$",
                      r.stdout, re.M)
+
+
+def test_triggers_in_an_instance_act_on_that_instance(t):
+    """traceoff and enable_event written in instances/foo stop foo's buffer and
+    soft-enable kread in foo; the top level's files and buffer are untouched."""
+    i = f"{t}/instances/foo"
+    r = sh(f"""
+        set -e
+        echo 'p:rstart vfs_read' >> {t}/kprobe_events
+        echo 'p:kread ksys_read fd=%di:s32' >> {t}/kprobe_events
+        mkdir {i}
+        echo 'enable_event:kprobes:kread' > {i}/events/kprobes/rstart/trigger
+        cat {i}/events/kprobes/kread/enable {t}/events/kprobes/kread/enable
+        cat {t}/events/kprobes/rstart/trigger | head -1
+        cat {t}/README > /dev/null
+        cat {i}/events/kprobes/kread/enable {t}/events/kprobes/kread/enable
+        echo 'traceoff' >> {i}/events/kprobes/rstart/trigger
+        cat {t}/README > /dev/null
+        cat {i}/tracing_on {t}/tracing_on
+        echo ---
+        cat {i}/trace
+        echo ---
+        cat {t}/trace
+        rmdir {i}
+        echo ---
+        cat {t}/events/kprobes/rstart/enable {t}/events/kprobes/kread/enable
+    """)
+    assert r.returncode == 0, r.stderr
+    states, foo, top, after = r.stdout.split("---\n")
+    # reading kread's enable file is a vfs_read: the trigger has fired by then
+    assert states == "1*\n0\n# Available triggers:\n1*\n0\n0\n1\n", states
+    assert re.search(r"^ +cat-\d+ .* kread: \(ksys_read\+0x0/0x[0-9a-f]+\) fd=\d+$",
+                     foo, re.M)
+    assert [line for line in top.splitlines() if not line.startswith("#")] == []
+    assert after == "0\n0\n"                    # rmdir dropped foo's triggers

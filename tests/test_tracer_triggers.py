@@ -1,11 +1,12 @@
 """Event triggers (events/G/E/trigger): every command, counts, filters, ``!`` removal,
-soft mode, and the text Linux 6.1 reads back — on kprobe events of the fake tracer."""
+soft mode, and the text Linux 6.1 reads back — on kprobe events of the fake tracer; and
+triggers in a trace instance, which act on that instance only."""
 
 import errno
 
 import pytest
 
-from tracer_fakes import KSYS_READ, VFS_READ, cat, echo, make_tracer, write_errno
+from tracer_fakes import KSYS_READ, VFS_READ, cat, echo, make_tracer, node, write_errno
 
 EV = "events/kprobes/p1/"
 OTHER = "events/kprobes/p2/"
@@ -20,8 +21,10 @@ def t():
     return t
 
 
-def trace_lines(t):
-    return [line for line in cat(t.root, "trace").splitlines() if not line.startswith("#")]
+def trace_lines(t, prefix=""):
+    """The record lines of ``trace`` (``prefix``: an instance's directory)."""
+    return [line for line in cat(t.root, prefix + "trace").splitlines()
+            if not line.startswith("#")]
 
 
 def test_empty_trigger_file_lists_the_commands(t):
@@ -220,3 +223,145 @@ def test_an_empty_write_names_no_command(t):
     assert write_errno(t.root, EV + "trigger", "\n") == errno.EINVAL
     assert write_errno(t.root, EV + "trigger", "  ") == errno.EINVAL
     assert cat(t.root, EV + "trigger") == "traceon:unlimited\n"
+
+
+# ---- in a trace instance: as in 6.1, triggers belong to the event file, so
+# instances/foo/events/G/E/trigger is not the top level's, and a trigger acts on its own
+# instance (tracing_on, soft enable, stack traces, hist tables, error_log, variables);
+# named histograms are shared by every instance, and a synthetic event records into
+# every instance it is enabled in.
+
+FOO = "instances/foo/"
+
+
+@pytest.fixture
+def foo(t):
+    node(t.root, "instances").mkdir("foo", 0o755)
+    return t
+
+
+def test_trigger_files_are_per_instance(foo):
+    echo(foo.root, FOO + EV + "trigger", "traceoff")
+    assert cat(foo.root, FOO + EV + "trigger") == "traceoff:unlimited\n"
+    assert cat(foo.root, EV + "trigger").startswith("# Available triggers:")
+    assert cat(foo.root, FOO + EV + "enable") == "0*\n"
+    assert cat(foo.root, EV + "enable") == "0\n"
+    # the same command is no EEXIST in the other array
+    echo(foo.root, EV + "trigger", "traceoff")
+    assert cat(foo.root, EV + "trigger") == "traceoff:unlimited\n"
+    echo(foo.root, FOO + EV + "trigger", "!traceoff")
+    assert cat(foo.root, FOO + EV + "trigger").startswith("# Available triggers:")
+    assert cat(foo.root, FOO + EV + "enable") == "0\n"
+    assert cat(foo.root, EV + "trigger") == "traceoff:unlimited\n"
+
+
+def test_traceoff_in_an_instance_stops_that_instance_only(foo):
+    echo(foo.root, EV + "enable", "1")
+    echo(foo.root, FOO + EV + "enable", "1")
+    echo(foo.root, FOO + EV + "trigger", "traceoff if arg1 == 7")
+    foo.engine.hit(VFS_READ, di=1)
+    assert cat(foo.root, FOO + "tracing_on") == "1\n"
+    foo.engine.hit(VFS_READ, di=7)
+    assert cat(foo.root, FOO + "tracing_on") == "0\n"
+    assert cat(foo.root, "tracing_on") == "1\n"
+    foo.engine.hit(VFS_READ, di=2)
+    # traceoff is a post trigger: the hit that fired it is still written
+    assert len(trace_lines(foo, FOO)) == 2
+    assert len(trace_lines(foo)) == 3
+
+
+def test_enable_event_soft_enables_the_target_in_the_same_instance(foo):
+    echo(foo.root, FOO + EV + "trigger", "enable_event:kprobes:p2")
+    assert cat(foo.root, FOO + OTHER + "enable") == "0*\n"
+    assert cat(foo.root, OTHER + "enable") == "0\n"
+    foo.engine.hit(KSYS_READ, di=1)           # soft disabled still: nothing written
+    foo.engine.hit(VFS_READ)                  # fires: p2 records in foo from now on
+    assert cat(foo.root, FOO + OTHER + "enable") == "1*\n"
+    assert cat(foo.root, OTHER + "enable") == "0\n"
+    foo.engine.hit(KSYS_READ, di=2)
+    assert [line.split()[-3::2] for line in trace_lines(foo, FOO)] == [["p2:", "arg1=2"]]
+    assert trace_lines(foo) == []
+    echo(foo.root, FOO + EV + "trigger", "!enable_event:kprobes:p2")
+    # as in 6.1: dropping the last soft reference of a file that was soft enabled
+    # leaves it enabled
+    assert cat(foo.root, FOO + OTHER + "enable") == "1\n"
+    assert cat(foo.root, OTHER + "enable") == "0\n"
+
+
+def test_stacktrace_writes_into_the_instance_buffer(foo):
+    echo(foo.root, FOO + EV + "trigger", "stacktrace")
+    echo(foo.root, EV + "enable", "1")
+    foo.engine.hit(VFS_READ)
+    assert "<stack trace>" in cat(foo.root, FOO + "trace")
+    assert "<stack trace>" not in cat(foo.root, "trace")
+    assert len(trace_lines(foo)) == 1
+
+
+def test_hist_tables_are_per_instance(foo):
+    echo(foo.root, FOO + EV + "trigger", "hist:keys=arg1")
+    echo(foo.root, EV + "trigger", "hist:keys=arg1:vals=hitcount")
+    for value in (1, 1, 2):
+        foo.engine.hit(VFS_READ, di=value)
+    echo(foo.root, EV + "trigger", "hist:keys=arg1:vals=hitcount:clear")
+    assert "Hits: 3" in cat(foo.root, FOO + EV + "hist")
+    assert "Hits: 0" in cat(foo.root, EV + "hist")
+    assert cat(foo.root, FOO + OTHER + "hist") == ""
+
+
+def test_named_histograms_are_shared_across_instances(foo):
+    echo(foo.root, EV + "trigger", "hist:name=reads:keys=arg1")
+    echo(foo.root, FOO + OTHER + "trigger", "hist:name=reads:keys=arg1")
+    foo.engine.hit(VFS_READ, di=3)
+    foo.engine.hit(KSYS_READ, di=3)
+    for path in (EV, FOO + OTHER):
+        text = cat(foo.root, path + "hist")
+        assert "{ arg1:          3 } hitcount:          2" in text
+    # a mismatched definition of the name fails in any instance, and is logged there
+    assert write_errno(foo.root, FOO + EV + "trigger",
+                       "hist:name=reads:keys=common_pid") == errno.EINVAL
+    assert "Named hist trigger doesn't match existing named trigger" in cat(
+        foo.root, FOO + "error_log")
+    assert cat(foo.root, "error_log") == ""
+
+
+def test_variables_are_looked_up_in_the_instance(foo):
+    echo(foo.root, EV + "trigger", "hist:keys=common_pid:v0=arg1")
+    # foo has no histogram defining v0
+    assert write_errno(foo.root, FOO + OTHER + "trigger",
+                       "hist:keys=common_pid:x=$v0") == errno.EINVAL
+    assert "Couldn't find variable" in cat(foo.root, FOO + "error_log")
+    echo(foo.root, FOO + EV + "trigger", "hist:keys=common_pid:v0=arg1")
+    echo(foo.root, FOO + OTHER + "trigger", "hist:keys=common_pid:x=$v0")
+
+
+def test_a_synthetic_event_records_into_each_instance_it_is_enabled_in(foo):
+    echo(foo.root, "synthetic_events", "seen u64 v")
+    echo(foo.root, FOO + EV + "trigger",
+         "hist:keys=common_pid:v=arg1:onmatch(kprobes.p1).seen($v)")
+    echo(foo.root, FOO + "events/synthetic/seen/enable", "1")
+    foo.engine.hit(VFS_READ, di=9)
+    assert [line.split()[-2:] for line in trace_lines(foo, FOO)] == [["seen:", "v=9"]]
+    assert trace_lines(foo) == []
+    echo(foo.root, "events/synthetic/seen/enable", "1")
+    foo.engine.hit(VFS_READ, di=10)
+    assert [line.split()[-2:] for line in trace_lines(foo)] == [["seen:", "v=10"]]
+    assert write_errno(foo.root, "synthetic_events", "!seen") == errno.EBUSY
+
+
+def test_rmdir_removes_the_instance_triggers_and_releases_their_events(foo):
+    echo(foo.root, FOO + EV + "trigger", "enable_event:kprobes:p2")
+    echo(foo.root, FOO + EV + "trigger", "hist:keys=arg1")
+    assert foo.tracer.events[("kprobes", "p2")].enabled
+    node(foo.root, "instances").rmdir("foo")
+    assert not foo.tracer.events[("kprobes", "p1")].enabled
+    assert not foo.tracer.events[("kprobes", "p2")].enabled
+    echo(foo.root, "kprobe_events", "-:p1")
+    echo(foo.root, "kprobe_events", "-:p2")
+    assert cat(foo.root, "kprobe_events") == ""
+
+
+def test_an_event_with_triggers_in_an_instance_cannot_be_deleted(foo):
+    echo(foo.root, FOO + EV + "trigger", "traceon")
+    assert write_errno(foo.root, "kprobe_events", "-:p1") == errno.EBUSY
+    echo(foo.root, FOO + EV + "trigger", "!traceon")
+    echo(foo.root, "kprobe_events", "-:p1")
