@@ -69,10 +69,10 @@ def cost(steps, calls: int, host: bool) -> tuple[float, bool, int]:
     per_hit = timed_loop(kernel, calls) - base
     tp = next(p for p in tracer.probes if p.event.name == "bench")
     native = tp.native is not None and tp.nhit == 0
-    event = tracer.events[("kprobes", "bench")]
+    triggers = tracer.triggers_of(tracer.events[("kprobes", "bench")])
     hits = 0
-    if event.triggers is not None:
-        hits = sum(t.data.hits + t.data.drops for t in event.triggers.items
+    if triggers is not None:
+        hits = sum(t.data.hits + t.data.drops for t in triggers.items
                    if hasattr(t, "data"))
     return per_hit, native, hits
 

@@ -5,10 +5,11 @@
 synthetic events (:mod:`synth`), created, appended and deleted in Linux's order and with
 its errno map (§2.3–§2.6); their probes, registered with the kprobes engine; and the
 trace arrays (:mod:`trace_array`): the top level, :attr:`Tracer.top`, and the instances
-made under ``instances/``.  An event's probes are armed while it is enabled in any
-array, and a hit records into each array it is enabled in.  The kernel's recorder
+made under ``instances/``.  An event's probes are armed while its file is armed in any
+array (enabled, or in soft mode for triggers), and a hit records into each array it is
+enabled in and runs the triggers of each array it has some in.  The kernel's recorder
 (:mod:`native`) records an event in kernel code when it is enabled in the top array
-only; otherwise the host's handler records it.
+only, with no triggers there; otherwise the host's handler records it.
 
 It talks to the kprobes engine only through ``register_kprobe`` and friends, to the
 emulated kernel only through what a handler may read (memory, current task, CPU,

@@ -18,12 +18,13 @@ As in Linux, an event with triggers is armed in soft mode: its triggers run on e
 hit, and it records into the buffer only if it is also enabled (``enable`` reads
 ``0*`` or ``1*``).
 
-The tracer's side is small: an event object carries ``triggers`` (its EventTriggers,
-made on first use), ``soft_mode`` and ``soft_disabled``; ``Tracer.set_triggers`` /
+The tracer's side is small: triggers belong to an event file (trace_array.EventFile,
+one per event per trace array), which carries ``triggers`` (its EventTriggers, made on
+first use), ``soft_mode`` and ``soft_disabled``; ``TraceArray.set_triggers`` /
 ``truncate_triggers`` serve the ``trigger`` file, ``EventTriggers.hist_text`` the
-``hist`` file; a recorder that meets an event with triggers builds its binary form and
-a :class:`TriggerHit` and calls ``Tracer.record_triggered``
-(tracing/trigger_host.py is the :class:`TriggerHost`).
+``hist`` file; a recorder that meets a file with triggers builds the record's binary
+form and a :class:`TriggerHit` and calls that array's ``record_triggered``
+(tracing/trigger_host.py is the :class:`TriggerHost` of each array).
 """
 
 from __future__ import annotations

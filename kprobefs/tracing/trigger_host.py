@@ -153,9 +153,15 @@ class TracerTriggerHost:
     def all_triggers(self, everywhere: bool = False) -> list[EventTriggers]:
         """The trigger lists of this array's event files (of every array's, for what
         is global: named histograms)."""
-        arrays = self.tr.registry.arrays() if everywhere else (self.tr,)
-        return [ef.triggers for tr in arrays for ef in tr.files.values()
-                if ef.triggers is not None and ef.triggers.items]
+        registry = self.tr.registry
+        arrays = registry.arrays() if everywhere else (self.tr,)
+        out = []
+        for tr in arrays:
+            for event in registry.events.values():      # creation order
+                triggers = tr.triggers_of(event)
+                if triggers is not None and triggers.items:
+                    out.append(triggers)
+        return out
 
     def synth_in_use(self, event: Any) -> bool:
         """Whether a hist action in any array generates ``event`` (it may not be
