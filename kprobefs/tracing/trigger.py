@@ -3,8 +3,10 @@
 An event's triggers are an :class:`EventTriggers`: the commands written to its
 ``trigger`` file, parsed once into trigger objects (``traceon``, ``traceoff``,
 ``snapshot``, ``stacktrace``, ``enable_event``/``disable_event``,
-``enable_hist``/``disable_hist``, and ``hist`` from :mod:`kprobefs.tracing.hist`), each
-with its ``:N`` count and its ``if FILTER`` compiled by :mod:`kprobefs.tracing.filter`.
+``enable_hist``/``disable_hist``, and ``hist``, whose parsing and text the host
+supplies from :mod:`kprobefs.tracing.hist_parse` and :mod:`kprobefs.tracing.hist`, which
+build on this module), each with its ``:N`` count and its ``if FILTER`` compiled by
+:mod:`kprobefs.tracing.filter`.
 
 The engine knows nothing of the tracer.  It gets the event's filter fields, and a
 :class:`TriggerHost` — the few things a trigger does to the world (tracing on/off, a
@@ -96,6 +98,9 @@ class TriggerHost(Protocol):
     def set_clock(self, name: str) -> bool: ...
     def symbolize(self, addr: int, offset: bool) -> str | None: ...
     def syscall_name(self, nr: int) -> str | None: ...
+    def parse_hist(self, triggers: "EventTriggers", command: str,
+                   rest: str | None) -> None: ...
+    def hist_text(self, triggers: "EventTriggers") -> str: ...
 
 
 # ------------------------------------------------------------------------ parsing
@@ -323,8 +328,7 @@ class EventTriggers:
         elif name in _ENABLE:
             self._parse_enable(name, remove, rest)
         elif name == "hist":
-            from kprobefs.tracing.hist_parse import parse_hist_command
-            parse_hist_command(self, command, rest)
+            self.host.parse_hist(self, command, rest)
         else:
             raise OSError(errno.EINVAL, "no such trigger command")
 
@@ -344,8 +348,7 @@ class EventTriggers:
 
     def hist_text(self) -> str:
         """What ``hist`` reads: every hist trigger's table, in list order."""
-        from kprobefs.tracing.hist import hist_file_text
-        return hist_file_text(self)
+        return self.host.hist_text(self)
 
     # ------------------------------------------------------------ registration
     def _parse_simple(self, name: str, remove: bool, rest: str | None) -> None:

@@ -19,6 +19,8 @@ import struct
 from typing import Any
 
 from kprobefs.tracing.filter import filter_fields
+from kprobefs.tracing.hist import hist_file_text
+from kprobefs.tracing.hist_parse import parse_hist_command
 from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.trigger import EventTriggers, TriggerHit
 
@@ -136,6 +138,14 @@ class TracerTriggerHost:
         return None if name == "sys_ni_syscall" else name     # no metadata: unknown
 
     # ------------------------------------------------------------ control path
+    def parse_hist(self, triggers: EventTriggers, command: str, rest: str | None) -> None:
+        """The ``hist`` command (registered here, as Linux registers it apart from the
+        generic triggers): trigger.py knows no histograms."""
+        parse_hist_command(triggers, command, rest)
+
+    def hist_text(self, triggers: EventTriggers) -> str:
+        return hist_file_text(triggers)
+
     def find_event(self, system: str, name: str) -> Any:
         """The event's file in this array, ``None`` when there is no such event."""
         event = self.tr.registry.events.get((system, name))
