@@ -9,6 +9,9 @@ The event (bench_tracer.py's 4-argument kprobe on the jump-optimized site) is me
   written) — an event with triggers is recorded through the host path, which runs them;
 - with the hist trigger and enabled (the trigger runs and the event is written);
 - with a compound-key hist trigger with a value and a filter;
+- enabled at the top level with the hist trigger in an instance (``foo:`` steps write
+  under ``instances/foo/``): the host records the top level's record and runs the
+  instance's trigger;
 - as the end of a latency pair: a kprobe at the entry sets ``ts0``, this one computes
   ``common_timestamp.usecs-$ts0`` and generates a synthetic event into a log2 histogram.
 
@@ -35,6 +38,7 @@ CASES = {
     "hist, soft disabled": ["trigger hist:keys=common_pid"],
     "hist, recorded": ["trigger hist:keys=common_pid", "enable 1"],
     "hist 2 keys+val+filter": ["trigger hist:keys=common_pid,b.log2:vals=a if d >= 0"],
+    "top + hist in instance": ["enable 1", "foo:trigger hist:keys=common_pid"],
     "latency pair (synth)": None,
 }
 
@@ -63,17 +67,24 @@ def cost(steps, calls: int, host: bool) -> tuple[float, bool, int]:
     else:
         for step in steps:
             name, data = step.split(" ", 1)
-            write(root, EVENT + name, data)
+            place = EVENT
+            if name.startswith("foo:"):
+                if "foo" not in tracer.instances:
+                    tracer.new_instance("foo")
+                name, place = name[4:], "instances/foo/" + EVENT
+            write(root, place + name, data)
     kernel.wait_for_kprobe_optimizer()
     kernel.upcall("kprobe_bench_loop", calls, 1)          # warm
     per_hit = timed_loop(kernel, calls) - base
     tp = next(p for p in tracer.probes if p.event.name == "bench")
     native = tp.native is not None and tp.nhit == 0
-    triggers = tracer.triggers_of(tracer.events[("kprobes", "bench")])
+    event = tracer.events[("kprobes", "bench")]
     hits = 0
-    if triggers is not None:
-        hits = sum(t.data.hits + t.data.drops for t in triggers.items
-                   if hasattr(t, "data"))
+    for tr in tracer.arrays():
+        triggers = tr.triggers_of(event)
+        if triggers is not None:
+            hits += sum(t.data.hits + t.data.drops for t in triggers.items
+                        if hasattr(t, "data"))
     return per_hit, native, hits
 
 
