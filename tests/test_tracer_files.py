@@ -64,6 +64,10 @@ def test_readme_tokens(t):
     assert "$comm" in lines[at] + lines[at + 1]
     assert any("ustring" in line for line in lines[at:at + 11])
     assert any("[u]<offset>" in line for line in lines[at:at + 11])
+    # the trigger and hist features the trigger selftests require
+    for token in ("<var1>=<field|var_ref|numeric_literal>", "onchange(var)", "snapshot()",
+                  "trace(<synthetic_event>", "char name[]' >> synthetic_events"):
+        assert token in readme, token
     # nothing this tracer lacks is advertised
     for absent in ("uprobe", "e[:[<group>/][<event>]]"):
         assert absent not in readme
@@ -191,8 +195,10 @@ def test_trigger_and_hist(t):
     echo(t.root, "kprobe_events", "p:ev vfs_read")
     assert cat(t.root, "events/kprobes/ev/trigger").startswith("# Available triggers:\n")
     assert echo(t.root, "events/kprobes/ev/trigger", "!traceoff") == 9
-    assert write_errno(t.root, "events/kprobes/ev/trigger", "traceoff") == errno.EINVAL
     assert cat(t.root, "events/kprobes/ev/hist") == ""
+    assert write_errno(t.root, "events/kprobes/ev/trigger", "traceof") == errno.EINVAL
+    echo(t.root, "events/kprobes/ev/trigger", "traceoff")
+    assert cat(t.root, "events/kprobes/ev/trigger") == "traceoff:unlimited\n"
 
 
 def test_format_and_id(t):

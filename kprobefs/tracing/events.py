@@ -5,10 +5,11 @@
 synthetic events (:mod:`synth`), created, appended and deleted in Linux's order and with
 its errno map (§2.3–§2.6); their probes, registered with the kprobes engine; and the
 trace arrays (:mod:`trace_array`): the top level, :attr:`Tracer.top`, and the instances
-made under ``instances/``.  An event's probes are armed while it is enabled in any
-array, and a hit records into each array it is enabled in.  The kernel's recorder
+made under ``instances/``.  An event's probes are armed while its file is armed in any
+array (enabled, or in soft mode for triggers), and a hit records into each array it is
+enabled in and runs the triggers of each array it has some in.  The kernel's recorder
 (:mod:`native`) records an event in kernel code when it is enabled in the top array
-only; otherwise the host's handler records it.
+only, with no triggers there; otherwise the host's handler records it.
 
 It talks to the kprobes engine only through ``register_kprobe`` and friends, to the
 emulated kernel only through what a handler may read (memory, current task, CPU,
@@ -39,7 +40,9 @@ from kprobefs.tracing.parser import (
 )
 from kprobefs.tracing.native import NativeRecorder
 from kprobefs.tracing.symbols import KernelSymbols
-from kprobefs.tracing.synth import SYNTH_SYSTEM, SynthEvent, is_good_name, parse_synth_fields
+from kprobefs.tracing.synth import (
+    SYNTH_SYSTEM, SynthError, SynthEvent, check_synth_command, is_good_name, parse_synth_fields,
+)
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, EventFile, TraceArray
 from kprobefs.tracing.trace_kprobe import (
     TraceEvent, TraceProbe, is_call_return, make_recorder,
@@ -250,6 +253,7 @@ class Tracer:
                 raise OSError(errno.ENODEV, f"no instance {name}")
             if tr.ref:
                 raise OSError(errno.EBUSY, f"instance {name} is in use")
+            tr.remove_triggers()                    # they hold its event files armed
             tr.set_events_enabled(False, allow_none=True)
             if tr.function_tracer is not None:
                 tr.set_current_tracer("nop")        # its ftrace ops go
@@ -274,9 +278,10 @@ class Tracer:
             pids.exit(pid)
 
     def enable_file(self, ef: EventFile, on: bool) -> None:
-        """Enable or disable an event in one array (TraceArray.set_enabled): the event's
-        probes are armed with its first enabled file and disarmed with its last; an
-        enable failure rolls back and changes nothing."""
+        """Arm or disarm an event's file in one array (TraceArray.file_enable_disable,
+        which keeps its soft mode): the event's probes are armed with its first armed
+        file and disarmed with its last; an enable failure rolls back and changes
+        nothing."""
         event = ef.event
         probes = getattr(event, "probes", ())
         first = on and not event.enabled
@@ -295,8 +300,7 @@ class Tracer:
         files = tuple(f for f in (tr.files.get((event.group, event.name))
                                   for tr in self.arrays())
                       if f is not None and f.event is event and f.enabled)
-        if isinstance(event, TraceEvent):
-            event.on = files
+        event.on = files
         event.enabled = bool(files)
         if on:
             event.was_enabled = True
@@ -586,11 +590,15 @@ class Tracer:
 
     def teardown(self) -> None:
         """Take every probe and ftrace hook out of the kernel text (the daemon is going
-        away): events disabled, the function and stack tracers stopped, every dynamic
-        event deleted.  The event directories are left to the dying kernel."""
+        away): triggers removed, events disabled, the function and stack tracers
+        stopped, every dynamic event deleted.  The event directories are left to the
+        dying kernel."""
         with self.lock:
             self.remove_dir_hook = None
-            for tr in self.arrays():
+            arrays = self.arrays()
+            for tr in arrays:
+                tr.remove_triggers()                # they hold event files armed
+            for tr in arrays:
                 tr.set_events_enabled(False, allow_none=True)
                 if tr.function_tracer is not None:
                     tr.set_current_tracer("nop")
@@ -616,45 +624,59 @@ class Tracer:
 
     # ------------------------------------------------------------ synthetic events
     def _create_synth_command(self, line: str) -> None:
-        """``s:[synthetic/]NAME FIELDS`` written to dynamic_events."""
-        head, _, fields = line.partition(" ")
-        if not fields.strip():
-            head, _, fields = line.partition("\t")
-        name = head[2:]
-        if "/" in name:
-            group, _, name = name.partition("/")
-            if group != SYNTH_SYSTEM:
-                raise OSError(errno.EINVAL, "synthetic events live in synthetic/")
-        if not fields.strip():
-            raise OSError(errno.EINVAL, "no fields")
-        self.create_synth(name, fields)
+        """``s:[synthetic/]NAME FIELDS`` written to dynamic_events (create_synth_event);
+        errors are logged at ``synthetic_events``."""
+        try:
+            cut = min((i for i in (line.find(" "), line.find("\t")) if i >= 0), default=-1)
+            if cut < 0:
+                raise SynthError("INVALID_CMD")
+            start = 2
+            name = line[start:cut]
+            if "/" in line[start:]:
+                group, _, name = name.partition("/")
+                if group != SYNTH_SYSTEM:
+                    raise SynthError("INVALID_DYN_CMD")
+                start += len(group) + 1
+            check_synth_command(line[start:])
+            self.create_synth(name, line[cut:])
+        except SynthError as exc:
+            self.error_log.add("synthetic_events", line, exc.message, exc.pos(line))
+            raise
 
     def run_synth_commands(self, data: bytes) -> int:
         """Apply one write() of synthetic_events: ``NAME FIELDS`` creates, ``!NAME``
-        deletes; each line in order, stopping at the first failure."""
+        deletes; each line in order, stopping at the first failure (logged at
+        ``synthetic_events``, as create_or_delete_synth_event logs it)."""
         data, count = _whole_lines(data)
         with self.lock:
             for line in split_commands(data):
                 line = line.strip(" \t")
                 if not line:
                     continue
-                name, sep, fields = line.replace("\t", " ").partition(" ")
-                if name.startswith("!"):
-                    self.delete_synth(name[1:])
-                elif not sep:
-                    raise OSError(errno.EINVAL, "no fields")
-                else:
-                    self.create_synth(name, fields)
+                try:
+                    check_synth_command(line)
+                    name, sep, fields = line.replace("\t", " ").partition(" ")
+                    if name.startswith("!"):
+                        self.delete_synth(name[1:])
+                    elif not sep:
+                        raise SynthError("INVALID_CMD")
+                    else:
+                        self.create_synth(name, fields)
+                except SynthError as exc:
+                    self.error_log.add("synthetic_events", line, exc.message, exc.pos(line))
+                    raise
         return count
 
     def create_synth(self, name: str, raw_fields: str) -> SynthEvent:
-        """Define synthetic event ``name``; EINVAL for a bad name or field, EEXIST when
-        the name is taken."""
+        """Define synthetic event ``name``; SynthError (EINVAL) for a bad name or field,
+        EEXIST when the name is taken."""
         with self.lock:
-            if not name or not is_good_name(name):
-                raise OSError(errno.EINVAL, f"bad event name {name!r}")
+            if not name:
+                raise SynthError("INVALID_CMD")
+            if not is_good_name(name):
+                raise SynthError("BAD_NAME", name)
             if (SYNTH_SYSTEM, name) in self.events:
-                raise OSError(errno.EEXIST, f"event {name} exists")
+                raise SynthError("EVENT_EXISTS", name, errno.EEXIST)
             self._check_room()
             fields = parse_synth_fields(raw_fields)
             event = SynthEvent(name, self._allocate_id(), fields)
@@ -683,8 +705,8 @@ class Tracer:
                 self._reset_if_needed()
 
     def _release_synth(self, event: SynthEvent) -> None:
-        if event.enabled:
-            raise OSError(errno.EBUSY, "event is enabled")
+        if event.enabled or self.top.trigger_host.synth_in_use(event):
+            raise OSError(errno.EBUSY, "event is enabled or generated by a hist trigger")
         self._remove_event(event)
         self.dynamic.remove(event)
 
@@ -796,9 +818,9 @@ class Tracer:
 
     def _native_sync(self, probes: Iterable[TraceProbe]) -> None:
         """Point each probe's kprobe at the kernel's recorder when it can record the
-        event as things stand (enabled in no array but the top one, a filter it can
-        evaluate, no stack traces, no pid filter, every CPU recording, the kernel's
-        clock), else at the host's handler; and
+        event as things stand (armed in no array but the top one, no triggers there, a
+        filter it can evaluate, no stack traces, no pid filter, every CPU recording, the
+        kernel's clock), else at the host's handler; and
         tell the recorder whether the event records, and its filter."""
         native = self.native
         if native is None:
@@ -812,9 +834,11 @@ class Tracer:
             if np is None or kp is None:
                 continue
             ef = top.file(tp.event)
-            native.set_recording(np, ef.enabled and top.recording)
+            # a file with triggers is recorded by the host, which runs them
+            triggered = ef.triggers is not None and bool(ef.triggers.items)
+            native.set_recording(np, ef.records and top.recording and not triggered)
             flt = ef.filter
-            here = (usable and all(f is ef for f in tp.event.on)
+            here = (usable and not triggered and all(f is ef for f in tp.event.on)
                     and native.set_filter(np, flt.program if flt is not None else None))
             handler = native.ret_entry if np.is_return else native.handler
             want = (handler, np.addr) if here else None
@@ -872,6 +896,7 @@ class Tracer:
     recording = property(lambda self: self.top.recording)
     trace_clock = property(lambda self: self.top.trace_clock)
     tracer_name = property(lambda self: self.top.tracer_name)
+    trigger_host = property(lambda self: self.top.trigger_host)
     group_filter_text = property(lambda self: self.top.group_filter_text)
 
     def __getattr__(self, name: str):
@@ -885,4 +910,5 @@ _TOP_METHODS = frozenset((
     "update_buffers", "set_enabled", "set_events_enabled", "enable_state", "set_filter",
     "set_group_filter", "clear_trace", "set_tracing_on", "pause", "unpause", "set_option",
     "set_trace_clock", "set_current_tracer", "available_tracers", "trace_options",
-    "write_marker", "render", "trace_header", "set_event_tokens", "enabled_event_lines"))
+    "write_marker", "render", "trace_header", "set_event_tokens", "enabled_event_lines",
+    "enable_text", "set_triggers", "truncate_triggers", "triggers_of"))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import errno
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 from kprobefs.tracing.error_log import ErrorLog
@@ -34,6 +34,8 @@ from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.ring_buffer import (
     DEFAULT_BUFFER_BYTES, MAX_TOTAL_BUFFER_KB, RingBuffer,
 )
+from kprobefs.tracing.trigger import TriggerHit
+from kprobefs.tracing.trigger_host import TracerTriggerHost
 
 __all__ = [
     "TraceArray",
@@ -118,16 +120,28 @@ STACK_EVENT = _StackEvent()
 
 @dataclass(eq=False)
 class EventFile:
-    """One event in one trace array (Linux's ``trace_event_file``): whether it records
-    into this array's buffer, its filter here (``filter_text`` is what the filter file
-    shows, without the newline), and the triggers attached to it here."""
+    """One event in one trace array (Linux's ``trace_event_file``): its filter here
+    (``filter_text`` is what the filter file shows, without the newline), the triggers
+    attached to it here, and its enable state.
+
+    ``enabled`` is Linux's ENABLED flag: the event's probes are armed for this array.
+    ``soft_mode`` counts the soft references (Linux's sm_ref: the file's own triggers,
+    and ``enable_event`` triggers aiming at it); a file armed in soft mode runs its
+    triggers on every hit and records only when not also ``soft_disabled``."""
 
     event: Any
     tr: "TraceArray"
     enabled: bool = False
     filter: EventFilter | None = None
     filter_text: str | None = None
-    triggers: list = field(default_factory=list)
+    soft_mode: int = 0
+    soft_disabled: bool = False
+    triggers: Any = None                  # its EventTriggers, once a trigger was written
+
+    @property
+    def records(self) -> bool:
+        """Whether a hit is written to this array's buffer (triggers aside)."""
+        return self.enabled and not self.soft_disabled
 
 
 class TraceArray:
@@ -173,6 +187,8 @@ class TraceArray:
         #: Open files of this instance (Linux's tr->ref less its own): rmdir is EBUSY
         #: while any is open.
         self.ref = 0
+        #: What this array's triggers act on (its buffer, tracing_on, event files).
+        self.trigger_host = TracerTriggerHost(self)
 
     @property
     def is_top(self) -> bool:
@@ -231,11 +247,53 @@ class TraceArray:
 
     # ================================================================ enable
     def set_enabled(self, event, on: bool) -> None:
-        """Enable or disable ``event`` in this array; an enable failure changes nothing."""
+        """Enable or disable ``event`` in this array (its ``enable`` file); an enable
+        failure changes nothing."""
+        self.file_enable_disable(self.file(event), on, soft=False)
+
+    def file_enable_disable(self, ef: EventFile, on: bool, soft: bool) -> None:
+        """Linux's __ftrace_event_enable_disable on one event file: a ``soft`` enable
+        takes a soft-mode reference (arming the file soft disabled if it was not
+        armed), a soft disable drops one; a plain enable clears soft disabled, a plain
+        disable disarms unless the file is in soft mode.  An enable failure changes
+        nothing."""
         with self.lock:
-            ef = self.file(event)
-            if ef.enabled != on:
-                self.registry.enable_file(ef, on)
+            if on:
+                self._file_on(ef, soft)
+            elif ef.enabled:
+                self._file_off(ef, soft)
+
+    def _file_on(self, ef: EventFile, soft: bool) -> None:
+        if soft:
+            ef.soft_mode += 1
+            if ef.soft_mode > 1:
+                return
+        elif ef.soft_disabled:
+            ef.soft_disabled = False
+            self.registry.array_changed(self, (ef.event,))
+        if ef.enabled:
+            return
+        ef.soft_disabled = soft             # armed soft disabled: it records nothing yet
+        try:
+            self.registry.enable_file(ef, True)
+        except OSError:
+            if soft:
+                ef.soft_mode -= 1
+            ef.soft_disabled = False
+            raise
+
+    def _file_off(self, ef: EventFile, soft: bool) -> None:
+        if soft:
+            ef.soft_mode -= 1
+            if ef.soft_mode > 0:
+                return
+            disable = ef.soft_disabled
+        else:
+            disable = not ef.soft_mode
+        if disable:
+            self.registry.enable_file(ef, False)
+        ef.soft_disabled = bool(ef.soft_mode)
+        self.registry.array_changed(self, (ef.event,))
 
     def set_events_enabled(self, on: bool, *, match: str | None = None,
                            group: str | None = None, event: str | None = None,
@@ -266,9 +324,24 @@ class TraceArray:
             if not matched and not allow_none:
                 raise OSError(errno.EINVAL, "no such event")
 
-    def is_enabled(self, event) -> bool:
+    def _file_of(self, event) -> EventFile | None:
+        """``event``'s file here if it has one (no file is made)."""
         ef = self.files.get((event.group, event.name))
-        return ef is not None and ef.event is event and ef.enabled
+        return ef if ef is not None and ef.event is event else None
+
+    def is_enabled(self, event) -> bool:
+        """Whether ``event`` is armed here (Linux's ENABLED flag, soft mode included:
+        what ``set_event`` and a group's ``enable`` show)."""
+        ef = self._file_of(event)
+        return ef is not None and ef.enabled
+
+    def enable_text(self, event) -> str:
+        """What ``events/G/E/enable`` reads: ``0``/``1``, ``*`` added in soft mode."""
+        ef = self._file_of(event)
+        if ef is None:
+            return "0\n"
+        soft = "*" if ef.soft_mode or ef.soft_disabled else ""
+        return f"{int(ef.records)}{soft}\n"
 
     def enable_state(self, group: str | None = None) -> str:
         """Return ``0``/``1``/``X``/``?`` for the events of ``group`` (or all)."""
@@ -303,8 +376,8 @@ class TraceArray:
 
     # ================================================================ filters
     def filter_text(self, event) -> str | None:
-        ef = self.files.get((event.group, event.name))
-        return ef.filter_text if ef is not None and ef.event is event else None
+        ef = self._file_of(event)
+        return ef.filter_text if ef is not None else None
 
     def set_filter(self, event, text: str) -> None:
         """Apply a write to ``event``'s filter file (trailing blanks already removed)."""
@@ -360,6 +433,85 @@ class TraceArray:
                 ef.filter = None
                 ef.filter_text = bad.file_text(text)
                 self.error_log.add("event filter parse error", text, bad.message, 0)
+
+    # ================================================================ triggers
+    def triggers_of(self, event):
+        """``event``'s EventTriggers here, ``None`` when no trigger was ever written."""
+        ef = self._file_of(event)
+        return ef.triggers if ef is not None else None
+
+    def event_triggers(self, ef: EventFile):
+        """Return the file's EventTriggers, made on first use."""
+        if ef.triggers is None:
+            ef.triggers = self.trigger_host.new_triggers(ef)
+        return ef.triggers
+
+    def set_triggers(self, event, text: str) -> None:
+        """Apply one write to ``event``'s ``trigger`` file (blanks already stripped)."""
+        with self.lock:
+            ef = self.file(event)
+            try:
+                self.event_triggers(ef).write(text)
+            finally:
+                self.registry.array_changed(self, (event,))
+
+    def truncate_triggers(self, event) -> None:
+        """open(O_TRUNC) of ``trigger`` for writing: the hist triggers go."""
+        with self.lock:
+            ef = self._file_of(event)
+            if ef is not None and ef.triggers is not None:
+                ef.triggers.truncate()
+                self.registry.array_changed(self, (event,))
+
+    def remove_triggers(self) -> None:
+        """Drop every trigger of this array (it or the daemon is going away): they
+        hold event files armed in soft mode."""
+        with self.lock:
+            for ef in list(self.files.values()):
+                if ef.triggers is not None:
+                    ef.triggers.remove_all()
+
+    def set_soft_disabled(self, ef: EventFile, disabled: bool) -> None:
+        """An enable_event/disable_event trigger fired (the hit path: no lock)."""
+        if ef.soft_disabled != disabled:
+            ef.soft_disabled = disabled
+            self.registry.array_changed(self, (ef.event,))
+
+    def record_triggered(self, ef: EventFile, raw: bytes, rec: tuple, size: int,
+                         hit: TriggerHit) -> None:
+        """The hit path of an event file with triggers (the host records it: the
+        kernel's recorder leaves such events alone): run the triggers on ``raw`` (the
+        record's binary form, common fields included), write ``rec`` (``size`` bytes in
+        the buffer) unless tracing is off here, the file soft disabled or the record
+        filtered out, then run the post triggers (traceoff, stacktrace)."""
+        triggers = ef.triggers
+        posts = triggers.call(raw, hit)
+        flt = ef.filter
+        if self.recording and not ef.soft_disabled and (
+                flt is None or flt.match(raw, hit.cpu, hit.comm)):
+            pid, cache = hit.pid, self.comm_cache
+            if (pid not in cache.names or pid in cache.stale) and self.options["record-cmd"]:
+                cache.save(pid, hit.comm())
+            if self.stacktrace:
+                stack = hit.stack()
+                self.buffer.write_many(hit.cpu, ((rec, size), (
+                    (rec[0], pid, rec[2], STACK_EVENT, stack), 16 + 8 * len(stack))))
+            else:
+                self.buffer.write(hit.cpu, rec, size)
+        if posts:
+            triggers.post_call(posts, hit)
+
+    def write_stack(self, hit: TriggerHit) -> None:
+        """A stacktrace trigger fired: the hit's kernel stack into this buffer."""
+        if self.recording:
+            stack = hit.stack()
+            self.buffer.write(hit.cpu, (hit.ts, hit.pid, FLAGS_NONE, STACK_EVENT, stack),
+                              16 + 8 * len(stack))
+
+    def set_tracing_on_hit(self, on: bool) -> None:
+        """A traceon/traceoff trigger fired (the hit path: no lock)."""
+        self.tracing_on = on
+        self._update_recording()
 
     # ================================================================ buffer control
     def clear_trace(self) -> None:

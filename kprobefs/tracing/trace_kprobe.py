@@ -23,6 +23,7 @@ from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.ring_buffer import PAGE_DATA_SIZE
 from kprobefs.tracing.symbols import KernelSymbols
 from kprobefs.tracing.trace_array import STACK_EVENT
+from kprobefs.tracing.trigger import TriggerHit
 
 __all__ = ["TraceProbe", "TraceEvent", "make_recorder", "unwind", "is_call_return",
            "USER_ADDR_MAX", "MAX_EVENT_PAYLOAD"]
@@ -222,10 +223,10 @@ class TraceEvent:
     name: str
     id: int
     probes: list[TraceProbe] = field(default_factory=list)
-    enabled: bool = False                 # in some trace array
+    enabled: bool = False                 # in some trace array (soft mode included)
     was_enabled: bool = False
-    #: The event files (trace_array.EventFile) it is enabled in, one per trace array:
-    #: what the hit path records into.
+    #: The event files (trace_array.EventFile) it is armed in, one per trace array:
+    #: what the hit path records into, or runs the triggers of.
     on: tuple = ()
     dir_handle: Any = None
 
@@ -285,7 +286,8 @@ def make_recorder(tp: TraceProbe, is_return: bool, kernel, symbols: KernelSymbol
     """Return ``record(kp, regs, ri)``, which records one hit of ``tp`` (the hot path):
     fetch the args once, then for each trace array the event is enabled in (and that
     records), filter, save the comm, and commit the record to the current CPU's buffer
-    there."""
+    there; an event file with triggers goes through its array's ``record_triggered``
+    (triggers run whether or not the file records)."""
     event = tp.event
     programs = tp.spec.programs
     fast = _compile_fast_fetch(programs, is_return)
@@ -325,7 +327,18 @@ def make_recorder(tp: TraceProbe, is_return: bool, kernel, symbols: KernelSymbol
         raw = None
         for ef in files:
             tr = ef.tr
-            if not tr.recording:
+            triggers = ef.triggers
+            if triggers is not None and triggers.items:
+                head = (_KRETPROBE_HEAD.pack(ip, ret_ip) if ri is not None
+                        else _KPROBE_HEAD.pack(ip))
+                unwind_ip = ip if ri is None else 0
+                hit = TriggerHit(cpu, pid, tr.now(), kernel.current_comm,
+                                 lambda: unwind(kernel, symbols, regs, unwind_ip))
+                tr.record_triggered(ef, raw_common(event.id, flags, pid) + head + args,
+                                    (hit.ts, pid, flags, event, ip, ret_ip, args),
+                                    head_size + len(args), hit)
+                continue
+            if not tr.recording or ef.soft_disabled:
                 continue
             pids = tr.event_pids
             if pids.active and pids.ignores(pid):
