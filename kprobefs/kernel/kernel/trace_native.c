@@ -79,10 +79,12 @@ DEFINE_LOAD_NOFAULT(16, "movzwq", "q")
 DEFINE_LOAD_NOFAULT(32, "movl", "k")
 DEFINE_LOAD_NOFAULT(64, "movq", "q")
 
-/* Read `size` bytes at addr (kernel or user memory as the fetcharg says). */
+/* Read `size` bytes at addr (kernel or user memory as the fetcharg says).  x86's
+ * address spaces do not overlap (CONFIG_ARCH_HAS_NON_OVERLAPPING_ADDRESS_SPACE), so a
+ * kernel read below TASK_SIZE reads user memory, as 6.1's probe_mem_read does. */
 static int __kprobes fetch_load(unsigned long addr, int size, bool user, u64 *out)
 {
-	if (user) {
+	if (user || addr < TASK_SIZE_MAX) {
 		if (addr > TASK_SIZE_MAX || TASK_SIZE_MAX - addr < (unsigned long)size)
 			return -EFAULT;
 	} else if (addr < TN_KERNEL_MIN || !canonical(addr)) {
@@ -96,12 +98,16 @@ static int __kprobes fetch_load(unsigned long addr, int size, bool user, u64 *ou
 	}
 }
 
-/* Values are stored 8 bytes at a time, little-endian: the next value (or the record's
- * padding, or the stage's slack) covers the bytes past `size`.  Fewer branches are
- * what makes emulated code fast. */
-static __always_inline void store_value(u8 *dst, u64 v)
+/* Store the low `size` bytes of v.  Exactly those: an 8-byte store of the last fixed
+ * value would run into the dynamic data, where an earlier argument's string already is. */
+static __always_inline void store_value(u8 *dst, u64 v, int size)
 {
-	*(u64 *)dst = v;
+	switch (size) {
+	case 1: *dst = (u8)v; break;
+	case 2: *(u16 *)dst = (u16)v; break;
+	case 4: *(u32 *)dst = (u32)v; break;
+	default: *(u64 *)dst = v; break;
+	}
 }
 
 static __always_inline u64 size_mask(int size)
@@ -147,6 +153,8 @@ static int __kprobes store_string(struct tn_rec *r, unsigned long addr, bool use
 	u8 *start = r->dyn, *out = start;
 	u64 c = 0;
 
+	if (addr < TASK_SIZE_MAX)	/* a kernel string there is the user's (fetch_load) */
+		user = true;
 	if (!fault && (user ? addr >= TASK_SIZE_MAX : addr < TN_KERNEL_MIN || !canonical(addr)))
 		fault = true;
 	while (!fault) {
@@ -250,7 +258,7 @@ static __always_inline int run_fetch(const struct tn_insn **pc, struct pt_regs *
 		}
 		if (bf && !fault)
 			v = apply_bitfield(bf, v);
-		store_value(r->fixed + i * size, v);
+		store_value(r->fixed + i * size, v, size);
 	}
 	r->fixed += n * size;
 	return 0;
@@ -279,7 +287,7 @@ static __always_inline int write_data(struct trace_native_probe *tp, struct pt_r
 		*(u64 *)(data + 8) = ret_ip;
 	for (pc = tp->insns; pc->op != TN_END && !err;) {
 		if (likely(pc->op == TN_REG_RAW)) {
-			store_value(r.fixed, *(u64 *)((char *)regs + pc->param));
+			store_value(r.fixed, *(u64 *)((char *)regs + pc->param), pc->size);
 			r.fixed += pc->size;
 		} else if (pc->op == TN_COMM) {
 			err = store_bytes(&r, (const u8 *)task->comm, comm_len(task));
