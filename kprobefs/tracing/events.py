@@ -25,7 +25,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from kprobefs.errors import MachineError, ProbeParseError
+from kprobefs.errors import ImageError, MachineError, ProbeParseError
 from kprobefs.tracing.clocks import trace_clocks
 from kprobefs.tracing.error_log import ErrorLog
 from kprobefs.tracing.fetch import (
@@ -48,6 +48,7 @@ from kprobefs.tracing.parser import (
 )
 from kprobefs.tracing.native import NativeRecorder
 from kprobefs.tracing.ring_buffer import PAGE_DATA_SIZE, RingBuffer
+from kprobefs.tracing.trace_events import StaticEvents
 from kprobefs.tracing.synth import SYNTH_SYSTEM, SynthEvent, is_good_name, parse_synth_fields
 
 __all__ = [
@@ -606,17 +607,34 @@ class Tracer:
         regs = getattr(engine, "pt_regs_fields", None)
         if NativeRecorder.available(kernel) and regs and self.clocks["local"].tsc:
             try:
-                self.native = NativeRecorder(kernel, regs, self._hit_context,
+                self.native = NativeRecorder(kernel, regs, self._save_current_comm,
                                              self._events_by_id.get)
             except MachineError:
                 _log.info("the kernel's recorder serves another tracer: recording here")
             else:
                 self.native.attach(self.buffer)
+        self.static_events = self._init_static_events()
         self.function_tracer: FunctionTracer | None = None
         self.stack_tracer: StackTracer | None = None
         ftrace = getattr(engine, "ftrace", None)
         if ftrace is not None:
             self._init_function_tracers(ftrace)
+
+    def _init_static_events(self):
+        """The kernel's TRACE_EVENTs (tracing/trace_events.py), in the event registry
+        with the ids below FIRST_EVENT_ID; None without the kernel's recorder."""
+        if self.native is None:
+            return None
+        try:
+            static = StaticEvents(self.kernel, self.native)
+        except ImageError as exc:
+            _log.info("no static events: %s", exc)
+            return None
+        for ev in static.events:
+            self.groups.setdefault(ev.group, _Group(ev.group)).events += 1
+            self.events[(ev.group, ev.name)] = ev
+            self._events_by_id[ev.id] = ev
+        return static
 
     def _init_function_tracers(self, ftrace) -> None:
         """The function tracer and the stack tracer, on the engine's ftrace sites."""
@@ -1320,6 +1338,8 @@ class Tracer:
         if native is None:
             return
         usable = not self.stacktrace and self.clocks[self.trace_clock].tsc is not None
+        if self.static_events is not None:
+            self.static_events.sync(self.recording, usable)
         for tp in probes:
             np, kp = tp.native, tp.entry_kprobe
             if np is None or kp is None:
@@ -1428,6 +1448,13 @@ class Tracer:
             cache.save(pid, kernel.current_comm())
         cpu = kernel.cpu
         return pid, cpu.index if cpu is not None else 0
+
+    def _save_current_comm(self) -> None:
+        """Save the running task's comm: the kernel's recorder asks when a CPU's task
+        changed or the task was renamed (saved_cmdlines keeps the latest name)."""
+        pid = self.kernel.current_pid()
+        if pid and self.options["record-cmd"]:      # pid 0 stays <idle>, as in Linux
+            self.comm_cache.save(pid, self.kernel.current_comm())
 
     def _is_call_return(self, value: int) -> bool:
         """Whether a stack word is a return address: kernel text right after a call."""

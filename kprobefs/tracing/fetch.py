@@ -642,11 +642,13 @@ def build_print_fmt(args: Sequence[_ArgLike], is_return: bool) -> str:
 
 
 def _format_field(f: RecordField) -> str:
+    """One ``field:`` line (6.1's f_show): an array shows its length when the field
+    keeps one (a static event's ``len``), else ``[]``."""
     bracket = f.type.find("[")
     if bracket < 0 or f.type.startswith("__data_loc"):
         decl = f"{f.type} {f.name}"
     else:
-        decl = f"{f.type[:bracket]} {f.name}[]"
+        decl = f"{f.type[:bracket]} {f.name}[{getattr(f, 'len', 0) or ''}]"
     return (f"\tfield:{decl};\toffset:{f.offset};\tsize:{f.size};"
             f"\tsigned:{int(f.is_signed)};\n")
 

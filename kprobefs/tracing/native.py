@@ -51,7 +51,8 @@ _TNP_RECORD = 1
 
 _INSN = struct.Struct("<BBBBIq")            # struct tn_insn
 _PROBE = struct.Struct("<QQQIH2xQIIQQ")     # struct trace_native_probe, before insns
-_MISSED_AT, _FILTER_AT, _FLAGS_AT, _PENDING_AT, _RET_FREE_AT = 8, 16, 24, 44, 48
+_MISSED_AT, _FILTER_AT, _FLAGS_AT, _TYPE_AT, _PENDING_AT, _RET_FREE_AT = 8, 16, 24, 28, 44, 48
+_U16 = struct.Struct("<H")
 _TNP_RETURN = 2
 _RET_INSTANCE = struct.Struct("<QQQQQ")     # struct tn_ret_instance
 _ENTRY = struct.Struct("<QIIHBxi")          # struct tn_entry
@@ -303,6 +304,13 @@ class NativeRecorder:
                           + pool)
         return NativeProbe(addr, size, ip, bool(maxactive))
 
+    def adopt(self, addr: int, event_id: int) -> NativeProbe:
+        """The struct trace_native_probe at ``addr`` that the kernel itself holds (a
+        static event's, trace_events.c): give it the event's id; it records nothing
+        until :meth:`set_recording`."""
+        self.kernel.write(addr + _TYPE_AT, _U16.pack(event_id & 0xFFFF))
+        return NativeProbe(addr, 0, 0)
+
     def free_probe(self, np: NativeProbe) -> None:
         """Release the probe's memory, once no task's stack holds a return through it."""
         self.set_filter(np, None)
@@ -409,7 +417,9 @@ class NativeRecorder:
             event = event_of(type_)
             if event is not None:
                 start = offset + _ENTRY.size
-                if event.is_return:         # __probe_func, __probe_ret_ip
+                if getattr(event, "static", False):     # trace_events.py: fields only
+                    out.append((ts, pid, flags, event, 0, 0, data[start:start + length]))
+                elif event.is_return:         # __probe_func, __probe_ret_ip
                     out.append((ts, pid, flags, event, q(data, start)[0],
                                 q(data, start + 8)[0], data[start + 16:start + length]))
                 else:

@@ -144,6 +144,7 @@ void trace_native_probe(struct trace_native_probe *tp, struct pt_regs *regs);
 void trace_native_ret_entry(struct trace_native_probe *tp, struct pt_regs *regs);
 unsigned long trace_native_ret_handler(struct pt_regs *regs);
 void trace_native_task_free(struct task_struct *task);
+void trace_native_comm_changed(struct task_struct *task);
 extern const char trace_native_ret_trampoline[];
 u64 trace_clock_read(void);
 #endif

@@ -19,6 +19,7 @@
 #include "sched.h"
 #include "uaccess.h"
 #include "trace_native.h"
+#include "tracepoint.h"
 
 #define __kprobes notrace __section(".kprobes.text")
 
@@ -421,46 +422,22 @@ static bool __kprobes filter_match(const struct tn_pred *p, const u8 *rec,
 	return stack[0];
 }
 
-/* Stage one record of tp's event on this CPU. */
-static __always_inline void record(struct trace_native_probe *tp, struct pt_regs *regs,
-				   struct tn_cpu *c, int cpu, unsigned long ret_ip, u8 flags)
+/* Make room for a record of `len` data bytes, stamped ts, in the host's open page:
+ * close a full page (overwrite mode), or have the host take the staged pages.  Returns
+ * the bytes the record accounts for, or 0 to drop it (overwrite off, buffer full).  When
+ * the host took the pages, c->staged moved: the caller's record must move too. */
+static __always_inline u32 make_room(struct tn_cpu *c, int cpu, u32 len, u64 ts)
 {
-	struct task_struct *task = current;
-	struct tn_entry *e;
-	u32 acct, payload, size;
-	int len;
-	u64 ts;
+	u32 payload = ALIGN(8 + len, 4);	/* the common fields, then the data */
+	u32 acct;
 
-	if (unlikely(c->comm_task != task)) {
-		/* The host keeps saved_cmdlines: tell it once per task change. */
-		hypercall(HC_TRACE_COMM, cpu, 0, 0, 0);
-		c->comm_task = task;
-	}
-	ts = trace_clock_read();
 	for (;;) {
-		/* A page of records never fills the stage, so there is always room for the
-		 * largest record after the staged ones (the check is only a safeguard). */
-		e = (struct tn_entry *)(c->stage + c->staged);
-		len = c->staged + sizeof(*e) + TN_DATA_MAX <= TN_STAGE_SIZE ?
-			write_data(tp, regs, task, e->data, ret_ip) : 0;
-		if (len < 0)
-			return;
-		if (len && tp->filter) {
-			/* The record as the filter sees it: the common fields, the data. */
-			e->type = tp->type;
-			e->flags = flags;
-			e->preempt_count = 0;
-			e->pid = task->pid;
-			if (!filter_match(tp->filter, (const u8 *)&e->type, task, cpu))
-				return;
-		}
-		payload = ALIGN(8 + len, 4);	/* the common fields, then the data */
 		acct = 4 + payload + (payload > 112 ? 4 : 0);
 		if (c->has_last && ts - c->last_ts >= TN_TS_DELTA_MAX)
 			acct += 8;
-		if (len && c->used + acct <= TN_PAGE_DATA)
-			break;
-		if (len && c->closed + 1 < c->batch) {
+		if (c->used + acct <= TN_PAGE_DATA)
+			return acct;
+		if (c->closed + 1 < c->batch) {
 			/* Close the full page and go on in the next one; the host opens
 			 * them all when it takes them. */
 			c->page_end[c->closed] = c->staged;
@@ -472,14 +449,36 @@ static __always_inline void record(struct trace_native_probe *tp, struct pt_regs
 		/* The open page is full: the host takes the pages and opens the next one,
 		 * or (overwrite off, buffer full) drops this event. */
 		if (!hypercall(HC_TRACE_PAGE_FULL, cpu, 0, 0, 0))
-			return;
+			return 0;
 	}
-	size = sizeof(*e) + ALIGN(len, 8);
+}
+
+/* Where the next record goes, with room for the largest one: a page of records never
+ * fills the stage, so the host taking them is only a safeguard.  NULL: dropped. */
+static __always_inline struct tn_entry *stage_slot(struct tn_cpu *c, int cpu)
+{
+	while (c->staged + sizeof(struct tn_entry) + TN_DATA_MAX > TN_STAGE_SIZE)
+		if (!hypercall(HC_TRACE_PAGE_FULL, cpu, 0, 0, 0))
+			return NULL;
+	return (struct tn_entry *)(c->stage + c->staged);
+}
+
+/* The host keeps saved_cmdlines: tell it once per task change. */
+static __always_inline void save_comm(struct tn_cpu *c, int cpu, struct task_struct *task)
+{
+	if (unlikely(c->comm_task != task)) {
+		hypercall(HC_TRACE_COMM, cpu, 0, 0, 0);
+		c->comm_task = task;
+	}
+}
+
+/* Stage the record at e, `len` data bytes, its common fields written. */
+static __always_inline void stage_commit(struct tn_cpu *c, int cpu, struct tn_entry *e,
+					 u32 len, u32 acct, u64 ts)
+{
+	u32 size = sizeof(*e) + ALIGN(len, 8);
+
 	e->ts = ts;
-	e->pid = task->pid;
-	e->preempt_count = 0;
-	e->type = tp->type;
-	e->flags = flags;
 	e->size = size;
 	e->len = len;
 	c->staged += size;
@@ -489,6 +488,127 @@ static __always_inline void record(struct trace_native_probe *tp, struct pt_regs
 	c->has_last = 1;
 	if (unlikely(READ_ONCE(c->waiters)))
 		hypercall(HC_TRACE_WAKE, cpu, 0, 0, 0);
+}
+
+static __always_inline void set_common(struct tn_entry *e, u16 type, u8 flags, pid_t pid)
+{
+	e->type = type;
+	e->flags = flags;
+	e->preempt_count = 0;
+	e->pid = pid;
+}
+
+/* The task's comm changed: have the next record save it again (saved_cmdlines keeps
+ * the latest, as Linux's does once the renamed task records). */
+void __kprobes trace_native_comm_changed(struct task_struct *task)
+{
+	int cpu;
+
+	for (cpu = 0; cpu < NR_CPUS; cpu++)
+		if (trace_native_cpu[cpu].comm_task == task)
+			trace_native_cpu[cpu].comm_task = NULL;
+}
+
+/* Stage one record of tp's event on this CPU. */
+static __always_inline void record(struct trace_native_probe *tp, struct pt_regs *regs,
+				   struct tn_cpu *c, int cpu, unsigned long ret_ip, u8 flags)
+{
+	struct task_struct *task = current;
+	struct tn_entry *e;
+	u32 acct, staged;
+	int len;
+	u64 ts;
+
+	save_comm(c, cpu, task);
+	ts = trace_clock_read();
+	e = stage_slot(c, cpu);
+	if (!e)
+		return;
+	len = write_data(tp, regs, task, e->data, ret_ip);
+	if (len < 0)
+		return;
+	set_common(e, tp->type, flags, task->pid);
+	/* The filter sees the record as Linux lays it out: the common fields, the data. */
+	if (tp->filter && !filter_match(tp->filter, (const u8 *)&e->type, task, cpu))
+		return;
+	staged = c->staged;
+	acct = make_room(c, cpu, len, ts);
+	if (!acct)
+		return;
+	if (c->staged != staged) {
+		/* The host took the pages: write the record again where the stage ends. */
+		e = (struct tn_entry *)(c->stage + c->staged);
+		write_data(tp, regs, task, e->data, ret_ip);
+		set_common(e, tp->type, flags, task->pid);
+	}
+	stage_commit(c, cpu, e, len, acct, ts);
+}
+
+/* ---- static events (kernel/trace_events.c) ------------------------------------------ */
+/* Reserve a record of `size` bytes, the common fields included, for tp's event, and
+ * return it with its common fields set; the caller fills the rest and commits.  NULL
+ * when the event does not record (disabled, nested in the recorder, no room). */
+void * __kprobes trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
+					    struct trace_native_probe *tp, u32 size)
+{
+	int cpu = smp_processor_id();
+	struct tn_cpu *c = &trace_native_cpu[cpu];
+	struct tn_entry *e;
+
+	tp->nhit++;
+	if (!(READ_ONCE(tp->flags) & TNP_RECORD))
+		return NULL;
+	if (unlikely(c->busy)) {
+		tp->nmissed++;
+		return NULL;
+	}
+	if (size - 8 > TN_DATA_MAX)
+		return NULL;
+	c->busy = 1;
+	e = stage_slot(c, cpu);
+	if (!e) {
+		c->busy = 0;
+		return NULL;
+	}
+	set_common(e, tp->type, 0, current->pid);
+	fbuffer->tp = tp;
+	fbuffer->entry = &e->type;
+	fbuffer->len = size - 8;
+	fbuffer->cpu = cpu;
+	return fbuffer->entry;
+}
+
+/* Filter the reserved record and stage it. */
+void __kprobes trace_event_buffer_commit(struct trace_event_buffer *fbuffer)
+{
+	struct trace_native_probe *tp = fbuffer->tp;
+	struct tn_cpu *c = &trace_native_cpu[fbuffer->cpu];
+	struct task_struct *task = current;
+	struct tn_entry *e = container_of(fbuffer->entry, struct tn_entry, type);
+	u32 acct, staged, i;
+	u64 ts;
+
+	if (tp->filter && !filter_match(tp->filter, fbuffer->entry, task, fbuffer->cpu))
+		goto out;
+	save_comm(c, fbuffer->cpu, task);
+	ts = trace_clock_read();
+	staged = c->staged;
+	acct = make_room(c, fbuffer->cpu, fbuffer->len, ts);
+	if (!acct)
+		goto out;
+	if (c->staged != staged) {
+		/* The host took the pages: move the record to where the stage ends. */
+		struct tn_entry *to = (struct tn_entry *)(c->stage + c->staged);
+		u8 *dst = (u8 *)&to->type;
+		const u8 *src = fbuffer->entry;
+
+		for (i = 0; i < 8 + fbuffer->len; i++)
+			dst[i] = src[i];
+		e = to;
+	}
+	stage_commit(c, fbuffer->cpu, e, fbuffer->len, acct, ts);
+out:
+	c->busy = 0;
 }
 
 /* A hit that trapped passes the probe's address + 1 (probes are 64-byte aligned): its

@@ -1,0 +1,88 @@
+/* The static events (CREATE_TRACE_POINTS): each include/trace/events header read once more for
+ * each thing Linux builds from a TRACE_EVENT -- the record's struct, its fields' table,
+ * the print format, the probe and the event's state.  See include/tracepoint.h. */
+#include "tracepoint.h"
+#include "trace_native.h"
+#include "trace/events/sched.h"		/* the declarations: trace_NAME() */
+
+#define TRACE_HEADER_MULTI_READ
+#define __stringify_1(x...) #x
+#define __stringify(x...) __stringify_1(x)
+
+/* ---- 1: struct trace_event_raw_CLASS ------------------------------------------------- */
+#undef DECLARE_EVENT_CLASS
+#undef DEFINE_EVENT
+#define TP_STRUCT__entry(args...) args
+#define __field(type, item) type item;
+#define __array(type, item, len) type item[len];
+#define DECLARE_EVENT_CLASS(name, proto, args, tstruct, assign, print)	\
+	struct trace_event_raw_##name {						\
+		struct trace_entry ent;						\
+		tstruct								\
+		char __data[];							\
+	};
+#define DEFINE_EVENT(template, name, proto, args)
+#include "trace/events/sched.h"
+
+/* ---- 2: the fields and the print format of each class ------------------------------ */
+#undef __field
+#undef __array
+#undef DECLARE_EVENT_CLASS
+#define is_signed_type(type) (((type)(-1)) < (type)1)
+#define __field(_type, _item) { .type = #_type, .name = #_item, .size = sizeof(_type),	\
+	.align = __alignof__(_type), .is_signed = is_signed_type(_type) },
+#define __array(_type, _item, _len) { .type = #_type "[" __stringify(_len) "]",	\
+	.name = #_item, .size = sizeof(_type[_len]), .align = __alignof__(_type),	\
+	.is_signed = is_signed_type(_type), .len = _len },
+#define __entry REC
+#define TP_printk(fmt, args...) #fmt ", " __stringify(args)
+#define DECLARE_EVENT_CLASS(name, proto, args, tstruct, assign, print)	\
+	static const struct trace_event_field trace_event_fields_##name[] = {	\
+		tstruct { }	/* ends the table: a NULL name */ \
+	};									\
+	static const char print_fmt_##name[] = print;
+#include "trace/events/sched.h"
+
+/* ---- 3: the probes ---------------------------------------------------------------- */
+#undef __entry
+#undef TP_printk
+#undef DECLARE_EVENT_CLASS
+#define __entry entry
+#define TP_fast_assign(args...) args
+#define DECLARE_EVENT_CLASS(name, proto, args, tstruct, assign, print)	\
+	static noinline void do_trace_event_raw_event_##name(	\
+		struct trace_native_probe *tp, proto)				\
+	{									\
+		struct trace_event_raw_##name *entry;				\
+		struct trace_event_buffer fbuffer;				\
+										\
+		entry = trace_event_buffer_reserve(&fbuffer, tp, sizeof(*entry)); \
+		if (!entry)							\
+			return;							\
+		{ assign }							\
+		trace_event_buffer_commit(&fbuffer);				\
+	}
+#include "trace/events/sched.h"
+
+/* ---- 4: each event's key, state and description ------------------------------------ */
+#undef DECLARE_EVENT_CLASS
+#undef DEFINE_EVENT
+#define DECLARE_EVENT_CLASS(name, proto, args, tstruct, assign, print)
+#define DEFINE_EVENT(template, call, proto, args)				\
+	struct static_key __tracepoint_##call;					\
+	static struct trace_native_probe event_tp_##call;			\
+	void trace_event_raw_event_##call(proto)			\
+	{									\
+		do_trace_event_raw_event_##template(&event_tp_##call, args);	\
+	}									\
+	static const struct trace_event_call __used				\
+	__section("__trace_events") __aligned(8) event_##call = {		\
+		.system = __stringify(TRACE_SYSTEM),				\
+		.name = #call,							\
+		.print_fmt = print_fmt_##template,				\
+		.fields = trace_event_fields_##template,			\
+		.size = sizeof(struct trace_event_raw_##template),		\
+		.key = &__tracepoint_##call,					\
+		.tp = &event_tp_##call,						\
+	};
+#include "trace/events/sched.h"

@@ -1,0 +1,179 @@
+"""Static trace events (kernel/trace_events.c, tracing/trace_events.py): the kernel's
+TRACE_EVENT tracepoints, their format files against Linux 6.1's layouts, records made
+by the kernel's recorder, and their call sites patched between a NOP and a jump."""
+
+import re
+
+import pytest
+
+from kprobefs import Kernel
+from kprobefs.machine.abi import AT_FDCWD, O_CREAT, O_RDWR
+from kprobefs.machine.jump_label import NOP5
+from kprobefs.tracing import Tracer
+from kprobefs.tracing.events import FIRST_EVENT_ID
+from kprobefs.tracing.print_fmt import c_printf, parse_print_fmt
+
+from test_tracer_e2e import node, read, write
+
+COMMON = """\
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+"""
+_WAKEUP = """\
+\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:1;
+\tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;
+\tfield:int target_cpu;\toffset:32;\tsize:4;\tsigned:1;
+
+print fmt: "comm=%s pid=%d prio=%d target_cpu=%03d", REC->comm, REC->pid, REC->prio, \
+REC->target_cpu
+"""
+_PROCESS = """\
+\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:1;
+\tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;
+
+print fmt: "comm=%s pid=%d prio=%d", REC->comm, REC->pid, REC->prio
+"""
+_REPORT = ("(0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 "
+           "| 0x00000020 | 0x00000040)")
+# Linux 6.1's layouts (include/trace/events/sched.h, Debian 12's kernel), after the ID.
+SIX_ONE = {
+    "sched_process_fork": """\
+\tfield:char parent_comm[16];\toffset:8;\tsize:16;\tsigned:1;
+\tfield:pid_t parent_pid;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:char child_comm[16];\toffset:28;\tsize:16;\tsigned:1;
+\tfield:pid_t child_pid;\toffset:44;\tsize:4;\tsigned:1;
+
+print fmt: "comm=%s pid=%d child_comm=%s child_pid=%d", REC->parent_comm, REC->parent_pid, \
+REC->child_comm, REC->child_pid
+""",
+    "sched_switch": f"""\
+\tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:1;
+\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:int prev_prio;\toffset:28;\tsize:4;\tsigned:1;
+\tfield:long prev_state;\toffset:32;\tsize:8;\tsigned:1;
+\tfield:char next_comm[16];\toffset:40;\tsize:16;\tsigned:1;
+\tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;
+\tfield:int next_prio;\toffset:60;\tsize:4;\tsigned:1;
+
+print fmt: "prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s%s ==> next_comm=%s \
+next_pid=%d next_prio=%d", REC->prev_comm, REC->prev_pid, REC->prev_prio, \
+(REC->prev_state & (((({_REPORT[1:-1]}) + 1) << 1) - 1)) ? \
+__print_flags(REC->prev_state & (((({_REPORT[1:-1]}) + 1) << 1) - 1), "|", \
+{{ 0x00000001, "S" }}, {{ 0x00000002, "D" }}, {{ 0x00000004, "T" }}, {{ 0x00000008, "t" }}, \
+{{ 0x00000010, "X" }}, {{ 0x00000020, "Z" }}, {{ 0x00000040, "P" }}, {{ 0x00000080, "I" }}) \
+: "R", REC->prev_state & ((({_REPORT[1:-1]}) + 1) << 1) ? "+" : "", REC->next_comm, \
+REC->next_pid, REC->next_prio
+""",
+    "sched_waking": _WAKEUP,
+    "sched_wakeup": _WAKEUP,
+    "sched_wakeup_new": _WAKEUP,
+    "sched_process_exit": _PROCESS,
+    "sched_process_free": _PROCESS,
+    "sched_process_wait": _PROCESS,
+}
+
+
+@pytest.fixture
+def traced():
+    kernel = Kernel(cpus=2, seed=0)
+    tracer = Tracer(kernel.kprobes, kernel)
+    return kernel, tracer, tracer.tracefs_root()
+
+
+def lines_of(root, event):
+    return [line for line in read(root, "trace").splitlines() if f" {event}: " in line]
+
+
+@pytest.mark.parametrize("event", sorted(SIX_ONE))
+def test_format_is_linux_6_1s(traced, event):
+    _kernel, tracer, root = traced
+    text = read(root, f"events/sched/{event}/format")
+    event_id = int(read(root, f"events/sched/{event}/id"))
+    assert 0 < event_id < FIRST_EVENT_ID
+    assert text == f"name: {event}\nID: {event_id}\nformat:\n" + COMMON + SIX_ONE[event]
+    assert set(node(root, f"events/sched/{event}").children()) == {
+        "enable", "filter", "format", "id", "trigger", "hist"}
+
+
+def test_sched_events_are_listed(traced):
+    _kernel, _tracer, root = traced
+    listed = read(root, "available_events").split()
+    assert {f"sched:{e}" for e in SIX_ONE} <= set(listed)
+    assert read(root, "events/sched/enable") == "0\n"
+
+
+def _sites(tracer, event):
+    static = tracer.static_events
+    ev = tracer.events[("sched", event)]
+    return static.jump_labels.sites(ev.key)
+
+
+def test_a_disabled_event_leaves_a_nop_and_an_enabled_one_a_jump(traced):
+    kernel, tracer, root = traced
+    (site,) = _sites(tracer, "sched_process_fork")
+    assert kernel.image.symbolize(site).startswith("kernel_clone+") \
+        if hasattr(kernel.image, "symbolize") else True
+    assert kernel.read(site, 5) == NOP5
+    write(root, "events/sched/sched_process_fork/enable", "1")
+    code = kernel.read(site, 5)
+    assert code[0] == 0xE9 and code != NOP5
+    write(root, "events/sched/sched_process_fork/enable", "0")
+    assert kernel.read(site, 5) == NOP5
+    # A hit with the site a NOP records nothing, and the probe is not even called.
+    ev = tracer.events[("sched", "sched_process_fork")]
+    kernel.spawn("quiet")
+    assert tracer.static_events.hits(ev) == 0
+    assert lines_of(root, "sched_process_fork") == []
+
+
+def test_fork_exit_wait_free_and_wakeups_are_recorded(traced):
+    kernel, tracer, root = traced
+    write(root, "set_event", "sched:*")
+    assert read(root, "events/sched/enable") == "1\n"
+    parent = kernel.spawn("parent")
+    child_pid = kernel.syscall(parent, "fork")
+    assert child_pid > 0
+    (fork,) = [l for l in lines_of(root, "sched_process_fork") if "parent-" in l]
+    assert fork.lstrip().startswith(f"parent-{parent.pid} ")
+    assert fork.endswith(f"sched_process_fork: comm=parent pid={parent.pid} "
+                         f"child_comm=parent child_pid={child_pid}")
+    assert any(l.endswith(f"sched_wakeup_new: comm=parent pid={child_pid} prio=120 "
+                          f"target_cpu=00{l.split('[00')[1][0]}")
+               for l in lines_of(root, "sched_wakeup_new"))
+    switches = lines_of(root, "sched_switch")
+    assert switches and all(re.search(r"prev_state=(R|S|D|Z|I|R\+) ==> ", l) for l in switches)
+
+
+def test_a_filter_runs_in_the_kernel(traced):
+    kernel, tracer, root = traced
+    write(root, "events/sched/sched_process_fork/filter", "child_pid == 99999")
+    write(root, "events/sched/sched_process_fork/enable", "1")
+    parent = kernel.spawn("filtered")
+    assert kernel.syscall(parent, "fork") > 0
+    assert lines_of(root, "sched_process_fork") == []
+    ev = tracer.events[("sched", "sched_process_fork")]
+    assert tracer.static_events.hits(ev) >= 1            # the probe ran, the filter said no
+    write(root, "events/sched/sched_process_fork/filter", "parent_pid == %d" % parent.pid)
+    assert kernel.syscall(parent, "fork") > 0
+    assert len(lines_of(root, "sched_process_fork")) == 1
+
+
+def test_tracing_off_stops_static_records(traced):
+    kernel, tracer, root = traced
+    write(root, "events/sched/sched_process_fork/enable", "1")
+    write(root, "tracing_on", "0")
+    kernel.spawn("off")
+    write(root, "tracing_on", "1")
+    assert lines_of(root, "sched_process_fork") == []
+
+
+def test_print_fmt_evaluation():
+    fmt = parse_print_fmt('"a=%s b=%d c=%s", REC->a, REC->b & 3, '
+                          '__print_symbolic(REC->b, { 1, "one" }, { 5, "five" })')
+    assert fmt.render({"a": "x", "b": 5}.get, None) == "a=x b=1 c=five"
+    assert c_printf("%03d|%-4s|%lx|%u", [7, "ab", 255, -1]) == "007|ab  |ff|4294967295"
