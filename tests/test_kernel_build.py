@@ -11,7 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = ROOT / "kprobefs" / "kernel"
-SOURCES = ("Makefile", "kernel.lds", "*/*.c", "*/*.h", "*/*.S", "include/trace/events/*.h")
+SOURCES = ("Makefile", "kernel.lds", "*/*.c", "*/*.h", "*/*.S", "include/trace/*.h",
+           "include/trace/events/*.h")
 MODULES = ("modules/trace_printk.ko",)
 
 

@@ -177,3 +177,96 @@ def test_print_fmt_evaluation():
                           '__print_symbolic(REC->b, { 1, "one" }, { 5, "five" })')
     assert fmt.render({"a": "x", "b": 5}.get, None) == "a=x b=1 c=five"
     assert c_printf("%03d|%-4s|%lx|%u", [7, "ab", 255, -1]) == "007|ab  |ff|4294967295"
+
+
+RAW_SYSCALLS = {
+    "sys_enter": """\
+\tfield:long id;\toffset:8;\tsize:8;\tsigned:1;
+\tfield:unsigned long args[6];\toffset:16;\tsize:48;\tsigned:0;
+
+print fmt: "NR %ld (%lx, %lx, %lx, %lx, %lx, %lx)", REC->id, REC->args[0], REC->args[1], \
+REC->args[2], REC->args[3], REC->args[4], REC->args[5]
+""",
+    "sys_exit": """\
+\tfield:long id;\toffset:8;\tsize:8;\tsigned:1;
+\tfield:long ret;\toffset:16;\tsize:8;\tsigned:1;
+
+print fmt: "NR %ld = %ld", REC->id, REC->ret
+""",
+}
+# 6.1's syscalls events for a few calls: the metadata's types and names.
+SYSCALLS = {
+    "sys_enter_openat": """\
+\tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;
+\tfield:int dfd;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:const char * filename;\toffset:24;\tsize:8;\tsigned:0;
+\tfield:int flags;\toffset:32;\tsize:8;\tsigned:0;
+\tfield:umode_t mode;\toffset:40;\tsize:8;\tsigned:0;
+
+print fmt: "dfd: 0x%08lx, filename: 0x%08lx, flags: 0x%08lx, mode: 0x%08lx", \
+((unsigned long)(REC->dfd)), ((unsigned long)(REC->filename)), ((unsigned long)(REC->flags)), \
+((unsigned long)(REC->mode))
+""",
+    "sys_exit_openat": """\
+\tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;
+\tfield:long ret;\toffset:16;\tsize:8;\tsigned:1;
+
+print fmt: "0x%lx", REC->ret
+""",
+    "sys_enter_getpid": """\
+\tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;
+
+print fmt: ""
+""",
+    "sys_enter_wait4": """\
+\tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;
+\tfield:pid_t upid;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:int * stat_addr;\toffset:24;\tsize:8;\tsigned:0;
+\tfield:int options;\toffset:32;\tsize:8;\tsigned:0;
+\tfield:struct rusage * ru;\toffset:40;\tsize:8;\tsigned:0;
+
+print fmt: "upid: 0x%08lx, stat_addr: 0x%08lx, options: 0x%08lx, ru: 0x%08lx", \
+((unsigned long)(REC->upid)), ((unsigned long)(REC->stat_addr)), \
+((unsigned long)(REC->options)), ((unsigned long)(REC->ru))
+""",
+}
+
+
+@pytest.mark.parametrize("system,event,layout",
+                         [("raw_syscalls", e, t) for e, t in RAW_SYSCALLS.items()]
+                         + [("syscalls", e, t) for e, t in SYSCALLS.items()])
+def test_syscall_formats_are_linux_6_1s(traced, system, event, layout):
+    _kernel, _tracer, root = traced
+    event_id = int(read(root, f"events/{system}/{event}/id"))
+    assert read(root, f"events/{system}/{event}/format") == (
+        f"name: {event}\nID: {event_id}\nformat:\n" + COMMON + layout)
+
+
+def test_every_implemented_system_call_has_its_events(traced):
+    kernel, _tracer, root = traced
+    names = set(node(root, "events/syscalls").children())
+    for call in ("read", "write", "openat", "close", "clone3", "wait4", "newuname",
+                 "newfstatat", "exit_group", "prctl", "accept4"):
+        assert {f"sys_enter_{call}", f"sys_exit_{call}"} <= names
+
+
+def test_syscall_events_record_the_callers_arguments(traced):
+    kernel, tracer, root = traced
+    write(root, "set_event", "syscalls:sys_enter_openat syscalls:sys_exit_openat "
+          "raw_syscalls:sys_enter")
+    t = kernel.spawn("opener")
+    fd = kernel.syscall(t, "openat", AT_FDCWD, "/tmp/sc", O_CREAT | O_RDWR, 0o644)
+    (enter,) = lines_of(root, "sys_enter_openat")
+    assert enter.lstrip().startswith(f"opener-{t.pid} ")
+    assert re.search(r"sys_enter_openat: sys_openat\(dfd: ffffffffffffff9c, "
+                     r"filename: [0-9a-f]+, flags: %x, mode: 1a4\)$" % (O_CREAT | O_RDWR),
+                     enter), enter
+    (exit_,) = lines_of(root, "sys_exit_openat")
+    assert exit_.endswith(f"sys_exit_openat: sys_openat -> 0x{fd:x}")
+    raw = [l for l in lines_of(root, "sys_enter") if f"opener-{t.pid}" in l]
+    assert any(re.search(r"sys_enter: NR 257 \(ffffffffffffff9c, [0-9a-f]+, 42, 1a4, ", l)
+               for l in raw), raw
+    # Only syscalls events share the syscalls key: disabling all puts the NOPs back.
+    write(root, "events/syscalls/enable", "0")
+    ev = tracer.events[("syscalls", "sys_enter_openat")]
+    assert all(kernel.read(s, 5) == NOP5 for s in tracer.static_events.jump_labels.sites(ev.key))

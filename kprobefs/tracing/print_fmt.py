@@ -27,7 +27,7 @@ _TOKEN = re.compile(r"""
   | (?P<str>"(?:[^"\\]|\\.)*")
   | (?P<num>0[xX][0-9a-fA-F]+[uUlL]*|\d+[uUlL]*)
   | (?P<id>[A-Za-z_]\w*)
-  | (?P<op>->|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^~!<>?:(),{}])
+  | (?P<op>->|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^~!<>?:(),{}\[\]])
 """, re.X)
 
 # Binary operators by C precedence (higher binds tighter).
@@ -113,7 +113,12 @@ class _Parser:
             return inner
         if value == "REC":
             self.take("->")
-            return ("field", self.take()[1])
+            node = ("field", self.take()[1])
+            if self.peek("["):              # an array field's element
+                self.take("[")
+                node = ("index", node, self.expr())
+                self.take("]")
+            return node
         if kind == "id" and self.peek("("):
             return self.call(value)
         raise PrintFmtError(f"print fmt: unexpected {value!r}")
@@ -188,6 +193,9 @@ def _eval(node, field, str_field):
         return field(node[1])
     if op == "str_field":
         return str_field(node[1])
+    if op == "index":
+        array, i = _eval(node[1], field, str_field), _num(_eval(node[2], field, str_field))
+        return array[i] if isinstance(array, (list, tuple)) and 0 <= i < len(array) else 0
     if op == "?:":
         return _eval(node[2] if _eval(node[1], field, str_field) else node[3],
                      field, str_field)

@@ -30,7 +30,7 @@ from .fetch import RecordField, format_fields_text
 from .print_fmt import PrintFmt, parse_print_fmt
 from .raw_page import raw_common
 
-__all__ = ["StaticEvent", "StaticEvents", "FIRST_STATIC_ID"]
+__all__ = ["StaticEvent", "SyscallEvent", "StaticEvents", "FIRST_STATIC_ID"]
 
 _log = logging.getLogger(__name__)
 
@@ -38,6 +38,8 @@ FIRST_STATIC_ID = 20        # the ids after ftrace's own record types, as Linux 
 _CALL = struct.Struct("<QQQQII QQ".replace(" ", ""))       # struct trace_event_call
 _FIELD = struct.Struct("<QQIIII")                          # struct trace_event_field
 _COMMON_SIZE = 8
+_META = struct.Struct("<QiI6Q6QQQ")                        # struct syscall_metadata
+_U64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,7 @@ class StaticEvent:
     id: int
     fields: tuple[StaticField, ...]
     print_fmt_text: str
-    print_fmt: PrintFmt
+    print_fmt: PrintFmt | None  # None: the event prints itself (SyscallEvent)
     size: int                   # sizeof(struct trace_event_raw_*)
     key: int                    # its struct static_key
     tp_addr: int                # its struct trace_native_probe
@@ -102,7 +104,9 @@ class StaticEvent:
             if f.is_char_array:
                 out[f.name] = chunk.split(b"\0", 1)[0].decode("utf-8", "replace")
             elif f.len:
-                out[f.name] = 0
+                size = f.size // f.len
+                out[f.name] = [int.from_bytes(chunk[i:i + size], "little", signed=f.is_signed)
+                               for i in range(0, f.size, size)]
             else:
                 out[f.name] = int.from_bytes(chunk, "little", signed=f.is_signed)
         return out
@@ -111,6 +115,34 @@ class StaticEvent:
         values = self.values(record[6])
         return (f"{self.name}: "
                 + self.print_fmt.render(lambda n: values.get(n, 0), lambda n: "") + "\n")
+
+
+@dataclass(eq=False)
+class SyscallEvent(StaticEvent):
+    """``syscalls/sys_enter_NAME`` or ``sys_exit_NAME``: printed as 6.1's
+    print_syscall_enter/exit print them, not through the print fmt."""
+
+    syscall: str = ""                   # "sys_openat"
+    args: tuple[str, ...] = ()          # the argument names (enter)
+
+    def render(self, record: tuple, tracer, options) -> str:
+        values = self.values(record[6])
+        if self.name.startswith("sys_exit_"):
+            return f"{self.name}: {self.syscall} -> 0x{values['ret'] & _U64:x}\n"
+        args = ", ".join(f"{a}: {values[a] & _U64:x}" for a in self.args)
+        return f"{self.name}: {self.syscall}({args})\n"
+
+
+def _syscall_events(name: str, types: Sequence[str], args: Sequence[str]):
+    """The fields and print fmts of a system call's two events (6.1's
+    syscall_enter_define_fields and set_syscall_print_fmt)."""
+    nr = StaticField("int", "__syscall_nr", 8, 4, True, 0)
+    enter = (nr, *(StaticField(t, a, 16 + 8 * i, 8, False, 0)
+                   for i, (t, a) in enumerate(zip(types, args))))
+    enter_fmt = ('"' + ", ".join(f"{a}: 0x%08lx" for a in args) + '"'
+                 + "".join(f", ((unsigned long)(REC->{a}))" for a in args))
+    exit_ = (nr, StaticField("long", "ret", 16, 8, True, 0))
+    return (enter, enter_fmt), (exit_, '"0x%lx", REC->ret')
 
 
 def _layout(raw_fields) -> tuple[StaticField, ...]:
@@ -143,6 +175,7 @@ class StaticEvents:
             raise ImageError("the kernel has no __trace_events")
         for n, call in enumerate(_CALL.iter_unpack(kernel.read(start, stop - start))):
             self.events.append(self._read_event(call, first_id + n))
+        self._read_syscalls(first_id + len(self.events))
 
     def _cstring(self, addr: int) -> str:
         out = b""
@@ -167,11 +200,39 @@ class StaticEvents:
         event.native = self.native.adopt(tp, event_id)
         return event
 
+    def _read_syscalls(self, next_id: int) -> None:
+        """The syscalls events, from the kernel's __syscalls_metadata: an enter and an
+        exit event per system call, all behind the one syscall_trace_key."""
+        image = self.kernel.image
+        start = image.symbol_value("__start___syscalls_metadata")
+        stop = image.symbol_value("__stop___syscalls_metadata")
+        key = image.symbol_value("syscall_trace_key")
+        if start is None or stop is None or key is None:
+            return
+        for meta in _META.iter_unpack(self.kernel.read(start, stop - start)):
+            name_at, _nr, nb_args = meta[:3]
+            types = [self._cstring(a) for a in meta[3:3 + nb_args]]
+            args = [self._cstring(a) for a in meta[9:9 + nb_args]]
+            enter_tp, exit_tp = meta[15:17]
+            syscall = self._cstring(name_at)
+            short = syscall.removeprefix("sys_")
+            for (fields, fmt), kind, tp in zip(_syscall_events(syscall, types, args),
+                                               ("enter", "exit"), (enter_tp, exit_tp)):
+                ev = SyscallEvent("syscalls", f"sys_{kind}_{short}", next_id, fields, fmt,
+                                  None, 0, key, tp, syscall=syscall, args=tuple(args))
+                ev.native = self.native.adopt(tp, next_id)
+                self.events.append(ev)
+                next_id += 1
+
     def sync(self, recording: bool, usable: bool) -> None:
         """Make each event's call sites and recording flag follow its state:
         ``recording`` = tracing is on, ``usable`` = the kernel can stamp records."""
+        keys: dict[int, bool] = {}
+        for ev in self.events:                  # a key is on while one of its events is
+            keys[ev.key] = keys.get(ev.key, False) or ev.enabled
+        for key, on in keys.items():
+            self.jump_labels.set_enabled(key, on)
         for ev in self.events:
-            self.jump_labels.set_enabled(ev.key, ev.enabled)
             flt = ev.filter
             here = usable and self.native.set_filter(
                 ev.native, flt.program if flt is not None else None)

@@ -23,6 +23,7 @@
 	};
 #define DEFINE_EVENT(template, name, proto, args)
 #include "trace/events/sched.h"
+#include "trace/events/syscalls.h"
 
 /* ---- 2: the fields and the print format of each class ------------------------------ */
 #undef __field
@@ -42,6 +43,7 @@
 	};									\
 	static const char print_fmt_##name[] = print;
 #include "trace/events/sched.h"
+#include "trace/events/syscalls.h"
 
 /* ---- 3: the probes ---------------------------------------------------------------- */
 #undef __entry
@@ -63,6 +65,7 @@
 		trace_event_buffer_commit(&fbuffer);				\
 	}
 #include "trace/events/sched.h"
+#include "trace/events/syscalls.h"
 
 /* ---- 4: each event's key, state and description ------------------------------------ */
 #undef DECLARE_EVENT_CLASS
@@ -86,3 +89,4 @@
 		.tp = &event_tp_##call,						\
 	};
 #include "trace/events/sched.h"
+#include "trace/events/syscalls.h"
