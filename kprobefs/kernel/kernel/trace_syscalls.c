@@ -98,15 +98,24 @@ extern struct syscall_metadata __start___syscalls_metadata[], __stop___syscalls_
 
 struct static_key syscall_trace_key;
 
+/* System call number -> its metadata, filled on first use (6.1 fills its
+ * syscalls_metadata at boot). */
+static struct syscall_metadata *syscalls_metadata[NR_syscalls];
+static bool syscalls_metadata_ready;
+
 /* The metadata of system call nr, or NULL. */
 static struct syscall_metadata *syscall_nr_to_meta(long nr)
 {
 	struct syscall_metadata *m;
 
-	for (m = __start___syscalls_metadata; m < __stop___syscalls_metadata; m++)
-		if (m->syscall_nr == nr)
-			return m;
-	return NULL;
+	if (unlikely(!syscalls_metadata_ready)) {
+		for (m = __start___syscalls_metadata; m < __stop___syscalls_metadata; m++)
+			syscalls_metadata[m->syscall_nr] = m;
+		syscalls_metadata_ready = true;
+	}
+	if ((unsigned long)nr >= NR_syscalls)
+		return NULL;
+	return syscalls_metadata[nr];
 }
 
 /* struct syscall_trace_enter / _exit, after struct trace_entry. */
