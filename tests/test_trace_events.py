@@ -2,6 +2,7 @@
 TRACE_EVENT tracepoints, their format files against Linux 6.1's layouts, records made
 by the kernel's recorder, and their call sites patched between a NOP and a jump."""
 
+import os
 import re
 
 import pytest
@@ -270,3 +271,36 @@ def test_syscall_events_record_the_callers_arguments(traced):
     write(root, "events/syscalls/enable", "0")
     ev = tracer.events[("syscalls", "sys_enter_openat")]
     assert all(kernel.read(s, 5) == NOP5 for s in tracer.static_events.jump_labels.sites(ev.key))
+
+
+def test_pid_filter_and_event_fork_in_the_kernel(traced):
+    """set_event_pid's filter as static events see it (tracer.static_events is the one
+    function the set_event_pid file calls): only listed pids record; with event-fork a
+    listed task's child is listed by the kernel at the fork and dropped at its exit."""
+    kernel, tracer, root = traced
+    static = tracer.static_events
+    watched, other = kernel.spawn("watched"), kernel.spawn("other")
+    static.set_pid_filter({watched.pid}, None)
+    write(root, "events/syscalls/sys_enter_getpid/enable", "1")
+    for t in (watched, other):
+        kernel.syscall(t, "getpid")
+    pids = {int(re.search(r"-(\d+) ", l).group(1)) for l in lines_of(root, "sys_enter_getpid")}
+    assert pids == {watched.pid}
+    # event-fork off: the child is not followed; on: it is, until it exits.
+    child = kernel.syscall(watched, "fork")
+    assert static.pid_filter() == ({watched.pid}, set())
+    write(root, "options/event-fork", "1")
+    assert read(root, "options/event-fork") == "1\n"
+    child2 = kernel.syscall(watched, "fork")
+    assert static.pid_filter() == ({watched.pid, child2}, set())
+    # set_event_notrace_pid wins over set_event_pid.
+    static.set_pid_filter({watched.pid}, {watched.pid})
+    write(root, "trace", "", flags=os.O_WRONLY | os.O_TRUNC)
+    kernel.syscall(watched, "getpid")
+    assert lines_of(root, "sys_enter_getpid") == []
+    static.set_pid_filter(None, None)
+    kernel.syscall(other, "getpid")
+    assert len(lines_of(root, "sys_enter_getpid")) == 1
+    assert child != child2
+    with pytest.raises(OSError):
+        static.set_pid_filter({40000}, None)

@@ -81,6 +81,7 @@ _KPROBE_FLAG_DISABLED = 2
 # The options this tracer implements (options/<name>), with their defaults.
 OPTION_DEFAULTS = {
     "context-info": True,
+    "event-fork": False,
     "irq-info": True,
     "markers": True,
     "overwrite": True,
@@ -1240,6 +1241,8 @@ class Tracer:
             self.options[name] = on
             self.stacktrace = self.options["stacktrace"]
             self.buffer.overwrite = self.options["overwrite"]
+            if name == "event-fork" and self.static_events is not None:
+                self.static_events.set_event_fork(on)
             self._native_sync(self.probes)      # stack traces are taken by the host
 
     def set_trace_clock(self, name: str) -> None:

@@ -20,10 +20,11 @@ fields are not string fields for filters yet.
 
 from __future__ import annotations
 
+import errno
 import logging
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from ..errors import ImageError
 from .fetch import RecordField, format_fields_text
@@ -40,6 +41,8 @@ _FIELD = struct.Struct("<QQIIII")                          # struct trace_event_
 _COMMON_SIZE = 8
 _META = struct.Struct("<QiI6Q6QQQ")                        # struct syscall_metadata
 _U64 = (1 << 64) - 1
+_PID_MAX = 32768                # TRACE_PID_MAX: the kernel's pid_max
+_PID_MAPS = 16                  # struct trace_pid_filter: the bitmaps after 4 u32s
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +171,9 @@ class StaticEvents:
         self.kernel = kernel
         self.native = native
         self.jump_labels = JumpLabels(kernel)
+        self._pids_at = kernel.image.symbol_value("trace_event_pids")
+        if self._pids_at is None:
+            raise ImageError("the kernel has no trace_event_pids")
         self.events: list[StaticEvent] = []
         start = kernel.image.symbol_value("__start___trace_events")
         stop = kernel.image.symbol_value("__stop___trace_events")
@@ -239,6 +245,37 @@ class StaticEvents:
             if ev.enabled and not here:
                 _log.info("%s:%s cannot record in the kernel now", ev.group, ev.name)
             self.native.set_recording(ev.native, ev.enabled and recording and here)
+
+    # ------------------------------------------------ set_event_pid, event-fork
+    def set_pid_filter(self, pids: Iterable[int] | None, no_pids: Iterable[int] | None) -> None:
+        """Make the kernel record static events only for ``pids`` (None or empty: every
+        pid) and never for ``no_pids`` (set_event_pid, set_event_notrace_pid).  Pids at or
+        past pid_max are EINVAL, as 6.1's trace_pid_write says."""
+        sets = [set(pids or ()), set(no_pids or ())]
+        if any(not 0 <= p < _PID_MAX for s in sets for p in s):
+            raise OSError(errno.EINVAL, "pid out of range")
+        maps = []
+        for s in sets:
+            bits = bytearray(_PID_MAX // 8)
+            for p in s:
+                bits[p // 8] |= 1 << (p % 8)
+            maps.append(bytes(bits))
+        at = self._pids_at
+        self.kernel.write(at + _PID_MAPS, maps[0] + maps[1])
+        self.kernel.write(at, struct.pack("<II", bool(sets[0]), bool(sets[1])))
+
+    def pid_filter(self) -> tuple[set[int], set[int]]:
+        """The pids the kernel filters on now (event-fork adds children, drops exits)."""
+        data = self.kernel.read(self._pids_at + _PID_MAPS, _PID_MAX // 4)
+        out = []
+        for half in (data[:_PID_MAX // 8], data[_PID_MAX // 8:]):
+            out.append({i * 8 + b for i, byte in enumerate(half) if byte
+                        for b in range(8) if byte >> b & 1})
+        return out[0], out[1]
+
+    def set_event_fork(self, on: bool) -> None:
+        """options/event-fork: children of listed tasks are listed, exits leave."""
+        self.kernel.write(self._pids_at + 8, struct.pack("<I", int(on)))
 
     def hits(self, ev: StaticEvent) -> int:
         return self.native.hits(ev.native)

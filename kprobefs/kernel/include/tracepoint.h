@@ -61,6 +61,23 @@ void *trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
 				 struct trace_native_probe *tp, u32 size);
 void trace_event_buffer_commit(struct trace_event_buffer *fbuffer);
 
+/* set_event_pid and set_event_notrace_pid, as the events recorded in the kernel see
+ * them (the host writes them; with options/event-fork the kernel adds a listed task's
+ * children and drops exiting tasks, as 6.1's sched_process_fork/exit probes do). */
+#define TRACE_PID_MAX 32768
+struct trace_pid_filter {
+	u32 pids_set;		/* set_event_pid is not empty */
+	u32 no_pids_set;	/* set_event_notrace_pid is not empty */
+	u32 fork;		/* options/event-fork */
+	u32 pad;
+	u64 pids[TRACE_PID_MAX / 64];
+	u64 no_pids[TRACE_PID_MAX / 64];
+};
+extern struct trace_pid_filter trace_event_pids;
+struct task_struct;
+void trace_event_pid_fork(struct task_struct *parent, struct task_struct *child);
+void trace_event_pid_exit(struct task_struct *task);
+
 /* An event's field, as 6.1's struct trace_event_fields describes it. */
 struct trace_event_field {
 	const char *type;

@@ -49,6 +49,7 @@ void __noreturn do_exit(long code)
 	hypercall(HC_TASK_EXIT, tsk->pid, code, 0, 0);
 	exit_mm(tsk);
 	trace_sched_process_exit(tsk);
+	trace_event_pid_exit(tsk);
 	exit_files(tsk);
 	exit_fs(tsk);
 	exit_notify(tsk);

@@ -201,6 +201,7 @@ noinline pid_t kernel_clone(struct kernel_clone_args *args)
 	if (IS_ERR(p))
 		return PTR_ERR(p);
 	trace_sched_process_fork(current, p);
+	trace_event_pid_fork(current, p);
 	nr = p->pid;
 	wake_up_new_task(p);
 	return nr;

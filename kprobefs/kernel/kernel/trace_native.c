@@ -545,6 +545,57 @@ static __always_inline void record(struct trace_native_probe *tp, struct pt_regs
 }
 
 /* ---- static events (kernel/trace_events.c) ------------------------------------------ */
+struct trace_pid_filter trace_event_pids;
+
+static __always_inline bool pid_in(const u64 *set, pid_t pid)
+{
+	return (unsigned int)pid < TRACE_PID_MAX && (set[pid / 64] >> (pid % 64)) & 1;
+}
+
+static __always_inline void pid_assign(u64 *set, pid_t pid, bool on)
+{
+	if ((unsigned int)pid >= TRACE_PID_MAX)
+		return;
+	if (on)
+		set[pid / 64] |= 1UL << (pid % 64);
+	else
+		set[pid / 64] &= ~(1UL << (pid % 64));
+}
+
+/* 6.1's trace_ignore_this_task: not in a non-empty set_event_pid, or in
+ * set_event_notrace_pid. */
+static __always_inline bool trace_event_ignore_pid(pid_t pid)
+{
+	struct trace_pid_filter *f = &trace_event_pids;
+
+	return (f->pids_set && !pid_in(f->pids, pid)) ||
+	       (f->no_pids_set && pid_in(f->no_pids, pid));
+}
+
+/* options/event-fork: a child of a listed task is listed (in either list). */
+void __kprobes trace_event_pid_fork(struct task_struct *parent, struct task_struct *child)
+{
+	struct trace_pid_filter *f = &trace_event_pids;
+
+	if (!READ_ONCE(f->fork))
+		return;
+	if (f->pids_set && pid_in(f->pids, parent->pid))
+		pid_assign(f->pids, child->pid, true);
+	if (f->no_pids_set && pid_in(f->no_pids, parent->pid))
+		pid_assign(f->no_pids, child->pid, true);
+}
+
+/* options/event-fork: an exiting task leaves the lists. */
+void __kprobes trace_event_pid_exit(struct task_struct *task)
+{
+	struct trace_pid_filter *f = &trace_event_pids;
+
+	if (!READ_ONCE(f->fork))
+		return;
+	pid_assign(f->pids, task->pid, false);
+	pid_assign(f->no_pids, task->pid, false);
+}
+
 /* Reserve a record of `size` bytes, the common fields included, for tp's event, and
  * return it with its common fields set; the caller fills the rest and commits.  NULL
  * when the event does not record (disabled, nested in the recorder, no room). */
@@ -562,6 +613,9 @@ void * __kprobes trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
 		tp->nmissed++;
 		return NULL;
 	}
+	if (unlikely(trace_event_pids.pids_set | trace_event_pids.no_pids_set) &&
+	    trace_event_ignore_pid(current->pid))
+		return NULL;
 	if (size - 8 > TN_DATA_MAX)
 		return NULL;
 	c->busy = 1;
