@@ -77,6 +77,20 @@ REC->next_pid, REC->next_prio
     "sched_process_free": _PROCESS,
     "sched_process_wait": _PROCESS,
 }
+OTHERS = {
+    ("net", "netif_receive_skb"): """\
+\tfield:void * skbaddr;\toffset:8;\tsize:8;\tsigned:0;
+\tfield:unsigned int len;\toffset:16;\tsize:4;\tsigned:0;
+\tfield:__data_loc char[] name;\toffset:20;\tsize:4;\tsigned:1;
+
+print fmt: "dev=%s skbaddr=%p len=%u", __get_str(name), REC->skbaddr, REC->len
+""",
+    ("skb", "consume_skb"): """\
+\tfield:void * skbaddr;\toffset:8;\tsize:8;\tsigned:0;
+
+print fmt: "skbaddr=%p", REC->skbaddr
+""",
+}
 
 
 @pytest.fixture
@@ -304,3 +318,31 @@ def test_pid_filter_and_event_fork_in_the_kernel(traced):
     assert child != child2
     with pytest.raises(OSError):
         static.set_pid_filter({40000}, None)
+
+
+@pytest.mark.parametrize("system,event", sorted(OTHERS))
+def test_net_formats_are_linux_6_1s(traced, system, event):
+    _kernel, _tracer, root = traced
+    event_id = int(read(root, f"events/{system}/{event}/id"))
+    assert read(root, f"events/{system}/{event}/format") == (
+        f"name: {event}\nID: {event_id}\nformat:\n" + COMMON + OTHERS[(system, event)])
+
+
+def test_the_receive_path_records_its_packets(traced):
+    """A frame from the NIC: netif_receive_skb with the device's name (a __string
+    field: __data_loc in the record), its hashed address and length; a filter on the
+    string field runs in the kernel."""
+    from test_net import packet, SYN
+    kernel, tracer, root = traced
+    write(root, "events/net/netif_receive_skb/filter", 'name == "eth0" && len > 20')
+    write(root, "set_event", "net:netif_receive_skb")
+    pkt = packet(40002, 8084, SYN)
+    kernel.inject_packet(pkt)
+    kernel.run_until_idle()
+    (line,) = lines_of(root, "netif_receive_skb")
+    assert re.search(r"netif_receive_skb: dev=eth0 skbaddr=[0-9a-f]{16} len=%d$" % len(pkt),
+                     line), line
+    write(root, "events/net/netif_receive_skb/filter", 'name == "lo"')
+    kernel.inject_packet(pkt)
+    kernel.run_until_idle()
+    assert len(lines_of(root, "netif_receive_skb")) == 1

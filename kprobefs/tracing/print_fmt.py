@@ -156,11 +156,13 @@ class PrintFmt:
     fmt: str
     args: tuple
 
-    def render(self, field: Callable[[str], Any], str_field: Callable[[str], str]) -> str:
+    def render(self, field: Callable[[str], Any], str_field: Callable[[str], str],
+               hash_pointer: Callable[[int], int] | None = None) -> str:
         """Return the text for a record: ``field(name)`` gives a field's value (an
-        int, or a str for char arrays), ``str_field(name)`` a ``__data_loc`` string."""
+        int, or a str for char arrays), ``str_field(name)`` a ``__data_loc`` string;
+        ``%p`` prints ``hash_pointer(value)``, as the kernel hashes pointers."""
         values = [_eval(a, field, str_field) for a in self.args]
-        return c_printf(self.fmt, values)
+        return c_printf(self.fmt, values, hash_pointer)
 
 
 def parse_print_fmt(text: str) -> PrintFmt:
@@ -244,8 +246,10 @@ _CONV = re.compile(r"%(?P<flags>[-+ #0]*)(?P<width>\d+|\*)?(?:\.(?P<prec>\d+))?"
 _BITS = {"hh": 8, "h": 16, None: 32, "l": 64, "ll": 64, "z": 64}
 
 
-def c_printf(fmt: str, values: Sequence) -> str:
-    """The kernel's vsnprintf for the conversions print formats use."""
+def c_printf(fmt: str, values: Sequence,
+             hash_pointer: Callable[[int], int] | None = None) -> str:
+    """The kernel's vsnprintf for the conversions print formats use; ``%p`` is the
+    pointer hashed (``hash_pointer``), 16 hex digits, as 6.1 prints it."""
     out, pos, it = [], 0, iter(values)
     for m in _CONV.finditer(fmt):
         out.append(fmt[pos:m.start()])
@@ -267,7 +271,8 @@ def c_printf(fmt: str, values: Sequence) -> str:
             out.append(chr(_num(value) & 0xFF))
             continue
         if conv == "p":
-            out.append(f"0x{_num(value) & _U64:x}")
+            pointer = _num(value) & _U64
+            out.append(f"{hash_pointer(pointer) if hash_pointer else pointer:016x}")
             continue
         bits = _BITS[m["len"]]
         v = _num(value) & ((1 << bits) - 1)

@@ -104,7 +104,12 @@ class StaticEvent:
         for f in self.fields:
             at = f.offset - _COMMON_SIZE
             chunk = data[at:at + f.size]
-            if f.is_char_array:
+            if f.type.startswith("__data_loc"):     # u32: length << 16 | offset
+                loc = int.from_bytes(chunk, "little")
+                at = (loc & 0xFFFF) - _COMMON_SIZE
+                text = data[at:at + (loc >> 16)].split(b"\0", 1)[0]
+                out[f.name] = text.decode("utf-8", "replace")
+            elif f.is_char_array:
                 out[f.name] = chunk.split(b"\0", 1)[0].decode("utf-8", "replace")
             elif f.len:
                 size = f.size // f.len
@@ -116,8 +121,9 @@ class StaticEvent:
 
     def render(self, record: tuple, tracer, options) -> str:
         values = self.values(record[6])
-        return (f"{self.name}: "
-                + self.print_fmt.render(lambda n: values.get(n, 0), lambda n: "") + "\n")
+        text = self.print_fmt.render(lambda n: values.get(n, 0), lambda n: values.get(n, ""),
+                                     tracer.symbols.hash_pointer)
+        return f"{self.name}: {text}\n"
 
 
 @dataclass(eq=False)

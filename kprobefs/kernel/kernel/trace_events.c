@@ -3,7 +3,7 @@
  * the print format, the probe and the event's state.  See include/tracepoint.h. */
 #include "tracepoint.h"
 #include "trace_native.h"
-#include "trace/events/sched.h"		/* the declarations: trace_NAME() */
+#include "trace/all_events.h"		/* the declarations: trace_NAME() */
 
 #define TRACE_HEADER_MULTI_READ
 #define __stringify_1(x...) #x
@@ -15,6 +15,7 @@
 #define TP_STRUCT__entry(args...) args
 #define __field(type, item) type item;
 #define __array(type, item, len) type item[len];
+#define __string(item, src) u32 __data_loc_##item;
 #define DECLARE_EVENT_CLASS(name, proto, args, tstruct, assign, print)	\
 	struct trace_event_raw_##name {						\
 		struct trace_entry ent;						\
@@ -22,12 +23,12 @@
 		char __data[];							\
 	};
 #define DEFINE_EVENT(template, name, proto, args)
-#include "trace/events/sched.h"
-#include "trace/events/syscalls.h"
+#include "trace/all_events.h"
 
 /* ---- 2: the fields and the print format of each class ------------------------------ */
 #undef __field
 #undef __array
+#undef __string
 #undef DECLARE_EVENT_CLASS
 #define is_signed_type(type) (((type)(-1)) < (type)1)
 #define __field(_type, _item) { .type = #_type, .name = #_item, .size = sizeof(_type),	\
@@ -35,6 +36,8 @@
 #define __array(_type, _item, _len) { .type = #_type "[" __stringify(_len) "]",	\
 	.name = #_item, .size = sizeof(_type[_len]), .align = __alignof__(_type),	\
 	.is_signed = is_signed_type(_type), .len = _len },
+#define __string(_item, _src) { .type = "__data_loc char[]", .name = #_item, .size = 4,	\
+	.align = 4, .is_signed = is_signed_type(char) },
 #define __entry REC
 #define TP_printk(fmt, args...) #fmt ", " __stringify(args)
 #define DECLARE_EVENT_CLASS(name, proto, args, tstruct, assign, print)	\
@@ -42,32 +45,76 @@
 		tstruct { }	/* ends the table: a NULL name */ \
 	};									\
 	static const char print_fmt_##name[] = print;
-#include "trace/events/sched.h"
-#include "trace/events/syscalls.h"
+#include "trace/all_events.h"
 
-/* ---- 3: the probes ---------------------------------------------------------------- */
+/* ---- 3: where each __string's bytes go (6.1's trace_event_get_offsets) ------------- */
+#undef __field
+#undef __array
+#undef __string
 #undef __entry
 #undef TP_printk
 #undef DECLARE_EVENT_CLASS
+#define __field(type, item)
+#define __array(type, item, len)
+#define __string(item, src) u32 item;
+#define DECLARE_EVENT_CLASS(name, proto, args, tstruct, assign, print)	\
+	struct trace_event_data_offsets_##name { u32 __none; tstruct };
+#include "trace/all_events.h"
+
+#undef __string
+#undef DECLARE_EVENT_CLASS
+#define __trace_str(src) ((src) ? (const char *)(src) : "(null)")
+#define __string(item, src)							\
+	__data_offsets->item = (__data_size + offsetof(__raw_t, __data)) |	\
+			       (u32)(strlen(__trace_str(src)) + 1) << 16;	\
+	__data_size += strlen(__trace_str(src)) + 1;
+#define DECLARE_EVENT_CLASS(name, proto, args, tstruct, assign, print)	\
+	static __always_inline u32 trace_event_get_offsets_##name(		\
+		struct trace_event_data_offsets_##name *__data_offsets, proto)	\
+	{									\
+		typedef struct trace_event_raw_##name __raw_t;			\
+		u32 __data_size = 0;						\
+										\
+		(void)sizeof(__raw_t);		/* no __string: unused */	\
+		tstruct								\
+		return __data_size;						\
+	}
+#include "trace/all_events.h"
+
+/* ---- 4: the probes ---------------------------------------------------------------- */
+#undef __string
+#undef DECLARE_EVENT_CLASS
+#define __string(item, src) entry->__data_loc_##item = __data_offsets.item;
 #define __entry entry
+#define __get_str(field) ((char *)__entry + (__entry->__data_loc_##field & 0xffff))
+#define __assign_str(dst, src)						\
+	memcpy(__get_str(dst), __trace_str(src), __entry->__data_loc_##dst >> 16)
 #define TP_fast_assign(args...) args
 #define DECLARE_EVENT_CLASS(name, proto, args, tstruct, assign, print)	\
 	static noinline void do_trace_event_raw_event_##name(	\
 		struct trace_native_probe *tp, proto)				\
 	{									\
+		struct trace_event_data_offsets_##name __data_offsets;	\
 		struct trace_event_raw_##name *entry;				\
 		struct trace_event_buffer fbuffer;				\
+		u32 __data_size;						\
 										\
-		entry = trace_event_buffer_reserve(&fbuffer, tp, sizeof(*entry)); \
+		if (!(READ_ONCE(tp->flags) & TNP_RECORD)) {			\
+			tp->nhit++;	/* no record: the strings go unmeasured */ \
+			return;							\
+		}								\
+		__data_size = trace_event_get_offsets_##name(&__data_offsets, args); \
+		entry = trace_event_buffer_reserve(&fbuffer, tp,		\
+						   sizeof(*entry) + __data_size); \
 		if (!entry)							\
 			return;							\
+		tstruct								\
 		{ assign }							\
 		trace_event_buffer_commit(&fbuffer);				\
 	}
-#include "trace/events/sched.h"
-#include "trace/events/syscalls.h"
+#include "trace/all_events.h"
 
-/* ---- 4: each event's key, state and description ------------------------------------ */
+/* ---- 5: each event's key, state and description ------------------------------------ */
 #undef DECLARE_EVENT_CLASS
 #undef DEFINE_EVENT
 #define DECLARE_EVENT_CLASS(name, proto, args, tstruct, assign, print)
@@ -88,5 +135,4 @@
 		.key = &__tracepoint_##call,					\
 		.tp = &event_tp_##call,						\
 	};
-#include "trace/events/sched.h"
-#include "trace/events/syscalls.h"
+#include "trace/all_events.h"
