@@ -346,3 +346,20 @@ def test_the_receive_path_records_its_packets(traced):
     kernel.inject_packet(pkt)
     kernel.run_until_idle()
     assert len(lines_of(root, "netif_receive_skb")) == 1
+
+
+def test_a_kprobe_on_a_static_branch_is_refused(traced):
+    """jump_label_text_reserved: the site is rewritten when its key flips, so a kprobe
+    there (or inside its 5 bytes) is EINVAL, as in 6.1; the next instruction is fine."""
+    from kprobefs import Kprobe
+    from kprobefs.errors import ProbeError
+    kernel, tracer, root = traced
+    (site,) = _sites(tracer, "sched_process_fork")
+    for addr in (site, site + 2):
+        with pytest.raises(ProbeError) as err:
+            kernel.register_kprobe(Kprobe(addr=addr))
+        assert err.value.errno == 22
+    p = Kprobe(addr=site + 5)
+    kernel.register_kprobe(p)
+    kernel.unregister_kprobe(p)
+

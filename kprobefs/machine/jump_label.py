@@ -29,16 +29,14 @@ class JumpEntry(NamedTuple):
 
 class JumpLabels:
     """The jump table of ``kernel`` (anything with ``image.symbol_value``, ``read``,
-    ``write`` and ``text_poke``).  Raises :class:`ImageError` when the image has none
-    or a site does not hold the NOP."""
+    ``write`` and ``text_poke``); empty for an image without one.  Raises
+    :class:`ImageError` when a site does not hold the NOP."""
 
     def __init__(self, kernel):
         self.kernel = kernel
         start = kernel.image.symbol_value("__start___jump_table")
         stop = kernel.image.symbol_value("__stop___jump_table")
-        if start is None or stop is None:
-            raise ImageError("the kernel has no __jump_table")
-        data = kernel.read(start, stop - start)
+        data = kernel.read(start, stop - start) if start is not None and stop else b""
         self.entries = tuple(JumpEntry(*e) for e in _ENTRY.iter_unpack(data))
         self._by_key: dict[int, list[JumpEntry]] = {}
         for entry in self.entries:

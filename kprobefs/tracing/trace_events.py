@@ -173,10 +173,9 @@ class StaticEvents:
     """
 
     def __init__(self, kernel, native, first_id: int = FIRST_STATIC_ID):
-        from kprobefs.machine.jump_label import JumpLabels
         self.kernel = kernel
         self.native = native
-        self.jump_labels = JumpLabels(kernel)
+        self.jump_labels = kernel.jump_labels        # machine/jump_label.py
         self._pids_at = kernel.image.symbol_value("trace_event_pids")
         if self._pids_at is None:
             raise ImageError("the kernel has no trace_event_pids")

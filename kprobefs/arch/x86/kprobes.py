@@ -480,6 +480,11 @@ class X86Kprobes:
         code = self.original_bytes(func.addr, func.size)
         plan, reason = can_optimize(code, func.addr, p.addr, self._extable,
                                     self._ftrace_sites, armed_in_region)
+        labels = getattr(self.kernel, "jump_labels", None)
+        if plan is not None and labels is not None and labels.is_site(p.addr,
+                                                                      p.addr + plan.size):
+            # The copied instructions would keep a static branch's old bytes.
+            plan, reason = None, "a jump label site in the region"
         if plan is None:
             log.debug("%s+%#x not optimized: %s", func.name, p.addr - func.addr, reason)
             return None
