@@ -363,3 +363,21 @@ def test_a_kprobe_on_a_static_branch_is_refused(traced):
     kernel.register_kprobe(p)
     kernel.unregister_kprobe(p)
 
+
+
+@pytest.mark.parametrize("text,passing", [
+    ('comm == "parent"', True), ('child_comm ~ "par*"', True), ('comm != "parent"', False),
+    ('child_comm == "paren"', False), ('comm ~ "x*" || child_pid > 0', True)])
+def test_char_array_fields_filter_as_strings(traced, text, passing):
+    """6.1's FILTER_STATIC_STRING: a char[16] field (sched_process_fork's parent_comm,
+    child_comm) compares as a string, in the kernel."""
+    kernel, tracer, root = traced
+    text = text.replace("comm ", "parent_comm ", 1) if text.startswith("comm") else text
+    write(root, "events/sched/sched_process_fork/filter", text)
+    write(root, "events/sched/sched_process_fork/enable", "1")
+    ev = tracer.events[("sched", "sched_process_fork")]
+    assert ev.native.filter is not None               # evaluated by the kernel
+    parent = kernel.spawn("parent")
+    assert kernel.syscall(parent, "fork") > 0
+    got = [l for l in lines_of(root, "sched_process_fork") if f"pid={parent.pid} " in l]
+    assert len(got) == int(passing), got

@@ -160,7 +160,8 @@ def _pack_array(layout: struct.Struct, items: Sequence[tuple], at: int) -> bytes
 
 
 # enum tf_op, enum tf_cmp
-_TF_END, _TF_NUM, _TF_CPU, _TF_STR, _TF_COMM, _TF_FALSE, _TF_AND, _TF_OR, _TF_NOT = range(9)
+(_TF_END, _TF_NUM, _TF_CPU, _TF_STR, _TF_COMM, _TF_FALSE, _TF_AND, _TF_OR, _TF_NOT,
+ _TF_SSTR) = range(10)
 _TF_CMP = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5, "&": 6, "~": 7}
 _PRED = struct.Struct("<BBBBHHq")           # struct tn_pred
 _TF_STACK_MAX = 64
@@ -174,9 +175,12 @@ def _encode_pred(r) -> tuple | None:
     if r.op == "~" and b"[" in bytes(r.value):
         return None
     field, cmp = r.field, _TF_CMP[r.op]
-    if field.kind in ("str", "comm"):
-        op = _TF_STR if field.kind == "str" else _TF_COMM
-        return (op, cmp, 0, 0, field.offset, len(r.value), bytes(r.value))
+    if field.is_string:
+        op = {"str": _TF_STR, "sstr": _TF_SSTR, "comm": _TF_COMM}[field.kind]
+        size = field.size if field.kind == "sstr" else 0
+        if size > 255:
+            return None
+        return (op, cmp, size, 0, field.offset, len(r.value), bytes(r.value))
     if field.kind == "cpu":
         return (_TF_CPU, cmp, 4, 1, 0, 0, as_field_type(r.value, 32, True))
     if field.size not in (1, 2, 4, 8):

@@ -14,8 +14,7 @@ host decodes the pages (tracing/native.py), as for kprobe events.
 
 Limits: the kernel records, so a static event records only with the trace clocks the
 TSC drives and without ``options/stacktrace``, and a filter the kernel cannot evaluate
-(a ``[...]`` glob, more than 64 terms) leaves the event not recording.  Char-array
-fields are not string fields for filters yet.
+(a ``[...]`` glob, more than 64 terms) leaves the event not recording.
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ enum tf_op {
 	TF_AND,
 	TF_OR,
 	TF_NOT,
+	TF_SSTR,	/* a char array of `size` bytes at record `offset` */
 };
 /* TF_GLOB: a string matches a pattern of `*` and `?` (the host keeps `[...]`). */
 enum tf_cmp { TF_EQ, TF_NE, TF_LT, TF_LE, TF_GT, TF_GE, TF_BAND, TF_GLOB };

@@ -409,6 +409,10 @@ static bool __kprobes filter_match(const struct tn_pred *p, const u8 *rec,
 			v = string_is(p, (const char *)rec + (loc & 0xffff), loc >> 16);
 			v = p->cmp == TF_NE ? !v : v;
 			break;
+		case TF_SSTR:
+			v = string_is(p, (const char *)rec + p->offset, p->size);
+			v = p->cmp == TF_NE ? !v : v;
+			break;
 		case TF_COMM:
 			v = string_is(p, task->comm, TASK_COMM_LEN);
 			v = p->cmp == TF_NE ? !v : v;
