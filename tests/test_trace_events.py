@@ -381,3 +381,30 @@ def test_char_array_fields_filter_as_strings(traced, text, passing):
     assert kernel.syscall(parent, "fork") > 0
     got = [l for l in lines_of(root, "sched_process_fork") if f"pid={parent.pid} " in l]
     assert len(got) == int(passing), got
+
+
+def test_trace_pipe_raw_has_the_records_the_format_file_describes(traced):
+    """The kernel's records, as per_cpu/cpuN/trace_pipe_raw hands them out, decoded with
+    nothing but the header files and the event's format file (tests/raw_decoder.py)."""
+    from types import SimpleNamespace
+    from raw_decoder import decode_page, get_field, parse_format, parse_layout
+    from test_tracer_raw import _pages
+    kernel, tracer, root = traced
+    write(root, "events/sched/sched_process_fork/enable", "1")
+    parent = kernel.spawn("rawfork")
+    child = kernel.syscall(parent, "fork")
+    ident, fields = parse_format(read(root, "events/sched/sched_process_fork/format"))
+    layout = parse_layout(read(root, "events/header_page"), read(root, "events/header_event"))
+    found = []
+    for cpu in range(kernel.nr_cpus):
+        for page in _pages(SimpleNamespace(root=root), cpu):
+            for _ts, rec in decode_page(page, layout).events:
+                if get_field(rec, fields, "common_type") == ident:
+                    found.append(rec)
+    mine = [r for r in found if get_field(r, fields, "child_pid") == child]
+    assert len(mine) == 1
+    rec = mine[0]
+    assert get_field(rec, fields, "parent_pid") == parent.pid
+    assert get_field(rec, fields, "common_pid") == parent.pid
+    off, size, _ = fields["parent_comm"]
+    assert rec[off:off + size].rstrip(b"\0") == b"rawfork"
