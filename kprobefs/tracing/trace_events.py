@@ -75,6 +75,7 @@ class StaticEvent:
     key: int                    # its struct static_key
     tp_addr: int                # its struct trace_native_probe
     native: Any = None          # the NativeProbe view of tp_addr
+    recording: bool = False     # what its recording flag in the kernel says
     probes: list = field(default_factory=list)      # none: no kprobes
     enabled: bool = False
     was_enabled: bool = False
@@ -243,12 +244,18 @@ class StaticEvents:
         for key, on in keys.items():
             self.jump_labels.set_enabled(key, on)
         for ev in self.events:
+            if not ev.enabled and not ev.recording:
+                continue                        # off and staying off: nothing to write
             flt = ev.filter
             here = usable and self.native.set_filter(
                 ev.native, flt.program if flt is not None else None)
-            if ev.enabled and not here:
-                _log.info("%s:%s cannot record in the kernel now", ev.group, ev.name)
-            self.native.set_recording(ev.native, ev.enabled and recording and here)
+            on = ev.enabled and recording and here
+            if on != ev.recording:
+                if ev.enabled and not here:
+                    _log.info("%s:%s stops: the kernel cannot record it now (clock, "
+                              "stacktrace or filter)", ev.group, ev.name)
+                self.native.set_recording(ev.native, on)
+                ev.recording = on
 
     # ------------------------------------------------ set_event_pid, event-fork
     def set_pid_filter(self, pids: Iterable[int] | None, no_pids: Iterable[int] | None) -> None:
