@@ -408,3 +408,18 @@ def test_trace_pipe_raw_has_the_records_the_format_file_describes(traced):
     assert get_field(rec, fields, "common_pid") == parent.pid
     off, size, _ = fields["parent_comm"]
     assert rec[off:off + size].rstrip(b"\0") == b"rawfork"
+
+
+def test_static_events_record_only_with_the_kernels_clocks(traced):
+    """The kernel stamps static records, so they record with the clocks the TSC drives
+    (local, global, perf, x86-tsc) and stop with one the host reads (mono): a documented
+    limit, shown here so that lifting it shows up too."""
+    kernel, tracer, root = traced
+    write(root, "events/sched/sched_process_fork/enable", "1")
+    write(root, "trace_clock", "mono")
+    parent = kernel.spawn("clocked")
+    kernel.syscall(parent, "fork")
+    assert [l for l in lines_of(root, "sched_process_fork") if "clocked" in l] == []
+    write(root, "trace_clock", "global")
+    kernel.syscall(parent, "fork")
+    assert len([l for l in lines_of(root, "sched_process_fork") if "clocked" in l]) == 1
