@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from kprobefs.errors import MachineError, ProbeParseError
+from kprobefs.errors import ImageError, MachineError, ProbeParseError
 from kprobefs.tracing.clocks import trace_clocks
 from kprobefs.tracing.function import FunctionTracer, StackTracer
 from kprobefs.tracing.output import CommCache, format_ip_sym
@@ -39,6 +39,7 @@ from kprobefs.tracing.parser import (
 )
 from kprobefs.tracing.native import NativeRecorder
 from kprobefs.tracing.symbols import KernelSymbols
+from kprobefs.tracing.trace_events import StaticEvents
 from kprobefs.tracing.synth import SYNTH_SYSTEM, SynthEvent, is_good_name, parse_synth_fields
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, EventFile, TraceArray
 from kprobefs.tracing.trace_kprobe import (
@@ -184,14 +185,31 @@ class Tracer:
         regs = getattr(engine, "pt_regs_fields", None)
         if NativeRecorder.available(kernel) and regs and self.clocks["local"].tsc:
             try:
-                self.native = NativeRecorder(kernel, regs, self._hit_context,
+                self.native = NativeRecorder(kernel, regs, self._save_current_comm,
                                              self._events_by_id.get)
             except MachineError:
                 _log.info("the kernel's recorder serves another tracer: recording here")
             else:
                 self.native.attach(self.top.buffer)
+        self.static_events = self._init_static_events()
         if self._ftrace is not None:
             self._init_function_tracers(self._ftrace)
+
+    def _init_static_events(self):
+        """The kernel's TRACE_EVENTs (tracing/trace_events.py), in the event registry
+        with the ids below FIRST_EVENT_ID; None without the kernel's recorder."""
+        if self.native is None:
+            return None
+        try:
+            static = StaticEvents(self.kernel, self.native)
+        except ImageError as exc:
+            _log.info("no static events: %s", exc)
+            return None
+        for ev in static.events:
+            self.groups.setdefault(ev.group, _Group(ev.group)).events += 1
+            self.events[(ev.group, ev.name)] = ev
+            self._events_by_id[ev.id] = ev
+        return static
 
     def _init_function_tracers(self, ftrace) -> None:
         """The top array's function tracer and the stack tracer, on the engine's ftrace
@@ -289,6 +307,8 @@ class Tracer:
         if tr is not self.top:
             return
         if events is None:
+            if self.static_events is not None:     # the kernel's pid filter is the top's
+                self.static_events.set_event_fork(tr.options["event-fork"])
             self._native_sync(self.probes)
         else:
             self._native_sync([tp for ev in events for tp in getattr(ev, "probes", ())])
@@ -781,6 +801,8 @@ class Tracer:
             return
         top = self.top
         usable = not top.stacktrace and self.clocks[top.trace_clock].tsc is not None
+        if self.static_events is not None:
+            self.static_events.sync(top.recording, usable, top.files.get)
         for tp in probes:
             np, kp = tp.native, tp.entry_kprobe
             if np is None or kp is None:
@@ -832,6 +854,13 @@ class Tracer:
             cache.save(pid, kernel.current_comm())
         cpu = kernel.cpu
         return pid, cpu.index if cpu is not None else 0
+
+    def _save_current_comm(self) -> None:
+        """Save the running task's comm: the kernel's recorder asks when a CPU's task
+        changed or the task was renamed (saved_cmdlines keeps the latest name)."""
+        pid = self.kernel.current_pid()
+        if pid and self.top.options["record-cmd"]:  # pid 0 stays <idle>, as in Linux
+            self.comm_cache.save(pid, self.kernel.current_comm())
 
     # ================================================================ misc
     def available_event_lines(self) -> str:

@@ -51,7 +51,8 @@ _TNP_RECORD = 1
 
 _INSN = struct.Struct("<BBBBIq")            # struct tn_insn
 _PROBE = struct.Struct("<QQQIH2xQIIQQ")     # struct trace_native_probe, before insns
-_MISSED_AT, _FILTER_AT, _FLAGS_AT, _PENDING_AT, _RET_FREE_AT = 8, 16, 24, 44, 48
+_MISSED_AT, _FILTER_AT, _FLAGS_AT, _TYPE_AT, _PENDING_AT, _RET_FREE_AT = 8, 16, 24, 28, 44, 48
+_U16 = struct.Struct("<H")
 _TNP_RETURN = 2
 _RET_INSTANCE = struct.Struct("<QQQQQ")     # struct tn_ret_instance
 _ENTRY = struct.Struct("<QIIHBxi")          # struct tn_entry
@@ -159,7 +160,8 @@ def _pack_array(layout: struct.Struct, items: Sequence[tuple], at: int) -> bytes
 
 
 # enum tf_op, enum tf_cmp
-_TF_END, _TF_NUM, _TF_CPU, _TF_STR, _TF_COMM, _TF_FALSE, _TF_AND, _TF_OR, _TF_NOT = range(9)
+(_TF_END, _TF_NUM, _TF_CPU, _TF_STR, _TF_COMM, _TF_FALSE, _TF_AND, _TF_OR, _TF_NOT,
+ _TF_SSTR) = range(10)
 _TF_CMP = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5, "&": 6, "~": 7}
 _PRED = struct.Struct("<BBBBHHq")           # struct tn_pred
 _TF_STACK_MAX = 64
@@ -173,9 +175,12 @@ def _encode_pred(r) -> tuple | None:
     if r.op == "~" and b"[" in bytes(r.value):
         return None
     field, cmp = r.field, _TF_CMP[r.op]
-    if field.kind in ("str", "comm"):
-        op = _TF_STR if field.kind == "str" else _TF_COMM
-        return (op, cmp, 0, 0, field.offset, len(r.value), bytes(r.value))
+    if field.is_string:
+        op = {"str": _TF_STR, "sstr": _TF_SSTR, "comm": _TF_COMM}[field.kind]
+        size = field.size if field.kind == "sstr" else 0
+        if size > 255:
+            return None
+        return (op, cmp, size, 0, field.offset, len(r.value), bytes(r.value))
     if field.kind == "cpu":
         return (_TF_CPU, cmp, 4, 1, 0, 0, as_field_type(r.value, 32, True))
     if field.size not in (1, 2, 4, 8):
@@ -303,6 +308,13 @@ class NativeRecorder:
                           + pool)
         return NativeProbe(addr, size, ip, bool(maxactive))
 
+    def adopt(self, addr: int, event_id: int) -> NativeProbe:
+        """The struct trace_native_probe at ``addr`` that the kernel itself holds (a
+        static event's, trace_events.c): give it the event's id; it records nothing
+        until :meth:`set_recording`."""
+        self.kernel.write(addr + _TYPE_AT, _U16.pack(event_id & 0xFFFF))
+        return NativeProbe(addr, 0, 0)
+
     def free_probe(self, np: NativeProbe) -> None:
         """Release the probe's memory, once no task's stack holds a return through it."""
         self.set_filter(np, None)
@@ -409,7 +421,9 @@ class NativeRecorder:
             event = event_of(type_)
             if event is not None:
                 start = offset + _ENTRY.size
-                if event.is_return:         # __probe_func, __probe_ret_ip
+                if getattr(event, "static", False):     # trace_events.py: fields only
+                    out.append((ts, pid, flags, event, 0, 0, data[start:start + length]))
+                elif event.is_return:         # __probe_func, __probe_ret_ip
                     out.append((ts, pid, flags, event, q(data, start)[0],
                                 q(data, start + 8)[0], data[start + 16:start + length]))
                 else:

@@ -43,6 +43,7 @@ __all__ = [
 # The options a trace array implements (options/<name>), with their defaults.
 OPTION_DEFAULTS = {
     "context-info": True,
+    "event-fork": False,
     "irq-info": True,
     "markers": True,
     "overwrite": True,
