@@ -8,7 +8,10 @@ trace arrays (:mod:`trace_array`): the top level, :attr:`Tracer.top`, and the in
 made under ``instances/``.  An event's probes are armed while it is enabled in any
 array, and a hit records into each array it is enabled in.  The kernel's recorder
 (:mod:`native`) records an event in kernel code when it is enabled in the top array
-only; otherwise the host's handler records it.
+only; otherwise the host's handler records it.  The kernel's own static events
+(:mod:`trace_events`, ``sched``, ``syscalls`` …) are in the registry too, for every
+array, but only the kernel records them, into the top array: their enable bit and filter
+in an instance are kept and shown, and the instance records none of them.
 
 It talks to the kprobes engine only through ``register_kprobe`` and friends, to the
 emulated kernel only through what a handler may read (memory, current task, CPU,
