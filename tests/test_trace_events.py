@@ -2,6 +2,7 @@
 TRACE_EVENT tracepoints, their format files against Linux 6.1's layouts, records made
 by the kernel's recorder, and their call sites patched between a NOP and a jump."""
 
+import errno
 import os
 import re
 
@@ -423,3 +424,45 @@ def test_static_events_record_only_with_the_kernels_clocks(traced):
     write(root, "trace_clock", "global")
     kernel.syscall(parent, "fork")
     assert len([l for l in lines_of(root, "sched_process_fork") if "clocked" in l]) == 1
+
+
+def test_static_events_in_an_instance(traced):
+    """Every trace array lists the static events with its own enable bit and filter;
+    the kernel records them into the top array only, so an instance's enable does not
+    move the sites, and the top array's records follow the top array's files alone."""
+    kernel, tracer, root = traced
+    tracer.new_instance("inst")
+    inst = node(root, "instances/inst")
+    assert "sched:sched_process_fork" in read(inst, "available_events").split()
+    write(inst, "events/sched/sched_process_fork/enable", "1")
+    write(inst, "events/sched/sched_process_fork/filter", "child_pid == 1")
+    (site,) = _sites(tracer, "sched_process_fork")
+    assert kernel.read(site, 5) == NOP5
+    assert read(inst, "events/sched/sched_process_fork/enable") == "1\n"
+    assert read(root, "events/sched/sched_process_fork/enable") == "0\n"
+    assert read(inst, "events/sched/sched_process_fork/filter") == "child_pid == 1\n"
+    assert read(root, "events/sched/sched_process_fork/filter") == "none\n"
+    write(root, "events/sched/sched_process_fork/enable", "1")
+    assert kernel.read(site, 5)[0] == 0xE9
+    parent = kernel.spawn("both")
+    child = kernel.syscall(parent, "fork")
+    assert any(l.endswith(f"child_pid={child}") for l in lines_of(root, "sched_process_fork"))
+    assert lines_of(inst, "sched_process_fork") == []
+    write(root, "events/sched/sched_process_fork/enable", "0")
+    assert kernel.read(site, 5) == NOP5             # the instance's enable alone: no sites
+    # options/event-fork is each array's; the kernel's pid filter follows the top one.
+    write(inst, "options/event-fork", "1")
+    assert read(inst, "options/event-fork") == "1\n"
+    assert read(root, "options/event-fork") == "0\n"
+    tracer.static_events.set_pid_filter({parent.pid}, None)
+    kernel.syscall(parent, "fork")
+    assert tracer.static_events.pid_filter() == ({parent.pid}, set())
+
+
+def test_a_kprobe_event_may_not_take_a_static_events_name(traced):
+    _kernel, _tracer, root = traced
+    with pytest.raises(OSError) as err:
+        write(root, "kprobe_events", "p:sched/sched_switch vfs_read")
+    assert err.value.errno == errno.EEXIST
+    assert "name is already used by another event" in read(root, "error_log")
+    assert "sched:sched_switch" in read(root, "available_events").split()

@@ -370,9 +370,10 @@ class Tracer:
             words = list(words) or split_words(format_probe(spec))
             self._check_room()
             event = self.events.get((spec.group, spec.event))
-            if event is not None:
+            if isinstance(event, TraceEvent):
                 return self._append(event, spec, words)
-            if (spec.group, spec.event) in self._reserved:
+            if event is not None or (spec.group, spec.event) in self._reserved:
+                # another kind of event has the name (a static or synthetic event)
                 raise self._log(words, "EVENT_EXIST", errno.EEXIST, 0)
             event = TraceEvent(spec.group, spec.event, self._allocate_id())
             tp = TraceProbe(spec, event)
