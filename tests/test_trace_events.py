@@ -427,32 +427,45 @@ def test_static_events_record_only_with_the_kernels_clocks(traced):
 
 
 def test_static_events_in_an_instance(traced):
-    """Every trace array lists the static events with its own enable bit and filter;
-    the kernel records them into the top array only, so an instance's enable does not
-    move the sites, and the top array's records follow the top array's files alone."""
+    """Every trace array has the static events with its own enable bit and filter: the
+    kernel records into the top array, and hands the records of an event enabled in an
+    instance to the host, which files them there by the instance's filter."""
     kernel, tracer, root = traced
     tracer.new_instance("inst")
     inst = node(root, "instances/inst")
     assert "sched:sched_process_fork" in read(inst, "available_events").split()
-    write(inst, "events/sched/sched_process_fork/enable", "1")
-    write(inst, "events/sched/sched_process_fork/filter", "child_pid == 1")
     (site,) = _sites(tracer, "sched_process_fork")
-    assert kernel.read(site, 5) == NOP5
+    write(inst, "events/sched/sched_process_fork/enable", "1")
+    assert kernel.read(site, 5)[0] == 0xE9          # an instance's enable patches too
     assert read(inst, "events/sched/sched_process_fork/enable") == "1\n"
     assert read(root, "events/sched/sched_process_fork/enable") == "0\n"
-    assert read(inst, "events/sched/sched_process_fork/filter") == "child_pid == 1\n"
+    parent = kernel.spawn("inst")
+    child = kernel.syscall(parent, "fork")
+    (line,) = [l for l in lines_of(inst, "sched_process_fork") if f"={child}" in l]
+    assert line.lstrip().startswith(f"inst-{parent.pid} ")
+    assert line.endswith(f"comm=inst pid={parent.pid} child_comm=inst child_pid={child}")
+    assert lines_of(root, "sched_process_fork") == []
+    # Each array filters by its own filter; the top records what its own passes.
+    write(inst, "events/sched/sched_process_fork/filter", "child_pid == 1")
     assert read(root, "events/sched/sched_process_fork/filter") == "none\n"
     write(root, "events/sched/sched_process_fork/enable", "1")
-    assert kernel.read(site, 5)[0] == 0xE9
-    parent = kernel.spawn("both")
+    before = len(lines_of(inst, "sched_process_fork"))
     child = kernel.syscall(parent, "fork")
-    assert any(l.endswith(f"child_pid={child}") for l in lines_of(root, "sched_process_fork"))
-    assert lines_of(inst, "sched_process_fork") == []
+    assert len(lines_of(inst, "sched_process_fork")) == before
+    assert [l for l in lines_of(root, "sched_process_fork") if f"child_pid={child}" in l]
+    write(inst, "tracing_on", "0")
+    write(inst, "events/sched/sched_process_fork/filter", "0")
+    kernel.syscall(parent, "fork")
+    assert len(lines_of(inst, "sched_process_fork")) == before
     write(root, "events/sched/sched_process_fork/enable", "0")
-    assert kernel.read(site, 5) == NOP5             # the instance's enable alone: no sites
+    assert kernel.read(site, 5)[0] == 0xE9
+    tracer.remove_instance("inst")                  # disables its events
+    assert kernel.read(site, 5) == NOP5
     # options/event-fork is each array's; the kernel's pid filter follows the top one.
-    write(inst, "options/event-fork", "1")
-    assert read(inst, "options/event-fork") == "1\n"
+    tracer.new_instance("other")
+    other = node(root, "instances/other")
+    write(other, "options/event-fork", "1")
+    assert read(other, "options/event-fork") == "1\n"
     assert read(root, "options/event-fork") == "0\n"
     tracer.static_events.set_pid_filter({parent.pid}, None)
     kernel.syscall(parent, "fork")

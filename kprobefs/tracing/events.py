@@ -10,8 +10,8 @@ array, and a hit records into each array it is enabled in.  The kernel's recorde
 (:mod:`native`) records an event in kernel code when it is enabled in the top array
 only; otherwise the host's handler records it.  The kernel's own static events
 (:mod:`trace_events`, ``sched``, ``syscalls`` …) are in the registry too, for every
-array, but only the kernel records them, into the top array: their enable bit and filter
-in an instance are kept and shown, and the instance records none of them.
+array: the kernel records them into the top array, and hands the host each record of
+one enabled in an instance, which files it there (:meth:`Tracer._static_record`).
 
 It talks to the kprobes engine only through ``register_kprobe`` and friends, to the
 emulated kernel only through what a handler may read (memory, current task, CPU,
@@ -204,8 +204,8 @@ class Tracer:
         if self.native is None:
             return None
         try:
-            static = StaticEvents(self.kernel, self.native)
-        except ImageError as exc:
+            static = StaticEvents(self.kernel, self.native, deliver=self._static_record)
+        except (ImageError, MachineError) as exc:
             _log.info("no static events: %s", exc)
             return None
         for ev in static.events:
@@ -806,7 +806,9 @@ class Tracer:
         top = self.top
         usable = not top.stacktrace and self.clocks[top.trace_clock].tsc is not None
         if self.static_events is not None:
-            self.static_events.sync(top.recording, usable, top.files.get)
+            instances = list(self.instances.values())
+            self.static_events.sync(top.recording, usable, top.files.get,
+                                    lambda ev: any(tr.is_enabled(ev) for tr in instances))
         for tp in probes:
             np, kp = tp.native, tp.entry_kprobe
             if np is None or kp is None:
@@ -858,6 +860,25 @@ class Tracer:
             cache.save(pid, kernel.current_comm())
         cpu = kernel.cpu
         return pid, cpu.index if cpu is not None else 0
+
+    def _static_record(self, event, cpu: int, record: bytes) -> None:
+        """A static event's record from the kernel (trace_events.StaticEvents): into
+        each instance that has the event enabled, records, and whose filter passes."""
+        pid = int.from_bytes(record[4:8], "little", signed=True)
+        data = record[8:]
+        comm = self.kernel.current_comm
+        cache = self.comm_cache
+        for tr in list(self.instances.values()):
+            ef = tr.files.get((event.group, event.name))
+            if ef is None or ef.event is not event or not ef.enabled or not tr.recording:
+                continue
+            if ef.filter is not None and not ef.filter.match(record, cpu, comm):
+                continue
+            if pid and (pid not in cache.names or pid in cache.stale) \
+                    and tr.options["record-cmd"]:
+                cache.save(pid, comm())
+            tr.buffer.write(cpu, (tr.now(), pid, record[2], event, 0, 0, data),
+                            len(record))
 
     def _save_current_comm(self) -> None:
         """Save the running task's comm: the kernel's recorder asks when a CPU's task

@@ -54,6 +54,7 @@ _PROBE = struct.Struct("<QQQIH2xQIIQQ")     # struct trace_native_probe, before 
 _MISSED_AT, _FILTER_AT, _FLAGS_AT, _TYPE_AT, _PENDING_AT, _RET_FREE_AT = 8, 16, 24, 28, 44, 48
 _U16 = struct.Struct("<H")
 _TNP_RETURN = 2
+_TNP_HOST = 4
 _RET_INSTANCE = struct.Struct("<QQQQQ")     # struct tn_ret_instance
 _ENTRY = struct.Struct("<QIIHBxi")          # struct tn_entry
 _CPU = struct.Struct("<IIQII")              # struct tn_cpu: used .. count
@@ -359,8 +360,12 @@ class NativeRecorder:
         np.filter = (tuple(program), addr, size)
         return True
 
-    def set_recording(self, np: NativeProbe, on: bool) -> None:
-        flags = (_TNP_RECORD if on else 0) | (_TNP_RETURN if np.is_return else 0)
+    def set_recording(self, np: NativeProbe, on: bool, host: bool = False) -> None:
+        """Whether the kernel records the probe's hits (``on``) and, for a static
+        event's probe, hands each record to the host first (``host``: HC_TRACE_EVENT,
+        for the trace instances it is enabled in)."""
+        flags = ((_TNP_RECORD if on else 0) | (_TNP_RETURN if np.is_return else 0)
+                 | (_TNP_HOST if host else 0))
         self.kernel.write(np.addr + _FLAGS_AT, _U32.pack(flags))
 
     def hits(self, np: NativeProbe) -> int:

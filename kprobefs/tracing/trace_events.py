@@ -10,11 +10,14 @@ nothing about an event is written twice.  Offsets follow C's struct layout, as 6
 Enabling an event patches its call sites from a NOP into a jump (machine/jump_label.py)
 and sets the recording flag; a hit then runs only kernel code: the event's probe fills
 the record in the kernel recorder's stage, the kernel evaluates the filter, and the
-host decodes the pages (tracing/native.py), as for kprobe events.
+host decodes the pages (tracing/native.py), as for kprobe events.  The kernel records
+into the top trace array; for an event enabled in an instance it first hands the record
+to the host (HC_TRACE_EVENT), which files it into each such instance by its filter.
 
-Limits: the kernel records, so a static event records only with the trace clocks the
-TSC drives and without ``options/stacktrace``, and a filter the kernel cannot evaluate
-(a ``[...]`` glob, more than 64 terms) leaves the event not recording.
+Limits: the kernel records, so a static event records in the top array only with the
+trace clocks the TSC drives and without ``options/stacktrace``, and a filter the kernel
+cannot evaluate (a ``[...]`` glob, more than 64 terms) leaves it not recording there.
+An instance's records carry no stack trace; the pid filter is the top array's.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class StaticEvent:
     key: int                    # its struct static_key
     tp_addr: int                # its struct trace_native_probe
     native: Any = None          # the NativeProbe view of tp_addr
-    recording: bool = False     # what its recording flag in the kernel says
+    recording: tuple = (False, False)   # its kernel flags: record, hand to the host
     probes: list = field(default_factory=list)      # none: no kprobes
     enabled: bool = False       # in some trace array (the registry keeps it)
     was_enabled: bool = False
@@ -170,9 +173,11 @@ class StaticEvents:
     Raises :class:`ImageError` when the kernel has no events table.
     """
 
-    def __init__(self, kernel, native, first_id: int = FIRST_STATIC_ID):
+    def __init__(self, kernel, native, first_id: int = FIRST_STATIC_ID, deliver=None):
         self.kernel = kernel
         self.native = native
+        #: deliver(event, cpu, record): a record for the instances (HC_TRACE_EVENT)
+        self.deliver = deliver
         self.jump_labels = kernel.jump_labels        # machine/jump_label.py
         self._pids_at = kernel.image.symbol_value("trace_event_pids")
         if self._pids_at is None:
@@ -185,6 +190,8 @@ class StaticEvents:
         for n, call in enumerate(_CALL.iter_unpack(kernel.read(start, stop - start))):
             self.events.append(self._read_event(call, first_id + n))
         self._read_syscalls(first_id + len(self.events))
+        self._by_id = {ev.id: ev for ev in self.events}
+        kernel.add_hypercall("TRACE_EVENT", self._hc_event)
 
     def _cstring(self, addr: int) -> str:
         out = b""
@@ -233,11 +240,12 @@ class StaticEvents:
                 self.events.append(ev)
                 next_id += 1
 
-    def sync(self, recording: bool, usable: bool, file_of) -> None:
-        """Make each event's call sites and recording flag follow its state in the top
-        trace array, the one the kernel records into: ``recording`` = its tracing is on,
-        ``usable`` = the kernel can stamp records, ``file_of((group, name))`` = the
-        array's EventFile of an event (trace_array.py) or None."""
+    def sync(self, recording: bool, usable: bool, file_of, in_instance) -> None:
+        """Make each event's call sites and kernel flags follow its state.  The kernel
+        records into the top trace array: ``recording`` = its tracing is on, ``usable``
+        = the kernel can stamp its records, ``file_of((group, name))`` = its EventFile of
+        an event (trace_array.py) or None.  ``in_instance(ev)``: the event is enabled in
+        an instance, so the kernel hands each record to the host too (``deliver``)."""
         states = []
         keys: dict[int, bool] = {}
         for ev in self.events:                  # a key is on while one of its events is
@@ -245,23 +253,36 @@ class StaticEvents:
             if ef is not None and ef.event is not ev:
                 ef = None
             on_top = ef is not None and ef.enabled
-            states.append((ev, ef, on_top))
-            keys[ev.key] = keys.get(ev.key, False) or on_top
+            host = in_instance(ev)
+            states.append((ev, ef, on_top, host))
+            keys[ev.key] = keys.get(ev.key, False) or on_top or host
         for key, on in keys.items():
             self.jump_labels.set_enabled(key, on)
-        for ev, ef, on_top in states:
-            if not on_top and not ev.recording:
+        for ev, ef, on_top, host in states:
+            if not on_top and not host and ev.recording == (False, False):
                 continue                        # off and staying off: nothing to write
             flt = ef.filter if ef is not None else None
             here = usable and self.native.set_filter(
                 ev.native, flt.program if flt is not None else None)
-            on = on_top and recording and here
-            if on != ev.recording:
+            want = (on_top and recording and here, host)
+            if want != ev.recording:
                 if on_top and not here:
                     _log.info("%s:%s stops: the kernel cannot record it now (clock, "
                               "stacktrace or filter)", ev.group, ev.name)
-                self.native.set_recording(ev.native, on)
-                ev.recording = on
+                self.native.set_recording(ev.native, *want)
+                ev.recording = want
+
+    def _hc_event(self, cpu: int, entry: int, length: int, *_args) -> int:
+        """HC_TRACE_EVENT: a record of an event enabled in an instance, its common
+        fields and ``length`` bytes of data at ``entry``, not yet filtered."""
+        try:
+            data = self.kernel.read(entry, _COMMON_SIZE + length)
+        except Exception:                       # the machine's fault: nothing to give
+            return 0
+        ev = self._by_id.get(int.from_bytes(data[:2], "little"))
+        if ev is not None and self.deliver is not None:
+            self.deliver(ev, cpu, data)
+        return 0
 
     # ------------------------------------------------ set_event_pid, event-fork
     def set_pid_filter(self, pids: Iterable[int] | None, no_pids: Iterable[int] | None) -> None:

@@ -45,6 +45,8 @@ struct tn_insn {
 
 #define TNP_RECORD 1	/* the event is enabled and tracing is on: record hits */
 #define TNP_RETURN 2	/* a return probe: the data begins with __probe_func, __probe_ret_ip */
+#define TNP_HOST 4	/* a static event enabled in a trace instance: hand the host each
+			 * record before the filter (HC_TRACE_EVENT) */
 
 /* An event filter in postfix order: predicates push a truth value, TF_AND/TF_OR/TF_NOT
  * combine the top ones. */

@@ -99,7 +99,7 @@
 		struct trace_event_buffer fbuffer;				\
 		u32 __data_size;						\
 										\
-		if (!(READ_ONCE(tp->flags) & TNP_RECORD)) {			\
+		if (!(READ_ONCE(tp->flags) & (TNP_RECORD | TNP_HOST))) {	\
 			tp->nhit++;	/* no record: the strings go unmeasured */ \
 			return;							\
 		}								\

@@ -611,7 +611,7 @@ void * __kprobes trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
 	struct tn_entry *e;
 
 	tp->nhit++;
-	if (!(READ_ONCE(tp->flags) & TNP_RECORD))
+	if (!(READ_ONCE(tp->flags) & (TNP_RECORD | TNP_HOST)))
 		return NULL;
 	if (unlikely(c->busy)) {
 		tp->nmissed++;
@@ -646,6 +646,10 @@ void __kprobes trace_event_buffer_commit(struct trace_event_buffer *fbuffer)
 	u32 acct, staged, i;
 	u64 ts;
 
+	if (unlikely(READ_ONCE(tp->flags) & TNP_HOST))
+		hypercall(HC_TRACE_EVENT, fbuffer->cpu, (long)fbuffer->entry, fbuffer->len, 0);
+	if (!(READ_ONCE(tp->flags) & TNP_RECORD))
+		goto out;
 	if (tp->filter && !filter_match(tp->filter, fbuffer->entry, task, fbuffer->cpu))
 		goto out;
 	save_comm(c, fbuffer->cpu, task);
