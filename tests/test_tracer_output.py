@@ -242,8 +242,9 @@ def test_user_string_and_fault(t):
          "k=+0(%si):string")
     enable(t, "ev")
     t.engine.hit(VFS_READ, si=UBASE, di=0xFFFF888000900000)
+    # k: a plain string below TASK_SIZE reads user memory, as x86's 6.1 does.
     assert cat(t.root, "trace").splitlines()[-1].endswith(
-        'ev: (vfs_read+0x0/0x1a0) path="/dev/null" bad=(fault) k=(fault)')
+        'ev: (vfs_read+0x0/0x1a0) path="/dev/null" bad=(fault) k="/dev/null"')
 
 
 def test_hit_path_speed(t):
