@@ -127,16 +127,18 @@ def test_kernel_fetch_below_task_size_reads_user_memory(native):
     tracer = Tracer(kernel.kprobes, kernel, **({} if native else {"clock": kernel.clock_ns}))
     assert (tracer.native is not None) == native
     root = tracer.tracefs_root()
+    # c0 and r0 come after a string: their stores must not reach the string's bytes.
     write(root, "kprobe_events", "p:myopen do_sys_open file=+0(%si):string "
-          "c0=+0(%si):u8 ban=@linux_proc_banner:string\n")
+          "c0=+0(%si):u8 r0=%di:u8 ban=@linux_proc_banner:string\n")
     write(root, "events/kprobes/myopen/enable", "1")
     t = kernel.spawn("opener")
     kernel.syscall(t, "openat", AT_FDCWD, "/tmp/by-name", O_CREAT | O_RDWR, 0o644)
     kernel.syscall(t, "openat", AT_FDCWD, 0x10, 0, 0)
     lines = trace_lines(root, "myopen")
     assert len(lines) == 2
-    assert 'file="/tmp/by-name" c0=47 ban="%s version %s (kprobefs@emulator) ' in lines[0], lines[0]
-    assert "file=(fault) c0=0 ban=" in lines[1], lines[1]
+    assert 'file="/tmp/by-name" c0=47 r0=156 ban="%s version %s (kprobefs@emulator) ' \
+        in lines[0], lines[0]
+    assert "file=(fault) c0=0 r0=156 ban=" in lines[1], lines[1]
 
 
 def test_return_probe_and_profile_counts(sysfs):

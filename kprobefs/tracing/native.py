@@ -71,11 +71,14 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _encode_program(program: FetchProgram, reg_offset: dict[str, int]) -> list[tuple] | None:
+def _encode_program(program: FetchProgram, reg_offset: dict[str, int],
+                    whole_store: bool = True) -> list[tuple] | None:
     """The tn_insn tuples of one argument (ended by TN_END, unless it is a single
     TN_REG_RAW, TN_COMM or TN_DATA), or None if the kernel's recorder cannot run it.
     ``reg_offset`` maps a register to its offset in struct pt_regs.  TN_DATA's param
-    is its bytes, which :func:`_pack_array` places."""
+    is its bytes, which :func:`_pack_array` places.  ``whole_store``: the argument may
+    be stored 8 bytes at a time (TN_REG_RAW), no earlier string's bytes lying within
+    8 bytes of its offset."""
     insns = program.insns
     source = insns[0]
     kind = type(source)
@@ -124,7 +127,7 @@ def _encode_program(program: FetchProgram, reg_offset: dict[str, int]) -> list[t
             continue                # the store carries the count
         else:
             return None             # symstr: symbol names are the host's
-    if len(out) == 2 and out[0][0] == _REG and out[1][0] == _ST_RAW:
+    if whole_store and len(out) == 2 and out[0][0] == _REG and out[1][0] == _ST_RAW:
         # The common %reg[:type]: one instruction the recorder runs without a loop.
         return [(_REG_RAW, out[1][1], 0, 0, 0, out[0][5])]
     out.append((_END, 0, 0, 0, 0, 0))
@@ -137,11 +140,18 @@ def encode_programs(programs: Sequence[FetchProgram], at: int,
     for ``programs``: each argument's instructions, TN_END, then the bytes of immediate
     strings.  ``None`` when an argument needs the host's interpreter."""
     out = []
+    fixed = sum(p.record_size for p in programs)
+    offset, strings = 0, False
     for program in programs:
-        code = _encode_program(program, reg_offset)
+        # TN_REG_RAW stores 8 bytes: past the fixed part they would land on the bytes
+        # of a string argument already stored there.
+        code = _encode_program(program, reg_offset,
+                               whole_store=not strings or offset + 8 <= fixed)
         if code is None:
             return None
         out.extend(code)
+        offset += program.record_size
+        strings = strings or program.fetch_type.is_string
     out.append((_END, 0, 0, 0, 0, 0))
     return _pack_array(_INSN, out, at + _PROBE.size)
 

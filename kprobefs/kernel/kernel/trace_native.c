@@ -100,7 +100,8 @@ static int __kprobes fetch_load(unsigned long addr, int size, bool user, u64 *ou
 }
 
 /* Store the low `size` bytes of v.  Exactly those: an 8-byte store of the last fixed
- * value would run into the dynamic data, where an earlier argument's string already is. */
+ * value would run into the dynamic data, where an earlier argument's string already is
+ * (TN_REG_RAW stores 8 bytes: the host uses it only where no string lies in reach). */
 static __always_inline void store_value(u8 *dst, u64 v, int size)
 {
 	switch (size) {
@@ -288,7 +289,8 @@ static __always_inline int write_data(struct trace_native_probe *tp, struct pt_r
 		*(u64 *)(data + 8) = ret_ip;
 	for (pc = tp->insns; pc->op != TN_END && !err;) {
 		if (likely(pc->op == TN_REG_RAW)) {
-			store_value(r.fixed, *(u64 *)((char *)regs + pc->param), pc->size);
+			/* 8 bytes: the host encodes this only where that is safe. */
+			*(u64 *)r.fixed = *(u64 *)((char *)regs + pc->param);
 			r.fixed += pc->size;
 		} else if (pc->op == TN_COMM) {
 			err = store_bytes(&r, (const u8 *)task->comm, comm_len(task));
@@ -426,33 +428,44 @@ static bool __kprobes filter_match(const struct tn_pred *p, const u8 *rec,
 	return stack[0];
 }
 
-/* Make room for a record of `len` data bytes, stamped ts, in the host's open page:
- * close a full page (overwrite mode), or have the host take the staged pages.  Returns
- * the bytes the record accounts for, or 0 to drop it (overwrite off, buffer full).  When
- * the host took the pages, c->staged moved: the caller's record must move too. */
-static __always_inline u32 make_room(struct tn_cpu *c, int cpu, u32 len, u64 ts)
+/* The bytes a record of `len` data bytes, stamped ts, takes in the host's page. */
+static __always_inline u32 record_acct(struct tn_cpu *c, u32 len, u64 ts)
 {
 	u32 payload = ALIGN(8 + len, 4);	/* the common fields, then the data */
+	u32 acct = 4 + payload + (payload > 112 ? 4 : 0);
+
+	if (c->has_last && ts - c->last_ts >= TN_TS_DELTA_MAX)
+		acct += 8;
+	return acct;
+}
+
+/* The open page is full: close it and go on in the next (overwrite mode: the host
+ * opens them all when it takes them), or have the host take the staged pages and open
+ * the next one.  False: the event is dropped (overwrite off, buffer full).  When the
+ * host took the pages, c->staged moved. */
+static __always_inline bool next_page(struct tn_cpu *c, int cpu, bool closable)
+{
+	if (closable && c->closed + 1 < c->batch) {
+		c->page_end[c->closed] = c->staged;
+		c->page_count[c->closed] = c->count;
+		c->closed++;
+		c->used = 0;
+		return true;
+	}
+	return hypercall(HC_TRACE_PAGE_FULL, cpu, 0, 0, 0);
+}
+
+/* Make room for a record of `len` data bytes in the host's open page.  Returns the
+ * bytes it accounts for, or 0 to drop it. */
+static __always_inline u32 make_room(struct tn_cpu *c, int cpu, u32 len, u64 ts)
+{
 	u32 acct;
 
 	for (;;) {
-		acct = 4 + payload + (payload > 112 ? 4 : 0);
-		if (c->has_last && ts - c->last_ts >= TN_TS_DELTA_MAX)
-			acct += 8;
+		acct = record_acct(c, len, ts);
 		if (c->used + acct <= TN_PAGE_DATA)
 			return acct;
-		if (c->closed + 1 < c->batch) {
-			/* Close the full page and go on in the next one; the host opens
-			 * them all when it takes them. */
-			c->page_end[c->closed] = c->staged;
-			c->page_count[c->closed] = c->count;
-			c->closed++;
-			c->used = 0;
-			continue;
-		}
-		/* The open page is full: the host takes the pages and opens the next one,
-		 * or (overwrite off, buffer full) drops this event. */
-		if (!hypercall(HC_TRACE_PAGE_FULL, cpu, 0, 0, 0))
+		if (!next_page(c, cpu, true))
 			return 0;
 	}
 }
@@ -465,6 +478,21 @@ static __always_inline struct tn_entry *stage_slot(struct tn_cpu *c, int cpu)
 		if (!hypercall(HC_TRACE_PAGE_FULL, cpu, 0, 0, 0))
 			return NULL;
 	return (struct tn_entry *)(c->stage + c->staged);
+}
+
+/* The host took the staged pages while a record waited at e: move it (its common
+ * fields and `len` data bytes) to where the stage ends now. */
+static noinline struct tn_entry * __kprobes move_record(struct tn_cpu *c,
+							 struct tn_entry *e, u32 len)
+{
+	struct tn_entry *to = (struct tn_entry *)(c->stage + c->staged);
+	u8 *dst = (u8 *)&to->type;
+	const u8 *src = (const u8 *)&e->type;
+	u32 i;
+
+	for (i = 0; i < 8 + len; i++)	/* forward: the new place is never after the old */
+		dst[i] = src[i];
+	return to;
 }
 
 /* The host keeps saved_cmdlines: tell it once per task change. */
@@ -519,32 +547,34 @@ static __always_inline void record(struct trace_native_probe *tp, struct pt_regs
 {
 	struct task_struct *task = current;
 	struct tn_entry *e;
-	u32 acct, staged;
+	u32 acct;
 	int len;
 	u64 ts;
 
 	save_comm(c, cpu, task);
 	ts = trace_clock_read();
-	e = stage_slot(c, cpu);
-	if (!e)
-		return;
-	len = write_data(tp, regs, task, e->data, ret_ip);
-	if (len < 0)
-		return;
-	set_common(e, tp->type, flags, task->pid);
-	/* The filter sees the record as Linux lays it out: the common fields, the data. */
-	if (tp->filter && !filter_match(tp->filter, (const u8 *)&e->type, task, cpu))
-		return;
-	staged = c->staged;
-	acct = make_room(c, cpu, len, ts);
-	if (!acct)
-		return;
-	if (c->staged != staged) {
-		/* The host took the pages: write the record again where the stage ends. */
+	for (;;) {
+		/* A page of records never fills the stage, so there is always room for the
+		 * largest record after the staged ones (the check is only a safeguard). */
 		e = (struct tn_entry *)(c->stage + c->staged);
-		write_data(tp, regs, task, e->data, ret_ip);
-		set_common(e, tp->type, flags, task->pid);
+		len = c->staged + sizeof(*e) + TN_DATA_MAX <= TN_STAGE_SIZE ?
+			write_data(tp, regs, task, e->data, ret_ip) : 0;
+		if (len < 0)
+			return;
+		if (len && tp->filter) {
+			/* The record as the filter sees it: the common fields, the data. */
+			set_common(e, tp->type, flags, task->pid);
+			if (!filter_match(tp->filter, (const u8 *)&e->type, task, cpu))
+				return;
+		}
+		acct = record_acct(c, len, ts);
+		if (len && c->used + acct <= TN_PAGE_DATA)
+			break;
+		/* Written again where the stage ends once the host took the pages. */
+		if (!next_page(c, cpu, len))
+			return;
 	}
+	set_common(e, tp->type, flags, task->pid);
 	stage_commit(c, cpu, e, len, acct, ts);
 }
 
@@ -643,7 +673,7 @@ void __kprobes trace_event_buffer_commit(struct trace_event_buffer *fbuffer)
 	struct tn_cpu *c = &trace_native_cpu[fbuffer->cpu];
 	struct task_struct *task = current;
 	struct tn_entry *e = container_of(fbuffer->entry, struct tn_entry, type);
-	u32 acct, staged, i;
+	u32 acct, staged;
 	u64 ts;
 
 	if (unlikely(READ_ONCE(tp->flags) & TNP_HOST))
@@ -658,16 +688,8 @@ void __kprobes trace_event_buffer_commit(struct trace_event_buffer *fbuffer)
 	acct = make_room(c, fbuffer->cpu, fbuffer->len, ts);
 	if (!acct)
 		goto out;
-	if (c->staged != staged) {
-		/* The host took the pages: move the record to where the stage ends. */
-		struct tn_entry *to = (struct tn_entry *)(c->stage + c->staged);
-		u8 *dst = (u8 *)&to->type;
-		const u8 *src = fbuffer->entry;
-
-		for (i = 0; i < 8 + fbuffer->len; i++)
-			dst[i] = src[i];
-		e = to;
-	}
+	if (unlikely(c->staged != staged))
+		e = move_record(c, e, fbuffer->len);
 	stage_commit(c, fbuffer->cpu, e, fbuffer->len, acct, ts);
 out:
 	c->busy = 0;
