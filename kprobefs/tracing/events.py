@@ -302,7 +302,7 @@ class Tracer:
             for tp in probes:
                 if tp.registered:
                     self._engine_enable(tp, False)
-        self._native_sync(probes)
+        self._native_sync(probes, statics=_is_static(event))
 
     def array_changed(self, tr: TraceArray, events: Iterable | None = None) -> None:
         """Something of ``tr`` that decides how ``events`` (None: all) are recorded
@@ -314,7 +314,9 @@ class Tracer:
                 self.static_events.set_event_fork(tr.options["event-fork"])
             self._native_sync(self.probes)
         else:
-            self._native_sync([tp for ev in events for tp in getattr(ev, "probes", ())])
+            events = list(events)
+            self._native_sync([tp for ev in events for tp in getattr(ev, "probes", ())],
+                              statics=any(_is_static(ev) for ev in events))
 
     def clock_changed(self, tr: TraceArray, clock) -> None:
         if tr is self.top and self.native is not None and clock.tsc is not None:
@@ -781,7 +783,7 @@ class Tracer:
             tp.native = self.native.new_probe(tp.event.id, address, spec.programs,
                                               sum(p.record_size for p in spec.programs),
                                               maxactive)
-        self._native_sync((tp,))
+        self._native_sync((tp,), statics=False)
 
     def _native_free(self, tp: TraceProbe) -> None:
         if tp.native is not None:
@@ -795,17 +797,19 @@ class Tracer:
                 if tp.registered:
                     self.engine.refresh_kprobe(kp)
 
-    def _native_sync(self, probes: Iterable[TraceProbe]) -> None:
+    def _native_sync(self, probes: Iterable[TraceProbe], statics: bool = True) -> None:
         """Point each probe's kprobe at the kernel's recorder when it can record the
         event as things stand (enabled in no array but the top one, a filter it can
         evaluate, no stack traces, the kernel's clock), else at the host's handler; and
-        tell the recorder whether the event records, and its filter."""
+        tell the recorder whether the event records, and its filter.  With ``statics``
+        (something of a static event, or of the top array, changed) the static events
+        follow too (trace_events.StaticEvents.sync)."""
         native = self.native
         if native is None:
             return
         top = self.top
         usable = not top.stacktrace and self.clocks[top.trace_clock].tsc is not None
-        if self.static_events is not None:
+        if statics and self.static_events is not None:
             instances = list(self.instances.values())
             self.static_events.sync(top.recording, usable, top.files.get,
                                     lambda ev: any(tr.is_enabled(ev) for tr in instances))
@@ -907,6 +911,11 @@ class Tracer:
         if name in _TOP_METHODS:
             return getattr(self.top, name)
         raise AttributeError(name)
+
+
+def _is_static(event) -> bool:
+    """Whether ``event`` is one of the kernel's static events (trace_events.py)."""
+    return getattr(event, "static", False)
 
 
 _TOP_METHODS = frozenset((
