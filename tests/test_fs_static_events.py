@@ -37,3 +37,29 @@ def test_forksnoop_and_opensnoop_see_the_shells_own_calls(real):
                                r"flags: [0-9a-f]+, mode: [0-9a-f]+\)$", enter[0]), opens
     assert exits and re.search(r"sys_openat -> 0x[0-9a-f]+$", exits[0]), opens
     assert sh(f"cat {t}/events/sched/enable").stdout == "0\n"
+
+
+def test_an_instance_records_a_static_event_by_its_own_filter(real):
+    """`mkdir instances/NAME`, a static event enabled there with a filter of the
+    instance's own: the instance's trace has the shell's forks that pass it, the top
+    level's has none (the event is not enabled there)."""
+    t = f"{real}/tracing"
+    i = f"{t}/instances/snoop"
+    assert sh(f"echo > {t}/trace; mkdir {i}").returncode == 0
+    try:
+        r = sh(f"echo 'parent_comm == \"sh\"' > {i}/events/sched/sched_process_fork/filter"
+               f" && echo 1 > {i}/events/sched/sched_process_fork/enable"
+               f" && (true & echo $! ; wait)")
+        assert r.returncode == 0, r.stderr
+        child = int(r.stdout.split()[0])
+        trace = Path(f"{i}/trace").read_text()
+        assert sh(f"cat {t}/events/sched/sched_process_fork/enable").stdout == "0\n"
+        assert sh(f"cat {i}/events/sched/sched_process_fork/enable").stdout == "1\n"
+    finally:
+        sh(f"echo 0 > {i}/events/sched/sched_process_fork/enable")
+        assert sh(f"rmdir {i}").returncode == 0
+    assert re.search(rf"sched_process_fork: comm=sh pid=\d+ child_comm=sh "
+                     rf"child_pid={child}$", trace, re.M), trace
+    assert all("sched_process_fork: comm=sh " in l for l in trace.splitlines()
+               if "sched_process_fork:" in l), trace
+    assert "sched_process_fork:" not in _trace(t)
