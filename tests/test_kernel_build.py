@@ -11,7 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = ROOT / "kprobefs" / "kernel"
-SOURCES = ("Makefile", "kernel.lds", "*/*.c", "*/*.h", "*/*.S")
+SOURCES = ("Makefile", "kernel.lds", "*/*.c", "*/*.h", "*/*.S", "include/trace/*.h",
+           "include/trace/events/*.h")
 MODULES = ("modules/trace_printk.ko",)
 
 
@@ -46,6 +47,7 @@ def test_wheel_carries_the_image_and_grammar(tmp_path):
     assert "kprobefs/kernel/Makefile" in names
     assert "kprobefs/kernel/kernel/sched.c" in names
     assert "kprobefs/kernel/modules/trace_printk.c" in names
+    assert "kprobefs/kernel/include/trace/events/sched.h" in names
     for module in MODULES:
         assert f"kprobefs/kernel/{module}" in names
     assert "kprobefs/grammar/kprobe_events.lark" in names

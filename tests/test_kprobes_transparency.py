@@ -255,7 +255,7 @@ def test_events_recorded_in_the_kernel_change_nothing(baseline, boundaries, kind
                 continue                # refused like Linux (notrace, indirect jumps)
             defined.append(addr)
         indep = _count_executions(kernel, defined, hooks)
-        tracer.set_events_enabled(True, allow_none=True)
+        tracer.set_events_enabled(True, group="kprobes", allow_none=True)   # not sched etc.
         kernel.wait_for_kprobe_optimizer()
         return tracer, root, indep, defined, _count_breakpoint_traps(kernel)
 

@@ -97,7 +97,7 @@ def test_fetch_args_on_real_kernel_data(sysfs):
                      rdret), rdret
     (op,) = trace_lines(root, "op")
     assert op.endswith('path="/tmp/hello" upath="/tmp/hello" dfd=-100 '
-                       "nib=2 kbytes=0x0"), op  # kernel read of user memory faults
+                       "nib=2 kbytes=0x2f"), op  # below TASK_SIZE, a kernel read is the user's
     (ban,) = trace_lines(root, "ban")
     version = kernel.proc_version()
     assert 'banner="%s version %s (kprobefs@emulator) (' in ban
@@ -115,6 +115,30 @@ def test_fault_while_fetching_records_fault(sysfs):
     assert kernel.syscall(t, "openat", AT_FDCWD, 0x10, 0, 0) == -14   # EFAULT
     (line,) = trace_lines(root, "bad")
     assert line.endswith("path=(fault) kbad=(fault)"), line
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_kernel_fetch_below_task_size_reads_user_memory(native):
+    """x86's address spaces do not overlap: 6.1's probe_mem_read and fetch_store_string
+    read user memory for an address below TASK_SIZE, so a plain `string` of
+    do_sys_open's filename records the name (and a kernel address still reads kernel
+    memory).  Both recorders: the kernel's (default clock) and the host's."""
+    kernel = Kernel(cpus=2, seed=0)
+    tracer = Tracer(kernel.kprobes, kernel, **({} if native else {"clock": kernel.clock_ns}))
+    assert (tracer.native is not None) == native
+    root = tracer.tracefs_root()
+    # c0 and r0 come after a string: their stores must not reach the string's bytes.
+    write(root, "kprobe_events", "p:myopen do_sys_open file=+0(%si):string "
+          "c0=+0(%si):u8 r0=%di:u8 ban=@linux_proc_banner:string\n")
+    write(root, "events/kprobes/myopen/enable", "1")
+    t = kernel.spawn("opener")
+    kernel.syscall(t, "openat", AT_FDCWD, "/tmp/by-name", O_CREAT | O_RDWR, 0o644)
+    kernel.syscall(t, "openat", AT_FDCWD, 0x10, 0, 0)
+    lines = trace_lines(root, "myopen")
+    assert len(lines) == 2
+    assert 'file="/tmp/by-name" c0=47 r0=156 ban="%s version %s (kprobefs@emulator) ' \
+        in lines[0], lines[0]
+    assert "file=(fault) c0=0 r0=156 ban=" in lines[1], lines[1]
 
 
 def test_return_probe_and_profile_counts(sysfs):

@@ -289,6 +289,10 @@ class KprobeEngine:
             raise ProbeError(errno.ENOENT, f"module {mod.name} is being unloaded")
         if self.within_kprobe_blacklist(addr):
             raise ProbeError(errno.EINVAL, f"{sym.name} is blacklisted for kprobes")
+        labels = getattr(self.kernel, "jump_labels", None)
+        if labels is not None and labels.is_site(addr, addr + 1):
+            # jump_label_text_reserved: text_poke rewrites the site when its key flips.
+            raise ProbeError(errno.EINVAL, f"{addr:#x} is a static branch (jump label)")
         base = sym.name.split(".")[0]
         if base != sym.name and any(self.within_kprobe_blacklist(s.addr)
                                     for s in img.lookup_name(base)):

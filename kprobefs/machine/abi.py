@@ -57,6 +57,7 @@ class HC:
     TRACE_WAKE = 27
     WORK_NEXT = 28
     WORK_DONE = 29
+    TRACE_EVENT = 30
     HOSTFS_MKDIR = 40
     HOSTFS_RMDIR = 41
 

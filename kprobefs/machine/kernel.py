@@ -45,6 +45,7 @@ from .cpu import (
 from ._fastuc import FastRegs, RegSet, add_code_hook, add_intr_hook
 from ._quirks import clear_exception_state
 from .image import FENTRY_NOP, KernelImage
+from .jump_label import JumpLabels
 from .module import ModuleLoader
 from .hostwork import WORK_POINTS, HostWork, KernelCall
 from .printk import oops_report, read_log_buf
@@ -1066,6 +1067,15 @@ class Kernel:
     def dmesg(self) -> str:
         """The kernel log buffer (log_buf) as dmesg prints it, oldest line first."""
         return read_log_buf(self.mem, self._sym)
+
+    @property
+    def jump_labels(self) -> JumpLabels:
+        """The kernel's static keys and their sites (machine/jump_label.py), read from
+        __jump_table on first use."""
+        labels = self.__dict__.get("_jump_labels")
+        if labels is None:
+            labels = self._jump_labels = JumpLabels(self)
+        return labels
 
     def inject_packet(self, packet: bytes) -> None:
         """Put a frame in the NIC's receive ring and wake a CPU to process it."""

@@ -9,7 +9,11 @@ made under ``instances/``.  An event's probes are armed while its file is armed 
 array (enabled, or in soft mode for triggers), and a hit records into each array it is
 enabled in and runs the triggers of each array it has some in.  The kernel's recorder
 (:mod:`native`) records an event in kernel code when it is enabled in the top array
-only, with no triggers there; otherwise the host's handler records it.
+only, with no triggers there; otherwise the host's handler records it.  The kernel's
+own static events (:mod:`trace_events`, ``sched``, ``syscalls`` …) are in the registry
+too, for every array: the kernel records them into the top array, and hands the host
+each record of one enabled in an instance, which files it there
+(:meth:`Tracer._static_record`).
 
 It talks to the kprobes engine only through ``register_kprobe`` and friends, to the
 emulated kernel only through what a handler may read (memory, current task, CPU,
@@ -30,7 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from kprobefs.errors import MachineError, ProbeParseError
+from kprobefs.errors import ImageError, MachineError, ProbeParseError
 from kprobefs.tracing.clocks import trace_clocks
 from kprobefs.tracing.function import FunctionTracer, StackTracer
 from kprobefs.tracing.output import CommCache, format_ip_sym
@@ -43,6 +47,7 @@ from kprobefs.tracing.symbols import KernelSymbols
 from kprobefs.tracing.synth import (
     SYNTH_SYSTEM, SynthError, SynthEvent, check_synth_command, is_good_name, parse_synth_fields,
 )
+from kprobefs.tracing.trace_events import StaticEvents
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, EventFile, TraceArray
 from kprobefs.tracing.trace_kprobe import (
     TraceEvent, TraceProbe, is_call_return, make_recorder,
@@ -192,14 +197,31 @@ class Tracer:
         regs = getattr(engine, "pt_regs_fields", None)
         if NativeRecorder.available(kernel) and regs and self.clocks["local"].tsc:
             try:
-                self.native = NativeRecorder(kernel, regs, self._hit_context,
+                self.native = NativeRecorder(kernel, regs, self._save_current_comm,
                                              self._events_by_id.get)
             except MachineError:
                 _log.info("the kernel's recorder serves another tracer: recording here")
             else:
                 self.native.attach(self.top.buffer)
+        self.static_events = self._init_static_events()
         if self._ftrace is not None:
             self._init_function_tracers(self._ftrace)
+
+    def _init_static_events(self):
+        """The kernel's TRACE_EVENTs (tracing/trace_events.py), in the event registry
+        with the ids below FIRST_EVENT_ID; None without the kernel's recorder."""
+        if self.native is None:
+            return None
+        try:
+            static = StaticEvents(self.kernel, self.native, deliver=self._static_record)
+        except (ImageError, MachineError) as exc:
+            _log.info("no static events: %s", exc)
+            return None
+        for ev in static.events:
+            self.groups.setdefault(ev.group, _Group(ev.group)).events += 1
+            self.events[(ev.group, ev.name)] = ev
+            self._events_by_id[ev.id] = ev
+        return static
 
     def _init_function_tracers(self, ftrace) -> None:
         """The top array's function tracer and the stack tracer, on the engine's ftrace
@@ -308,7 +330,7 @@ class Tracer:
             for tp in probes:
                 if tp.registered:
                     self._engine_enable(tp, False)
-        self._native_sync(probes)
+        self._native_sync(probes, statics=_is_static(event))
 
     def array_changed(self, tr: TraceArray, events: Iterable | None = None) -> None:
         """Something of ``tr`` that decides how ``events`` (None: all) are recorded
@@ -316,9 +338,15 @@ class Tracer:
         if tr is not self.top:
             return
         if events is None:
+            if self.static_events is not None:     # the kernel's pid filter is the top's
+                self.static_events.set_event_fork(tr.options["event-fork"])
+                pids = tr.event_pids
+                self.static_events.set_pid_filter(pids.pids, pids.notrace_pids)
             self._native_sync(self.probes)
         else:
-            self._native_sync([tp for ev in events for tp in getattr(ev, "probes", ())])
+            events = list(events)
+            self._native_sync([tp for ev in events for tp in getattr(ev, "probes", ())],
+                              statics=any(_is_static(ev) for ev in events))
 
     def clock_changed(self, tr: TraceArray, clock) -> None:
         if tr is self.top and self.native is not None and clock.tsc is not None:
@@ -374,9 +402,10 @@ class Tracer:
             words = list(words) or split_words(format_probe(spec))
             self._check_room()
             event = self.events.get((spec.group, spec.event))
-            if event is not None:
+            if isinstance(event, TraceEvent):
                 return self._append(event, spec, words)
-            if (spec.group, spec.event) in self._reserved:
+            if event is not None or (spec.group, spec.event) in self._reserved:
+                # another kind of event has the name (a static or synthetic event)
                 raise self._log(words, "EVENT_EXIST", errno.EEXIST, 0)
             event = TraceEvent(spec.group, spec.event, self._allocate_id())
             tp = TraceProbe(spec, event)
@@ -802,7 +831,7 @@ class Tracer:
             tp.native = self.native.new_probe(tp.event.id, address, spec.programs,
                                               sum(p.record_size for p in spec.programs),
                                               maxactive)
-        self._native_sync((tp,))
+        self._native_sync((tp,), statics=False)
 
     def _native_free(self, tp: TraceProbe) -> None:
         if tp.native is not None:
@@ -816,19 +845,25 @@ class Tracer:
                 if tp.registered:
                     self.engine.refresh_kprobe(kp)
 
-    def _native_sync(self, probes: Iterable[TraceProbe]) -> None:
+    def _native_sync(self, probes: Iterable[TraceProbe], statics: bool = True) -> None:
         """Point each probe's kprobe at the kernel's recorder when it can record the
         event as things stand (armed in no array but the top one, no triggers there, a
         filter it can evaluate, no stack traces, no pid filter, every CPU recording, the
-        kernel's clock), else at the host's handler; and
-        tell the recorder whether the event records, and its filter."""
+        kernel's clock), else at the host's handler; and tell the recorder whether the
+        event records, and its filter.  With ``statics`` (something of a static event, or
+        of the top array, changed) the static events follow too
+        (trace_events.StaticEvents.sync); the kernel filters those by pid itself."""
         native = self.native
         if native is None:
             return
         top = self.top
-        usable = (not top.stacktrace and not top.event_pids.active
-                  and not top.buffer.record_disabled
-                  and self.clocks[top.trace_clock].tsc is not None)
+        usable = not top.stacktrace and self.clocks[top.trace_clock].tsc is not None
+        if statics and self.static_events is not None:
+            instances = list(self.instances.values())
+            self.static_events.sync(top.recording, usable, top.files.get,
+                                    lambda ev: any(tr.is_enabled(ev) for tr in instances))
+        usable = (usable and not top.event_pids.active
+                  and not top.buffer.record_disabled)
         for tp in probes:
             np, kp = tp.native, tp.entry_kprobe
             if np is None or kp is None:
@@ -883,6 +918,32 @@ class Tracer:
         cpu = kernel.cpu
         return pid, cpu.index if cpu is not None else 0
 
+    def _static_record(self, event, cpu: int, record: bytes) -> None:
+        """A static event's record from the kernel (trace_events.StaticEvents): into
+        each instance that has the event enabled, records, and whose filter passes."""
+        pid = int.from_bytes(record[4:8], "little", signed=True)
+        data = record[8:]
+        comm = self.kernel.current_comm
+        cache = self.comm_cache
+        for tr in list(self.instances.values()):
+            ef = tr.files.get((event.group, event.name))
+            if ef is None or ef.event is not event or not ef.enabled or not tr.recording:
+                continue
+            if ef.filter is not None and not ef.filter.match(record, cpu, comm):
+                continue
+            if pid and (pid not in cache.names or pid in cache.stale) \
+                    and tr.options["record-cmd"]:
+                cache.save(pid, comm())
+            tr.buffer.write(cpu, (tr.now(), pid, record[2], event, 0, 0, data),
+                            len(record))
+
+    def _save_current_comm(self) -> None:
+        """Save the running task's comm: the kernel's recorder asks when a CPU's task
+        changed or the task was renamed (saved_cmdlines keeps the latest name)."""
+        pid = self.kernel.current_pid()
+        if pid and self.top.options["record-cmd"]:  # pid 0 stays <idle>, as in Linux
+            self.comm_cache.save(pid, self.kernel.current_comm())
+
     # ================================================================ misc
     def available_event_lines(self) -> str:
         return "".join(f"{ev.group}:{ev.name}\n" for ev in self.events_newest_first())
@@ -904,6 +965,11 @@ class Tracer:
         if name in _TOP_METHODS:
             return getattr(self.top, name)
         raise AttributeError(name)
+
+
+def _is_static(event) -> bool:
+    """Whether ``event`` is one of the kernel's static events (trace_events.py)."""
+    return getattr(event, "static", False)
 
 
 _TOP_METHODS = frozenset((

@@ -66,6 +66,7 @@ MAX_STRING_SIZE = 4096       # PATH_MAX: longest string fetched, NUL included
 KPROBE_HEADER_SIZE = 16      # common header (8) + __probe_ip
 KRETPROBE_HEADER_SIZE = 24   # common header (8) + __probe_func + __probe_ret_ip
 
+TASK_SIZE = 0x00007FFFFFFFF000   # x86_64 TASK_SIZE_MAX: user addresses lie below
 _THREAD_SIZE = 16 * 1024
 _ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
 _U64 = (1 << 64) - 1
@@ -440,7 +441,12 @@ _MASKS = {1: 0xFF, 2: 0xFFFF, 4: 0xFFFFFFFF, 8: _U64}
 
 def _load(ctx: FetchContext, addr: int, size: int, user: bool) -> int:
     addr &= _U64
-    data = ctx.read_user(addr, size) if user else ctx.read_kernel(addr, size)
+    # x86's address spaces do not overlap: a kernel read below TASK_SIZE reads user
+    # memory (6.1's probe_mem_read under CONFIG_ARCH_HAS_NON_OVERLAPPING_ADDRESS_SPACE).
+    if user or addr < TASK_SIZE:
+        data = ctx.read_user(addr, size)
+    else:
+        data = ctx.read_kernel(addr, size)
     return int.from_bytes(data[:size], "little")
 
 
@@ -485,7 +491,7 @@ def _fetch_string(ctx: FetchContext, kind: str, addr: int) -> bytes | None:
         if kind == "symstr":
             name = ctx.symbolize(addr)
             text = name.encode("latin-1") if name is not None else b"0x%x" % addr
-        elif kind == "ustring":
+        elif kind == "ustring" or addr < TASK_SIZE:     # as _load's kernel reads
             text = ctx.read_user_string(addr, MAX_STRING_SIZE)
         else:
             text = ctx.read_kernel_string(addr, MAX_STRING_SIZE)
@@ -636,11 +642,13 @@ def build_print_fmt(args: Sequence[_ArgLike], is_return: bool) -> str:
 
 
 def _format_field(f: RecordField) -> str:
+    """One ``field:`` line (6.1's f_show): an array shows its length when the field
+    keeps one (a static event's ``len``), else ``[]``."""
     bracket = f.type.find("[")
     if bracket < 0 or f.type.startswith("__data_loc"):
         decl = f"{f.type} {f.name}"
     else:
-        decl = f"{f.type[:bracket]} {f.name}[]"
+        decl = f"{f.type[:bracket]} {f.name}[{getattr(f, 'len', 0) or ''}]"
     return (f"\tfield:{decl};\toffset:{f.offset};\tsize:{f.size};"
             f"\tsigned:{int(f.is_signed)};\n")
 

@@ -113,7 +113,9 @@ class FilterField:
     """A field a filter may name.
 
     ``kind`` is ``num`` (read ``size`` bytes at ``offset`` of the record), ``str`` (a
-    ``__data_loc`` string at ``offset``), ``cpu`` or ``comm`` (the current CPU and task).
+    ``__data_loc`` string at ``offset``), ``sstr`` (a char array of ``size`` bytes at
+    ``offset``, 6.1's FILTER_STATIC_STRING), ``cpu`` or ``comm`` (the current CPU and
+    task).
     """
 
     name: str
@@ -124,7 +126,7 @@ class FilterField:
 
     @property
     def is_string(self) -> bool:
-        return self.kind in ("str", "comm")
+        return self.kind in ("str", "sstr", "comm")
 
 
 _GENERIC_FIELDS = (FilterField("CPU", "cpu", size=4, is_signed=True),
@@ -145,7 +147,8 @@ def filter_fields(record_fields: Iterable) -> dict[str, FilterField]:
     for f in (*_COMMON_FIELDS, *_GENERIC_FIELDS):
         table[f.name] = f
     for rf in record_fields:
-        kind = "str" if rf.type.startswith("__data_loc") else "num"
+        kind = ("str" if rf.type.startswith("__data_loc")
+                else "sstr" if rf.type.startswith("char[") else "num")
         table[rf.name] = FilterField(rf.name, kind, rf.offset, rf.size, rf.is_signed)
     return table
 
@@ -193,7 +196,7 @@ def _kstrto(text: str, signed: bool) -> int | None:
 
 def _make_pred(r: _Resolved) -> _Pred:
     field, op, value = r.field, r.op, r.value
-    if field.kind in ("str", "comm"):
+    if field.is_string:
         pattern = value
         if op == "~":
             def test(s: bytes) -> bool:
@@ -205,6 +208,11 @@ def _make_pred(r: _Resolved) -> _Pred:
         if field.kind == "comm":
             def pred(rec, cpu, comm):
                 return test(comm().encode("latin-1", "replace")) != negate
+        elif field.kind == "sstr":
+            offset, end = field.offset, field.offset + field.size
+
+            def pred(rec, cpu, comm):
+                return test(rec[offset:end].split(b"\0", 1)[0]) != negate
         else:
             offset = field.offset
 

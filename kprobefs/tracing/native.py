@@ -51,8 +51,10 @@ _TNP_RECORD = 1
 
 _INSN = struct.Struct("<BBBBIq")            # struct tn_insn
 _PROBE = struct.Struct("<QQQIH2xQIIQQ")     # struct trace_native_probe, before insns
-_MISSED_AT, _FILTER_AT, _FLAGS_AT, _PENDING_AT, _RET_FREE_AT = 8, 16, 24, 44, 48
+_MISSED_AT, _FILTER_AT, _FLAGS_AT, _TYPE_AT, _PENDING_AT, _RET_FREE_AT = 8, 16, 24, 28, 44, 48
+_U16 = struct.Struct("<H")
 _TNP_RETURN = 2
+_TNP_HOST = 4
 _RET_INSTANCE = struct.Struct("<QQQQQ")     # struct tn_ret_instance
 _ENTRY = struct.Struct("<QIIHBxi")          # struct tn_entry
 _CPU = struct.Struct("<IIQII")              # struct tn_cpu: used .. count
@@ -69,11 +71,14 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _encode_program(program: FetchProgram, reg_offset: dict[str, int]) -> list[tuple] | None:
+def _encode_program(program: FetchProgram, reg_offset: dict[str, int],
+                    whole_store: bool = True) -> list[tuple] | None:
     """The tn_insn tuples of one argument (ended by TN_END, unless it is a single
     TN_REG_RAW, TN_COMM or TN_DATA), or None if the kernel's recorder cannot run it.
     ``reg_offset`` maps a register to its offset in struct pt_regs.  TN_DATA's param
-    is its bytes, which :func:`_pack_array` places."""
+    is its bytes, which :func:`_pack_array` places.  ``whole_store``: the argument may
+    be stored 8 bytes at a time (TN_REG_RAW), no earlier string's bytes lying within
+    8 bytes of its offset."""
     insns = program.insns
     source = insns[0]
     kind = type(source)
@@ -122,7 +127,7 @@ def _encode_program(program: FetchProgram, reg_offset: dict[str, int]) -> list[t
             continue                # the store carries the count
         else:
             return None             # symstr: symbol names are the host's
-    if len(out) == 2 and out[0][0] == _REG and out[1][0] == _ST_RAW:
+    if whole_store and len(out) == 2 and out[0][0] == _REG and out[1][0] == _ST_RAW:
         # The common %reg[:type]: one instruction the recorder runs without a loop.
         return [(_REG_RAW, out[1][1], 0, 0, 0, out[0][5])]
     out.append((_END, 0, 0, 0, 0, 0))
@@ -135,11 +140,18 @@ def encode_programs(programs: Sequence[FetchProgram], at: int,
     for ``programs``: each argument's instructions, TN_END, then the bytes of immediate
     strings.  ``None`` when an argument needs the host's interpreter."""
     out = []
+    fixed = sum(p.record_size for p in programs)
+    offset, strings = 0, False
     for program in programs:
-        code = _encode_program(program, reg_offset)
+        # TN_REG_RAW stores 8 bytes: past the fixed part they would land on the bytes
+        # of a string argument already stored there.
+        code = _encode_program(program, reg_offset,
+                               whole_store=not strings or offset + 8 <= fixed)
         if code is None:
             return None
         out.extend(code)
+        offset += program.record_size
+        strings = strings or program.fetch_type.is_string
     out.append((_END, 0, 0, 0, 0, 0))
     return _pack_array(_INSN, out, at + _PROBE.size)
 
@@ -159,7 +171,8 @@ def _pack_array(layout: struct.Struct, items: Sequence[tuple], at: int) -> bytes
 
 
 # enum tf_op, enum tf_cmp
-_TF_END, _TF_NUM, _TF_CPU, _TF_STR, _TF_COMM, _TF_FALSE, _TF_AND, _TF_OR, _TF_NOT = range(9)
+(_TF_END, _TF_NUM, _TF_CPU, _TF_STR, _TF_COMM, _TF_FALSE, _TF_AND, _TF_OR, _TF_NOT,
+ _TF_SSTR) = range(10)
 _TF_CMP = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5, "&": 6, "~": 7}
 _PRED = struct.Struct("<BBBBHHq")           # struct tn_pred
 _TF_STACK_MAX = 64
@@ -173,9 +186,12 @@ def _encode_pred(r) -> tuple | None:
     if r.op == "~" and b"[" in bytes(r.value):
         return None
     field, cmp = r.field, _TF_CMP[r.op]
-    if field.kind in ("str", "comm"):
-        op = _TF_STR if field.kind == "str" else _TF_COMM
-        return (op, cmp, 0, 0, field.offset, len(r.value), bytes(r.value))
+    if field.is_string:
+        op = {"str": _TF_STR, "sstr": _TF_SSTR, "comm": _TF_COMM}[field.kind]
+        size = field.size if field.kind == "sstr" else 0
+        if size > 255:
+            return None
+        return (op, cmp, size, 0, field.offset, len(r.value), bytes(r.value))
     if field.kind == "cpu":
         return (_TF_CPU, cmp, 4, 1, 0, 0, as_field_type(r.value, 32, True))
     if field.size not in (1, 2, 4, 8):
@@ -303,6 +319,13 @@ class NativeRecorder:
                           + pool)
         return NativeProbe(addr, size, ip, bool(maxactive))
 
+    def adopt(self, addr: int, event_id: int) -> NativeProbe:
+        """The struct trace_native_probe at ``addr`` that the kernel itself holds (a
+        static event's, trace_events.c): give it the event's id; it records nothing
+        until :meth:`set_recording`."""
+        self.kernel.write(addr + _TYPE_AT, _U16.pack(event_id & 0xFFFF))
+        return NativeProbe(addr, 0, 0)
+
     def free_probe(self, np: NativeProbe) -> None:
         """Release the probe's memory, once no task's stack holds a return through it."""
         self.set_filter(np, None)
@@ -347,8 +370,12 @@ class NativeRecorder:
         np.filter = (tuple(program), addr, size)
         return True
 
-    def set_recording(self, np: NativeProbe, on: bool) -> None:
-        flags = (_TNP_RECORD if on else 0) | (_TNP_RETURN if np.is_return else 0)
+    def set_recording(self, np: NativeProbe, on: bool, host: bool = False) -> None:
+        """Whether the kernel records the probe's hits (``on``) and, for a static
+        event's probe, hands each record to the host first (``host``: HC_TRACE_EVENT,
+        for the trace instances it is enabled in)."""
+        flags = ((_TNP_RECORD if on else 0) | (_TNP_RETURN if np.is_return else 0)
+                 | (_TNP_HOST if host else 0))
         self.kernel.write(np.addr + _FLAGS_AT, _U32.pack(flags))
 
     def hits(self, np: NativeProbe) -> int:
@@ -409,7 +436,9 @@ class NativeRecorder:
             event = event_of(type_)
             if event is not None:
                 start = offset + _ENTRY.size
-                if event.is_return:         # __probe_func, __probe_ret_ip
+                if getattr(event, "static", False):     # trace_events.py: fields only
+                    out.append((ts, pid, flags, event, 0, 0, data[start:start + length]))
+                elif event.is_return:         # __probe_func, __probe_ret_ip
                     out.append((ts, pid, flags, event, q(data, start)[0],
                                 q(data, start + 8)[0], data[start + 16:start + length]))
                 else:

@@ -488,6 +488,11 @@ class X86Kprobes:
         plan, reason = can_optimize(b"", func.addr, p.addr, self._extable,
                                     self._ftrace_region(p.addr), armed_in_region,
                                     decoded=text)
+        labels = getattr(self.kernel, "jump_labels", None)
+        if plan is not None and labels is not None and labels.is_site(p.addr,
+                                                                      p.addr + plan.size):
+            # The copied instructions would keep a static branch's old bytes.
+            plan, reason = None, "a jump label site in the region"
         if plan is None:
             log.debug("%s+%#x not optimized: %s", func.name, p.addr - func.addr, reason)
             return None

@@ -208,6 +208,8 @@ enum hypercall_nr {
 	HC_TRACE_WAKE = 27,	/* (cpu): a record was staged while a reader waits */
 	HC_WORK_NEXT = 28,	/* (struct host_work *): 1 = run it, 0 = no work left */
 	HC_WORK_DONE = 29,	/* (its return value, the op's result): the op's result */
+	HC_TRACE_EVENT = 30,	/* (cpu, record, data length): a static event's record for
+				 * the trace instances it is enabled in (TNP_HOST) */
 	HC_HOSTFS_MKDIR = 40,	/* (dir id, name, mode, &mode): new child id or -errno */
 	HC_HOSTFS_RMDIR = 41,	/* (dir id, name): 0 or -errno */
 };

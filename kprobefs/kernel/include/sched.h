@@ -63,6 +63,7 @@ struct task_struct {
 	int exit_code;
 	int exit_signal;
 	char comm[TASK_COMM_LEN];
+	int prio;		/* 120: every task is SCHED_NORMAL at nice 0 */
 	struct thread_struct thread;
 	struct mm_struct *mm;
 	struct files_struct *files;

@@ -45,6 +45,8 @@ struct tn_insn {
 
 #define TNP_RECORD 1	/* the event is enabled and tracing is on: record hits */
 #define TNP_RETURN 2	/* a return probe: the data begins with __probe_func, __probe_ret_ip */
+#define TNP_HOST 4	/* a static event enabled in a trace instance: hand the host each
+			 * record before the filter (HC_TRACE_EVENT) */
 
 /* An event filter in postfix order: predicates push a truth value, TF_AND/TF_OR/TF_NOT
  * combine the top ones. */
@@ -58,6 +60,7 @@ enum tf_op {
 	TF_AND,
 	TF_OR,
 	TF_NOT,
+	TF_SSTR,	/* a char array of `size` bytes at record `offset` */
 };
 /* TF_GLOB: a string matches a pattern of `*` and `?` (the host keeps `[...]`). */
 enum tf_cmp { TF_EQ, TF_NE, TF_LT, TF_LE, TF_GT, TF_GE, TF_BAND, TF_GLOB };
@@ -144,6 +147,7 @@ void trace_native_probe(struct trace_native_probe *tp, struct pt_regs *regs);
 void trace_native_ret_entry(struct trace_native_probe *tp, struct pt_regs *regs);
 unsigned long trace_native_ret_handler(struct pt_regs *regs);
 void trace_native_task_free(struct task_struct *task);
+void trace_native_comm_changed(struct task_struct *task);
 extern const char trace_native_ret_trampoline[];
 u64 trace_clock_read(void);
 #endif

@@ -3,6 +3,8 @@
  * arguments) and wakes it; the result goes back through HC_SYSCALL_DONE. */
 #include "sched.h"
 #include "syscalls.h"
+#include "trace/events/syscalls.h"
+#include "trace/syscalls.h"
 
 #define __SYSCALL(nr, sym) extern long __x64_##sym(const struct pt_regs *);
 #include "syscall_table.h"
@@ -23,10 +25,16 @@ const sys_call_ptr_t sys_call_table[NR_syscalls] = {
 long do_syscall_64(struct pt_regs *regs, int nr)
 {
 	current->syscall_nr = nr;
+	trace_sys_enter(regs, nr);
+	if (static_branch_unlikely(&syscall_trace_key))
+		ftrace_syscall_enter(regs, nr);
 	if (likely((unsigned int)nr < NR_syscalls))
 		regs->ax = sys_call_table[nr](regs);
 	else
 		regs->ax = -ENOSYS;
+	trace_sys_exit(regs, regs->ax);
+	if (static_branch_unlikely(&syscall_trace_key))
+		ftrace_syscall_exit(regs, regs->ax);
 	current->syscall_nr = -1;
 	return regs->ax;
 }

@@ -1,5 +1,6 @@
 /* Task exit and reaping: do_exit(), exit_notify(), release_task(), wait4(). */
 #include "sched.h"
+#include "trace/events/sched.h"
 #include "trace_native.h"
 #include "fs.h"
 #include "syscalls.h"
@@ -47,6 +48,8 @@ void __noreturn do_exit(long code)
 	tsk->exit_code = (int)code;
 	hypercall(HC_TASK_EXIT, tsk->pid, code, 0, 0);
 	exit_mm(tsk);
+	trace_sched_process_exit(tsk);
+	trace_event_pid_exit(tsk);
 	exit_files(tsk);
 	exit_fs(tsk);
 	exit_notify(tsk);
@@ -70,6 +73,7 @@ static noinline void release_task(struct task_struct *p)
 	spin_unlock(&tasklist_lock);
 	free_pid(p);
 	p->exit_state = EXIT_DEAD;
+	trace_sched_process_free(p);
 	trace_native_task_free(p);
 	put_task_stack(p);
 	kfree(p);
@@ -89,6 +93,7 @@ pid_t kernel_wait4(pid_t upid, int __user *stat_addr, int options)
 {
 	struct task_struct *tsk = current, *p;
 
+	trace_sched_process_wait(upid > 0 ? upid : 0);
 	for (;;) {
 		bool any = false;
 		DEFINE_WAIT(wait);

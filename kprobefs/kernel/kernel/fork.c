@@ -1,5 +1,6 @@
 /* Process creation: kernel_clone() and copy_process(), as in Linux 6.1's kernel/fork.c. */
 #include "sched.h"
+#include "trace/events/sched.h"
 #include "fs.h"
 #include "syscalls.h"
 #include "uaccess.h"
@@ -47,6 +48,7 @@ static noinline struct task_struct *dup_task_struct(struct task_struct *orig)
 		return NULL;
 	}
 	memcpy(tsk->comm, orig->comm, TASK_COMM_LEN);
+	tsk->prio = orig->prio;
 	tsk->flags = orig->flags & ~(PF_IDLE | PF_EXITING);
 	INIT_LIST_HEAD(&tsk->run_list);
 	INIT_LIST_HEAD(&tsk->children);
@@ -198,6 +200,8 @@ noinline pid_t kernel_clone(struct kernel_clone_args *args)
 	p = copy_process(args);
 	if (IS_ERR(p))
 		return PTR_ERR(p);
+	trace_sched_process_fork(current, p);
+	trace_event_pid_fork(current, p);
 	nr = p->pid;
 	wake_up_new_task(p);
 	return nr;

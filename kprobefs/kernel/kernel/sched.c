@@ -3,6 +3,7 @@
  * lock covers every run queue; it is held across the context switch and released by
  * the next task in finish_task_switch(), so a wake-up never sees a half-switched task. */
 #include "sched.h"
+#include "trace/events/sched.h"
 
 struct pcpu pcpu_area[NR_CPUS] __aligned(64);
 int nr_cpu_ids = 1;
@@ -81,6 +82,7 @@ static void __schedule(void)
 		prev->nivcsw++;
 	else
 		prev->nvcsw++;
+	trace_sched_switch(false, prev, next);	/* CONFIG_PREEMPT=n: never preempted */
 	prev = context_switch(rq, prev, next);
 	finish_task_switch(prev);
 }
@@ -99,12 +101,15 @@ static int try_to_wake_up(struct task_struct *p, unsigned int state)
 	spin_lock(&rq_lock);
 	if (!(p->__state & state))
 		goto out;
+	trace_sched_waking(p);
 	WRITE_ONCE(p->__state, TASK_RUNNING);
 	woken = 1;
 	/* Still switching out elsewhere: that CPU's schedule() sees TASK_RUNNING. */
-	if (p->on_cpu || p->on_rq)
-		goto out;
-	enqueue_task(rq, p);
+	if (!p->on_cpu && !p->on_rq) {
+		p->cpu = rq->cpu_number;
+		enqueue_task(rq, p);
+	}
+	trace_sched_wakeup(p);
 out:
 	spin_unlock(&rq_lock);
 	return woken;
@@ -123,6 +128,7 @@ void wake_up_new_task(struct task_struct *p)
 	p->__state = TASK_RUNNING;
 	p->cpu = rq->cpu_number;
 	enqueue_task(rq, p);
+	trace_sched_wakeup_new(p);
 	spin_unlock(&rq_lock);
 }
 

@@ -2,6 +2,7 @@
 #include "sched.h"
 #include "syscalls.h"
 #include "uaccess.h"
+#include "trace_native.h"
 
 #ifndef LINUX_COMPILER
 #define LINUX_COMPILER "gcc"
@@ -66,6 +67,7 @@ void __set_task_comm(struct task_struct *tsk, const char *from, bool exec)
 	memset(buf, 0, sizeof(buf));
 	strscpy(buf, from, sizeof(buf));
 	memcpy(tsk->comm, buf, sizeof(buf));
+	trace_native_comm_changed(tsk);
 }
 
 #define PR_SET_NAME 15

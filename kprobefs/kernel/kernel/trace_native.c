@@ -19,6 +19,7 @@
 #include "sched.h"
 #include "uaccess.h"
 #include "trace_native.h"
+#include "tracepoint.h"
 
 #define __kprobes notrace __section(".kprobes.text")
 
@@ -79,10 +80,12 @@ DEFINE_LOAD_NOFAULT(16, "movzwq", "q")
 DEFINE_LOAD_NOFAULT(32, "movl", "k")
 DEFINE_LOAD_NOFAULT(64, "movq", "q")
 
-/* Read `size` bytes at addr (kernel or user memory as the fetcharg says). */
+/* Read `size` bytes at addr (kernel or user memory as the fetcharg says).  x86's
+ * address spaces do not overlap (CONFIG_ARCH_HAS_NON_OVERLAPPING_ADDRESS_SPACE), so a
+ * kernel read below TASK_SIZE reads user memory, as 6.1's probe_mem_read does. */
 static int __kprobes fetch_load(unsigned long addr, int size, bool user, u64 *out)
 {
-	if (user) {
+	if (user || addr < TASK_SIZE_MAX) {
 		if (addr > TASK_SIZE_MAX || TASK_SIZE_MAX - addr < (unsigned long)size)
 			return -EFAULT;
 	} else if (addr < TN_KERNEL_MIN || !canonical(addr)) {
@@ -96,12 +99,17 @@ static int __kprobes fetch_load(unsigned long addr, int size, bool user, u64 *ou
 	}
 }
 
-/* Values are stored 8 bytes at a time, little-endian: the next value (or the record's
- * padding, or the stage's slack) covers the bytes past `size`.  Fewer branches are
- * what makes emulated code fast. */
-static __always_inline void store_value(u8 *dst, u64 v)
+/* Store the low `size` bytes of v.  Exactly those: an 8-byte store of the last fixed
+ * value would run into the dynamic data, where an earlier argument's string already is
+ * (TN_REG_RAW stores 8 bytes: the host uses it only where no string lies in reach). */
+static __always_inline void store_value(u8 *dst, u64 v, int size)
 {
-	*(u64 *)dst = v;
+	switch (size) {
+	case 1: *dst = (u8)v; break;
+	case 2: *(u16 *)dst = (u16)v; break;
+	case 4: *(u32 *)dst = (u32)v; break;
+	default: *(u64 *)dst = v; break;
+	}
 }
 
 static __always_inline u64 size_mask(int size)
@@ -147,6 +155,8 @@ static int __kprobes store_string(struct tn_rec *r, unsigned long addr, bool use
 	u8 *start = r->dyn, *out = start;
 	u64 c = 0;
 
+	if (addr < TASK_SIZE_MAX)	/* a kernel string there is the user's (fetch_load) */
+		user = true;
 	if (!fault && (user ? addr >= TASK_SIZE_MAX : addr < TN_KERNEL_MIN || !canonical(addr)))
 		fault = true;
 	while (!fault) {
@@ -250,7 +260,7 @@ static __always_inline int run_fetch(const struct tn_insn **pc, struct pt_regs *
 		}
 		if (bf && !fault)
 			v = apply_bitfield(bf, v);
-		store_value(r->fixed + i * size, v);
+		store_value(r->fixed + i * size, v, size);
 	}
 	r->fixed += n * size;
 	return 0;
@@ -279,7 +289,8 @@ static __always_inline int write_data(struct trace_native_probe *tp, struct pt_r
 		*(u64 *)(data + 8) = ret_ip;
 	for (pc = tp->insns; pc->op != TN_END && !err;) {
 		if (likely(pc->op == TN_REG_RAW)) {
-			store_value(r.fixed, *(u64 *)((char *)regs + pc->param));
+			/* 8 bytes: the host encodes this only where that is safe. */
+			*(u64 *)r.fixed = *(u64 *)((char *)regs + pc->param);
 			r.fixed += pc->size;
 		} else if (pc->op == TN_COMM) {
 			err = store_bytes(&r, (const u8 *)task->comm, comm_len(task));
@@ -400,6 +411,10 @@ static bool __kprobes filter_match(const struct tn_pred *p, const u8 *rec,
 			v = string_is(p, (const char *)rec + (loc & 0xffff), loc >> 16);
 			v = p->cmp == TF_NE ? !v : v;
 			break;
+		case TF_SSTR:
+			v = string_is(p, (const char *)rec + p->offset, p->size);
+			v = p->cmp == TF_NE ? !v : v;
+			break;
 		case TF_COMM:
 			v = string_is(p, task->comm, TASK_COMM_LEN);
 			v = p->cmp == TF_NE ? !v : v;
@@ -413,21 +428,130 @@ static bool __kprobes filter_match(const struct tn_pred *p, const u8 *rec,
 	return stack[0];
 }
 
+/* The bytes a record of `len` data bytes, stamped ts, takes in the host's page. */
+static __always_inline u32 record_acct(struct tn_cpu *c, u32 len, u64 ts)
+{
+	u32 payload = ALIGN(8 + len, 4);	/* the common fields, then the data */
+	u32 acct = 4 + payload + (payload > 112 ? 4 : 0);
+
+	if (c->has_last && ts - c->last_ts >= TN_TS_DELTA_MAX)
+		acct += 8;
+	return acct;
+}
+
+/* The open page is full: close it and go on in the next (overwrite mode: the host
+ * opens them all when it takes them), or have the host take the staged pages and open
+ * the next one.  False: the event is dropped (overwrite off, buffer full).  When the
+ * host took the pages, c->staged moved. */
+static __always_inline bool next_page(struct tn_cpu *c, int cpu, bool closable)
+{
+	if (closable && c->closed + 1 < c->batch) {
+		c->page_end[c->closed] = c->staged;
+		c->page_count[c->closed] = c->count;
+		c->closed++;
+		c->used = 0;
+		return true;
+	}
+	return hypercall(HC_TRACE_PAGE_FULL, cpu, 0, 0, 0);
+}
+
+/* Make room for a record of `len` data bytes in the host's open page.  Returns the
+ * bytes it accounts for, or 0 to drop it. */
+static __always_inline u32 make_room(struct tn_cpu *c, int cpu, u32 len, u64 ts)
+{
+	u32 acct;
+
+	for (;;) {
+		acct = record_acct(c, len, ts);
+		if (c->used + acct <= TN_PAGE_DATA)
+			return acct;
+		if (!next_page(c, cpu, true))
+			return 0;
+	}
+}
+
+/* Where the next record goes, with room for the largest one: a page of records never
+ * fills the stage, so the host taking them is only a safeguard.  NULL: dropped. */
+static __always_inline struct tn_entry *stage_slot(struct tn_cpu *c, int cpu)
+{
+	while (c->staged + sizeof(struct tn_entry) + TN_DATA_MAX > TN_STAGE_SIZE)
+		if (!hypercall(HC_TRACE_PAGE_FULL, cpu, 0, 0, 0))
+			return NULL;
+	return (struct tn_entry *)(c->stage + c->staged);
+}
+
+/* The host took the staged pages while a record waited at e: move it (its common
+ * fields and `len` data bytes) to where the stage ends now. */
+static noinline struct tn_entry * __kprobes move_record(struct tn_cpu *c,
+							 struct tn_entry *e, u32 len)
+{
+	struct tn_entry *to = (struct tn_entry *)(c->stage + c->staged);
+	u8 *dst = (u8 *)&to->type;
+	const u8 *src = (const u8 *)&e->type;
+	u32 i;
+
+	for (i = 0; i < 8 + len; i++)	/* forward: the new place is never after the old */
+		dst[i] = src[i];
+	return to;
+}
+
+/* The host keeps saved_cmdlines: tell it once per task change. */
+static __always_inline void save_comm(struct tn_cpu *c, int cpu, struct task_struct *task)
+{
+	if (unlikely(c->comm_task != task)) {
+		hypercall(HC_TRACE_COMM, cpu, 0, 0, 0);
+		c->comm_task = task;
+	}
+}
+
+/* Stage the record at e, `len` data bytes, its common fields written. */
+static __always_inline void stage_commit(struct tn_cpu *c, int cpu, struct tn_entry *e,
+					 u32 len, u32 acct, u64 ts)
+{
+	u32 size = sizeof(*e) + ALIGN(len, 8);
+
+	e->ts = ts;
+	e->size = size;
+	e->len = len;
+	c->staged += size;
+	c->count++;
+	c->used += acct;
+	c->last_ts = ts;
+	c->has_last = 1;
+	if (unlikely(READ_ONCE(c->waiters)))
+		hypercall(HC_TRACE_WAKE, cpu, 0, 0, 0);
+}
+
+static __always_inline void set_common(struct tn_entry *e, u16 type, u8 flags, pid_t pid)
+{
+	e->type = type;
+	e->flags = flags;
+	e->preempt_count = 0;
+	e->pid = pid;
+}
+
+/* The task's comm changed: have the next record save it again (saved_cmdlines keeps
+ * the latest, as Linux's does once the renamed task records). */
+void __kprobes trace_native_comm_changed(struct task_struct *task)
+{
+	int cpu;
+
+	for (cpu = 0; cpu < NR_CPUS; cpu++)
+		if (trace_native_cpu[cpu].comm_task == task)
+			trace_native_cpu[cpu].comm_task = NULL;
+}
+
 /* Stage one record of tp's event on this CPU. */
 static __always_inline void record(struct trace_native_probe *tp, struct pt_regs *regs,
 				   struct tn_cpu *c, int cpu, unsigned long ret_ip, u8 flags)
 {
 	struct task_struct *task = current;
 	struct tn_entry *e;
-	u32 acct, payload, size;
+	u32 acct;
 	int len;
 	u64 ts;
 
-	if (unlikely(c->comm_task != task)) {
-		/* The host keeps saved_cmdlines: tell it once per task change. */
-		hypercall(HC_TRACE_COMM, cpu, 0, 0, 0);
-		c->comm_task = task;
-	}
+	save_comm(c, cpu, task);
 	ts = trace_clock_read();
 	for (;;) {
 		/* A page of records never fills the stage, so there is always room for the
@@ -439,48 +563,136 @@ static __always_inline void record(struct trace_native_probe *tp, struct pt_regs
 			return;
 		if (len && tp->filter) {
 			/* The record as the filter sees it: the common fields, the data. */
-			e->type = tp->type;
-			e->flags = flags;
-			e->preempt_count = 0;
-			e->pid = task->pid;
+			set_common(e, tp->type, flags, task->pid);
 			if (!filter_match(tp->filter, (const u8 *)&e->type, task, cpu))
 				return;
 		}
-		payload = ALIGN(8 + len, 4);	/* the common fields, then the data */
-		acct = 4 + payload + (payload > 112 ? 4 : 0);
-		if (c->has_last && ts - c->last_ts >= TN_TS_DELTA_MAX)
-			acct += 8;
+		acct = record_acct(c, len, ts);
 		if (len && c->used + acct <= TN_PAGE_DATA)
 			break;
-		if (len && c->closed + 1 < c->batch) {
-			/* Close the full page and go on in the next one; the host opens
-			 * them all when it takes them. */
-			c->page_end[c->closed] = c->staged;
-			c->page_count[c->closed] = c->count;
-			c->closed++;
-			c->used = 0;
-			continue;
-		}
-		/* The open page is full: the host takes the pages and opens the next one,
-		 * or (overwrite off, buffer full) drops this event. */
-		if (!hypercall(HC_TRACE_PAGE_FULL, cpu, 0, 0, 0))
+		/* Written again where the stage ends once the host took the pages. */
+		if (!next_page(c, cpu, len))
 			return;
 	}
-	size = sizeof(*e) + ALIGN(len, 8);
-	e->ts = ts;
-	e->pid = task->pid;
-	e->preempt_count = 0;
-	e->type = tp->type;
-	e->flags = flags;
-	e->size = size;
-	e->len = len;
-	c->staged += size;
-	c->count++;
-	c->used += acct;
-	c->last_ts = ts;
-	c->has_last = 1;
-	if (unlikely(READ_ONCE(c->waiters)))
-		hypercall(HC_TRACE_WAKE, cpu, 0, 0, 0);
+	set_common(e, tp->type, flags, task->pid);
+	stage_commit(c, cpu, e, len, acct, ts);
+}
+
+/* ---- static events (kernel/trace_events.c) ------------------------------------------ */
+struct trace_pid_filter trace_event_pids;
+
+static __always_inline bool pid_in(const u64 *set, pid_t pid)
+{
+	return (unsigned int)pid < TRACE_PID_MAX && (set[pid / 64] >> (pid % 64)) & 1;
+}
+
+static __always_inline void pid_assign(u64 *set, pid_t pid, bool on)
+{
+	if ((unsigned int)pid >= TRACE_PID_MAX)
+		return;
+	if (on)
+		set[pid / 64] |= 1UL << (pid % 64);
+	else
+		set[pid / 64] &= ~(1UL << (pid % 64));
+}
+
+/* 6.1's trace_ignore_this_task: not in a non-empty set_event_pid, or in
+ * set_event_notrace_pid. */
+static __always_inline bool trace_event_ignore_pid(pid_t pid)
+{
+	struct trace_pid_filter *f = &trace_event_pids;
+
+	return (f->pids_set && !pid_in(f->pids, pid)) ||
+	       (f->no_pids_set && pid_in(f->no_pids, pid));
+}
+
+/* options/event-fork: a child of a listed task is listed (in either list). */
+void __kprobes trace_event_pid_fork(struct task_struct *parent, struct task_struct *child)
+{
+	struct trace_pid_filter *f = &trace_event_pids;
+
+	if (!READ_ONCE(f->fork))
+		return;
+	if (f->pids_set && pid_in(f->pids, parent->pid))
+		pid_assign(f->pids, child->pid, true);
+	if (f->no_pids_set && pid_in(f->no_pids, parent->pid))
+		pid_assign(f->no_pids, child->pid, true);
+}
+
+/* options/event-fork: an exiting task leaves the lists. */
+void __kprobes trace_event_pid_exit(struct task_struct *task)
+{
+	struct trace_pid_filter *f = &trace_event_pids;
+
+	if (!READ_ONCE(f->fork))
+		return;
+	pid_assign(f->pids, task->pid, false);
+	pid_assign(f->no_pids, task->pid, false);
+}
+
+/* Reserve a record of `size` bytes, the common fields included, for tp's event, and
+ * return it with its common fields set; the caller fills the rest and commits.  NULL
+ * when the event does not record (disabled, nested in the recorder, no room). */
+void * __kprobes trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
+					    struct trace_native_probe *tp, u32 size)
+{
+	int cpu = smp_processor_id();
+	struct tn_cpu *c = &trace_native_cpu[cpu];
+	struct tn_entry *e;
+
+	tp->nhit++;
+	if (!(READ_ONCE(tp->flags) & (TNP_RECORD | TNP_HOST)))
+		return NULL;
+	if (unlikely(c->busy)) {
+		tp->nmissed++;
+		return NULL;
+	}
+	if (unlikely(trace_event_pids.pids_set | trace_event_pids.no_pids_set) &&
+	    trace_event_ignore_pid(current->pid))
+		return NULL;
+	if (size - 8 > TN_DATA_MAX)
+		return NULL;
+	c->busy = 1;
+	e = stage_slot(c, cpu);
+	if (!e) {
+		c->busy = 0;
+		return NULL;
+	}
+	set_common(e, tp->type, 0, current->pid);
+	fbuffer->tp = tp;
+	fbuffer->entry = &e->type;
+	fbuffer->len = size - 8;
+	fbuffer->cpu = cpu;
+	return fbuffer->entry;
+}
+
+/* Filter the reserved record and stage it. */
+void __kprobes trace_event_buffer_commit(struct trace_event_buffer *fbuffer)
+{
+	struct trace_native_probe *tp = fbuffer->tp;
+	struct tn_cpu *c = &trace_native_cpu[fbuffer->cpu];
+	struct task_struct *task = current;
+	struct tn_entry *e = container_of(fbuffer->entry, struct tn_entry, type);
+	u32 acct, staged;
+	u64 ts;
+
+	if (unlikely(READ_ONCE(tp->flags) & TNP_HOST))
+		hypercall(HC_TRACE_EVENT, fbuffer->cpu, (long)fbuffer->entry, fbuffer->len, 0);
+	if (!(READ_ONCE(tp->flags) & TNP_RECORD))
+		goto out;
+	if (tp->filter && !filter_match(tp->filter, fbuffer->entry, task, fbuffer->cpu))
+		goto out;
+	save_comm(c, fbuffer->cpu, task);
+	ts = trace_clock_read();
+	staged = c->staged;
+	acct = make_room(c, fbuffer->cpu, fbuffer->len, ts);
+	if (!acct)
+		goto out;
+	if (unlikely(c->staged != staged))
+		e = move_record(c, e, fbuffer->len);
+	stage_commit(c, fbuffer->cpu, e, fbuffer->len, acct, ts);
+out:
+	c->busy = 0;
 }
 
 /* A hit that trapped passes the probe's address + 1 (probes are 64-byte aligned): its

@@ -1,6 +1,7 @@
 /* Network devices and the receive path's first half: the NIC ring the host fills, NAPI
  * polling into socket buffers, and protocol dispatch by packet type. */
 #include "net.h"
+#include "trace/events/net.h"
 
 #define NAPI_POLL_WEIGHT 16
 
@@ -102,6 +103,7 @@ static noinline int __netif_receive_skb(struct sk_buff *skb)
 noinline int netif_receive_skb(struct sk_buff *skb)
 {
 	skb->tstamp = ktime_get_ns();
+	trace_netif_receive_skb(skb);
 	return __netif_receive_skb(skb);
 }
 

@@ -1,5 +1,6 @@
 /* Socket buffers: a header describing a kmalloc'd data area with headroom. */
 #include "net.h"
+#include "trace/events/skb.h"
 
 #define NET_SKB_PAD 32
 unsigned long skb_drop_reasons[SKB_DROP_REASON_MAX];
@@ -68,6 +69,7 @@ void consume_skb(struct sk_buff *skb)
 {
 	if (unlikely(!skb))
 		return;
+	trace_consume_skb(skb);
 	__kfree_skb(skb);
 }
 
