@@ -289,13 +289,13 @@ def test_syscall_events_record_the_callers_arguments(traced):
 
 
 def test_pid_filter_and_event_fork_in_the_kernel(traced):
-    """set_event_pid's filter as static events see it (tracer.static_events is the one
-    function the set_event_pid file calls): only listed pids record; with event-fork a
+    """set_event_pid's filter as static events see it (the top array's set_event_pid
+    and set_event_notrace_pid are the kernel's pid maps): only listed pids record; with event-fork a
     listed task's child is listed by the kernel at the fork and dropped at its exit."""
     kernel, tracer, root = traced
     static = tracer.static_events
     watched, other = kernel.spawn("watched"), kernel.spawn("other")
-    static.set_pid_filter({watched.pid}, None)
+    write(root, "set_event_pid", str(watched.pid))
     write(root, "events/syscalls/sys_enter_getpid/enable", "1")
     for t in (watched, other):
         kernel.syscall(t, "getpid")
@@ -309,11 +309,14 @@ def test_pid_filter_and_event_fork_in_the_kernel(traced):
     child2 = kernel.syscall(watched, "fork")
     assert static.pid_filter() == ({watched.pid, child2}, set())
     # set_event_notrace_pid wins over set_event_pid.
-    static.set_pid_filter({watched.pid}, {watched.pid})
+    write(root, "set_event_notrace_pid", str(watched.pid))
+    assert static.pid_filter() == ({watched.pid, child2}, {watched.pid})
     write(root, "trace", "", flags=os.O_WRONLY | os.O_TRUNC)
     kernel.syscall(watched, "getpid")
     assert lines_of(root, "sys_enter_getpid") == []
-    static.set_pid_filter(None, None)
+    write(root, "set_event_pid", "", flags=os.O_WRONLY | os.O_TRUNC)
+    write(root, "set_event_notrace_pid", "", flags=os.O_WRONLY | os.O_TRUNC)
+    assert static.pid_filter() == (set(), set())
     kernel.syscall(other, "getpid")
     assert len(lines_of(root, "sys_enter_getpid")) == 1
     assert child != child2
