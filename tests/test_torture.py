@@ -1,6 +1,7 @@
 """Torture: every case of Linux 6.1's ftracetest ``test.d`` (all but ``selftest/``),
-unmodified, against one daemon, in the suite's own order and in an order shuffled by a
-fixed seed (tests/conformance_runner.py, torture mode).
+unmodified, against one daemon, in the suite's own order and (with
+``KPROBEFS_TORTURE_SHUFFLED=1``) in an order shuffled by a fixed seed
+(tests/conformance_runner.py, torture mode).
 
 What is asserted is the daemon's health, not the cases' results (those are printed: many
 cases need tracers and triggers kprobefs does not have): no case runs past its time
@@ -30,7 +31,11 @@ pytestmark = pytest.mark.torture
 #: The seed of the shuffled order (fixed, so a failure can be replayed with
 #: ``python3 tests/conformance_runner.py --all --shuffle 20240601``).
 SEED = 20240601
-ORDERS = {"suite": None, "shuffled": SEED}
+#: The shuffled order is opt-in: with the static events, triggers and the instance pass
+#: an order takes several minutes, and the test command must stay well inside CI's time.
+ORDERS = {"suite": None}
+if os.environ.get("KPROBEFS_TORTURE_SHUFFLED") == "1":
+    ORDERS["shuffled"] = SEED
 CASE_TIMEOUT = float(os.environ.get("KPROBEFS_TORTURE_TIMEOUT") or runner.CASE_TIMEOUT)
 
 
