@@ -86,7 +86,7 @@ def t():
 def test_trace_options_lists_and_sets_options_by_name(t):
     root = t.root
     assert cat(root, "trace_options").splitlines() == [
-        "nosym-offset", "nosym-addr", "context-info", "record-cmd", "overwrite",
+        "nosym-offset", "nosym-addr", "context-info", "record-cmd", "norecord-tgid", "overwrite",
         "irq-info", "markers", "noevent-fork", "nopause-on-trace",
         "nofunction-fork", "nostacktrace"]
     echo(root, "trace_options", "sym-offset\n")
@@ -292,3 +292,37 @@ def test_forks_of_the_emulated_kernel_are_followed_per_array():
     assert kernel.syscall(parent, "wait4", child.pid, 0, 0, 0) == child.pid
     assert cat(root, "set_event_pid") == f"{parent.pid}\n"
     assert cat(root, "instances/foo/set_ftrace_pid") == f"{parent.pid}\n"
+
+
+def test_record_tgid_keeps_each_recorded_tasks_tgid():
+    cache = CommCache()
+    cache.tgid_of = lambda pid: pid + 1000
+    cache.save(10, "sh")
+    assert cache.saved_tgids() == ""                      # record-tgid off: none kept
+    cache.set_record_tgid(True)
+    assert cache.needs(10)                                # read again at its next record
+    for pid, comm in ((12, "cat"), (10, "sh")):
+        cache.save(pid, comm)
+    assert cache.saved_tgids() == "10 1010\n12 1012\n"    # by pid, as 6.1 walks its map
+
+
+def test_record_tgid_reads_the_tgid_of_the_emulated_kernels_tasks():
+    """options/record-tgid on the real kernel: saved_tgids lists each task an event
+    recorded, with the tgid its task_struct holds (one thread a process here: its pid);
+    the option exists per array and is off by default, as in 6.1."""
+    from test_tracer_native import make
+    kernel, tracer, root = make(True)
+    assert cat(root, "options/record-tgid") == "0\n"
+    echo(root, "kprobe_events", "p:getpid __x64_sys_getpid\n")
+    echo(root, "events/kprobes/getpid/enable", "1")
+    first = kernel.spawn("first")
+    kernel.syscall(first, "getpid")
+    assert cat(root, "saved_tgids") == ""
+    echo(root, "options/record-tgid", "1")
+    second = kernel.spawn("second")
+    for task in (first, second):
+        kernel.syscall(task, "getpid")
+    assert cat(root, "saved_tgids") == "".join(
+        f"{pid} {pid}\n" for pid in sorted((first.pid, second.pid)))
+    node(root, "instances").mkdir("foo", 0o755)
+    assert cat(root, "instances/foo/options/record-tgid") == "0\n"

@@ -773,6 +773,11 @@ class Kernel:
             pa = self._init_pid_pa if pid_at == self._init_pid_at else mem.translate(pid_at)
         return _PID.unpack_from(ram, pa)[0]
 
+    def current_tgid(self) -> int:
+        """Thread-group id of the task running on the current CPU (inside a hook)."""
+        t = self._current_task_ptr()
+        return _PID.unpack(self.mem.read(t + self.kabi["task.tgid"], 4))[0]
+
     def current_comm(self) -> str:
         t = self._current_task_ptr()
         return self.mem.read_cstring(t + self.kabi["task.comm"], 16).decode("utf-8", "replace")

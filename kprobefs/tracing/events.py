@@ -173,6 +173,9 @@ class Tracer:
         self._next_id = first_event_id
         self._clear_trace = False
         self.comm_cache = CommCache()
+        current_tgid = getattr(kernel, "current_tgid", None)
+        if callable(current_tgid):
+            self.comm_cache.tgid_of = self._current_tgid
         self.tracing_thresh_ns = 0          # tracing_thresh (global; no tracer uses it)
 
         self.function_tracer: FunctionTracer | None = None     # the top array's
@@ -280,6 +283,7 @@ class Tracer:
             if tr.function_tracer is not None:
                 tr.set_current_tracer("nop")        # its ftrace ops go
             del self.instances[name]
+            self.record_tgid_changed()
 
     def _pid_filters_following_forks(self):
         """The pid sets that follow forks now: each array's event pids with its
@@ -331,6 +335,22 @@ class Tracer:
                 if tp.registered:
                     self._engine_enable(tp, False)
         self._native_sync(probes, statics=_is_static(event))
+
+    def _current_tgid(self, pid: int) -> int | None:
+        """The tgid of ``pid`` when it is the running task (whose comm is being saved)."""
+        kernel = self.kernel
+        if kernel.cpu is None or kernel.current_pid() != pid:
+            return None
+        return kernel.current_tgid()
+
+    def record_tgid_changed(self) -> None:
+        """options/record-tgid changed in some array: tgids are kept while one has it."""
+        cache = self.comm_cache
+        was = cache.record_tgid
+        cache.set_record_tgid(any(
+            tr.options["record-tgid"] for tr in (self.top, *self.instances.values())))
+        if cache.record_tgid and not was and self.native is not None:
+            self.native.forget_comms()          # the kernel's recorder asks again too
 
     def array_changed(self, tr: TraceArray, events: Iterable | None = None) -> None:
         """Something of ``tr`` that decides how ``events`` (None: all) are recorded

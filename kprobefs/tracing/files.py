@@ -406,6 +406,7 @@ class _Root:
             "available_filter_functions": _text_file(
                 lambda: "".join(f"{name}\n" for name in t.symbols.ftrace_functions())),
             "saved_cmdlines": _text_file(t.comm_cache.saved_cmdlines),
+            "saved_tgids": _text_file(t.comm_cache.saved_tgids),
             "saved_cmdlines_size": _File(MODE_WRITE, read=lambda: f"{t.comm_cache.size}\n",
                                          write=self._write_cmdlines_size),
             "tracing_thresh": self._usecs_file(t, "tracing_thresh_ns"),

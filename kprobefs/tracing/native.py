@@ -464,7 +464,11 @@ class NativeRecorder:
         self.buffer.staged_wakeup(cpu)
         return 0
 
-    def _task_exit(self, _pid: int) -> None:
-        # A new task may reuse the task_struct: make every CPU ask for the comm again.
+    def forget_comms(self) -> None:
+        """Make every CPU ask for its task's comm again at its next record."""
         for view in self._cpu:
             _Q.pack_into(view, _COMM_TASK_AT, 0)
+
+    def _task_exit(self, _pid: int) -> None:
+        # A new task may reuse the task_struct: make every CPU ask for the comm again.
+        self.forget_comms()

@@ -118,6 +118,11 @@ class CommCache:
         self.size = size
         self.names: dict[int, str] = {0: "<idle>"}
         self.stale: set[int] = set()
+        #: options/record-tgid (set in some trace array): each save also keeps the
+        #: saved task's tgid, read by ``tgid_of(pid)`` (None: not the running task).
+        self.record_tgid = False
+        self.tgid_of: Callable[[int], int | None] | None = None
+        self.tgids: dict[int, int] = {}
 
     def save(self, pid: int, comm: str) -> None:
         names = self.names
@@ -128,6 +133,10 @@ class CommCache:
             del names[oldest]
         names[pid] = comm
         self.stale.discard(pid)
+        if self.record_tgid and self.tgid_of is not None:
+            tgid = self.tgid_of(pid)
+            if tgid:
+                self.tgids[pid] = tgid
 
     def needs(self, pid: int) -> bool:
         """Return True when ``pid``'s comm should be (re)read."""
@@ -140,6 +149,18 @@ class CommCache:
         """``saved_cmdlines``: ``<pid> <comm>`` per saved task, oldest first (the idle
         task is never saved)."""
         return "".join(f"{pid} {comm}\n" for pid, comm in self.names.items() if pid)
+
+    def set_record_tgid(self, on: bool) -> None:
+        """Start (or stop) keeping tgids.  Started, every saved task is read again at
+        its next record, so that the tasks already named get their tgid too."""
+        if on and not self.record_tgid:
+            self.stale.update(pid for pid in self.names if pid)
+        self.record_tgid = on
+
+    def saved_tgids(self) -> str:
+        """``saved_tgids``: ``<pid> <tgid>`` per task recorded with record-tgid, by
+        pid, as 6.1 walks its pid-indexed map."""
+        return "".join(f"{pid} {tgid}\n" for pid, tgid in sorted(self.tgids.items()))
 
     def resize(self, size: int) -> None:
         """``saved_cmdlines_size``: a new table of ``size`` entries; as in 6.1 the new

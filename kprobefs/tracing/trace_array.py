@@ -55,6 +55,7 @@ OPTION_DEFAULTS = {
     "overwrite": True,
     "pause-on-trace": False,
     "record-cmd": True,
+    "record-tgid": False,
     "stacktrace": False,
     "sym-addr": False,
     "sym-offset": False,
@@ -542,6 +543,8 @@ class TraceArray:
             self.options[name] = on
             self.stacktrace = self.options["stacktrace"]
             self.buffer.overwrite = self.options["overwrite"]
+            if name == "record-tgid":
+                self.registry.record_tgid_changed()
             self.registry.array_changed(self)       # stack traces are taken by the host
 
     def set_tracing_cpumask(self, mask: int) -> None:
