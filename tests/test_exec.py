@@ -252,8 +252,9 @@ def test_trace_cmd_show_and_record_in_an_instance(mnt, tracing, tmp_path):
         (tracing / "instances" / "foo").rmdir()
 
     dat = tmp_path / "trace.dat"
+    # The command waits out the recorders' start (see test_trace_cmd_record_and_report).
     record = run_exec(mnt, "trace-cmd", "record", "-B", "bar", "-e", "kprobes:myprobe",
-                      "-o", str(dat), "cat", "/sys/kernel/tracing/README")
+                      "-o", str(dat), "sh", "-c", "sleep 1; exec cat /sys/kernel/tracing/README")
     try:
         assert record.returncode == 0, record.stderr
         assert os.listdir(tracing / "instances") == []     # trace-cmd removed it
