@@ -49,6 +49,7 @@ from kprobefs.tracing.synth import (
 )
 from kprobefs.tracing.trace_events import StaticEvents
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, EventFile, TraceArray
+from kprobefs.tracing.tracers import TracerFactory
 from kprobefs.tracing.trace_kprobe import (
     TraceEvent, TraceProbe, is_call_return, make_recorder,
 )
@@ -179,6 +180,8 @@ class Tracer:
         self.tracing_thresh_ns = 0          # tracing_thresh (global; no tracer uses it)
 
         self.function_tracer: FunctionTracer | None = None     # the top array's
+        #: What current_tracer offers besides nop (tracers.py), in registration order.
+        self.tracer_factories: list[TracerFactory] = []
         self.stack_tracer: StackTracer | None = None
         self._ftrace = getattr(engine, "ftrace", None)
         #: The top-level trace array, then the instances by name (creation order).
@@ -209,6 +212,8 @@ class Tracer:
         self.static_events = self._init_static_events()
         if self._ftrace is not None:
             self._init_function_tracers(self._ftrace)
+        self._install_tracers(self.top)
+        self.function_tracer = self.top.function_tracer
 
     def _init_static_events(self):
         """The kernel's TRACE_EVENTs (tracing/trace_events.py), in the event registry
@@ -227,19 +232,31 @@ class Tracer:
         return static
 
     def _init_function_tracers(self, ftrace) -> None:
-        """The top array's function tracer and the stack tracer, on the engine's ftrace
-        sites."""
+        """The function tracer (each array's) and the stack tracer, on the engine's
+        ftrace sites."""
         from kprobefs.kprobes import FtraceOps
-        self.function_tracer = self.top.function_tracer = self._new_function_tracer(
-            self.top)
+        self.tracer_factories.append(self._function_tracer_for)
         self.stack_tracer = StackTracer(
             ftrace, FtraceOps, self.symbols.ftrace_site_names, read=self.kernel.read,
             is_call_return=lambda value: is_call_return(self.kernel, self.symbols, value),
             symbolize=lambda addr: format_ip_sym(addr, self.symbols.symbolize, True))
 
-    def _new_function_tracer(self, tr: TraceArray) -> FunctionTracer:
+    def _install_tracers(self, tr: TraceArray) -> None:
+        """Offer each registered tracer in ``tr`` (an instance only those that allow
+        instances), in registration order."""
+        for factory in self.tracer_factories:
+            tracer = factory(self, tr)
+            if tracer is not None and (tr.is_top or tracer.allow_instances):
+                tr.add_tracer(tracer)
+
+    @staticmethod
+    def _function_tracer_for(registry: "Tracer", tr: TraceArray) -> FunctionTracer:
         """A function tracer recording into ``tr`` (each array has its own ops and
         filters, as Linux's instances do)."""
+        tr.function_tracer = registry._new_function_tracer(tr)
+        return tr.function_tracer
+
+    def _new_function_tracer(self, tr: TraceArray) -> FunctionTracer:
         from kprobefs.kprobes import FtraceOps
         return FunctionTracer(
             self._ftrace, FtraceOps, self.symbols.ftrace_site_names,
@@ -259,8 +276,7 @@ class Tracer:
             if name in self.instances:
                 raise OSError(errno.EEXIST, f"instance {name} exists")
             tr = TraceArray(name, self)
-            if self._ftrace is not None:
-                tr.function_tracer = self._new_function_tracer(tr)
+            self._install_tracers(tr)
             if self.top.buffer.expanded:
                 # Linux allocates a new instance's buffers at the full size once
                 # tracing has expanded them (ring_buffer_expanded)
@@ -280,8 +296,7 @@ class Tracer:
                 raise OSError(errno.EBUSY, f"instance {name} is in use")
             tr.remove_triggers()                    # they hold its event files armed
             tr.set_events_enabled(False, allow_none=True)
-            if tr.function_tracer is not None:
-                tr.set_current_tracer("nop")        # its ftrace ops go
+            tr.set_current_tracer("nop")            # its tracer's hooks go
             del self.instances[name]
             self.record_tgid_changed()
 
@@ -649,8 +664,7 @@ class Tracer:
                 tr.remove_triggers()                # they hold event files armed
             for tr in arrays:
                 tr.set_events_enabled(False, allow_none=True)
-                if tr.function_tracer is not None:
-                    tr.set_current_tracer("nop")
+                tr.set_current_tracer("nop")
             if self.stack_tracer is not None:
                 self.stack_tracer.set_enabled(0)
             self.release_all(kprobes=True, synthetic=True)

@@ -28,6 +28,7 @@ from typing import Callable, Iterable
 from kprobefs.tracing.output import FLAGS_NONE, TraceOptions, format_ip_sym
 from kprobefs.tracing.pid_filter import PidFilter
 from kprobefs.tracing.raw_page import raw_common
+from kprobefs.tracing.tracers import TracerPlugin
 
 __all__ = ["FunctionFilter", "FunctionTracer", "StackTracer", "FUNCTION_EVENT",
            "STACK_TRACER_DISABLED"]
@@ -164,8 +165,8 @@ class _SiteOps:
             self._ftrace.ftrace_set_filter_ip(self.ops, site)
 
 
-class FunctionTracer:
-    """``current_tracer`` = ``function`` for one tracer (the trace array): ``record`` is
+class FunctionTracer(TracerPlugin):
+    """``current_tracer`` = ``function`` for one trace array: ``record`` is
     ``record(cpu, record_tuple, size)`` into its ring buffer, ``context()`` gives the
     ``(pid, cpu)`` of the current task and caches its comm, ``recording()`` says whether
     tracing is on."""
@@ -188,6 +189,14 @@ class FunctionTracer:
     @property
     def running(self) -> bool:
         return self._ops.running
+
+    name = "function"
+
+    def init(self, tr) -> None:
+        self.start()
+
+    def reset(self, tr) -> None:
+        self.stop()
 
     def start(self) -> None:
         self._ops.start(self._ops.wanted(self.filter.selected, self.notrace.selected))

@@ -34,6 +34,7 @@ from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.ring_buffer import (
     DEFAULT_BUFFER_BYTES, MAX_TOTAL_BUFFER_KB, RingBuffer,
 )
+from kprobefs.tracing.tracers import NopTracer, TracerPlugin
 from kprobefs.tracing.trigger import TriggerHit
 from kprobefs.tracing.trigger_host import TracerTriggerHost
 
@@ -171,6 +172,9 @@ class TraceArray:
         self.buffer = RingBuffer(self.nr_cpus)
         self.error_log = ErrorLog(registry.clock)
         self.options = dict(OPTION_DEFAULTS)
+        #: current_tracer's choices (tracers.py), in registration order.
+        self.tracers: dict[str, TracerPlugin] = {"nop": NopTracer()}
+        self.current_tracer: TracerPlugin = self.tracers["nop"]
         self.tracer_name = "nop"
         self.trace_clock = "local"
         self.now = self.clocks["local"].read      # the trace clock's reading, ns (or ticks)
@@ -594,26 +598,31 @@ class TraceArray:
             self.buffer.reset()                 # what the kernel staged goes too
             self.registry.array_changed(self)   # the kernel stamps with TSC clocks only
 
+    def add_tracer(self, tracer: TracerPlugin) -> None:
+        """Offer ``tracer`` in ``current_tracer`` (the registry's factories call this)."""
+        self.tracers[tracer.name] = tracer
+
     def set_current_tracer(self, name: str) -> None:
-        """Switch tracers; a switch to another tracer resets the buffer (tracer_init)."""
-        if name not in self.available_tracers():
+        """Switch tracers: the old one is reset, the buffer cleared, the new one
+        initialised (tracing_set_tracer).  An unknown name is EINVAL."""
+        tracer = self.tracers.get(name)
+        if tracer is None:
             raise OSError(errno.EINVAL, "unknown tracer")
         with self.lock:
             self.update_buffers()
-            if name == self.tracer_name:
+            if tracer is self.current_tracer:
                 return
-            functions = self.function_tracer
-            if functions is not None:
-                if name == "function":
-                    functions.start()
-                else:
-                    functions.stop()
-            self.tracer_name = name
+            self.current_tracer.reset(self)
+            self.tracer_name = "nop"
+            self.current_tracer = self.tracers["nop"]
             self.buffer.reset()
+            tracer.init(self)
+            self.tracer_name = name
+            self.current_tracer = tracer
 
     def available_tracers(self) -> list[str]:
         """Newest registered first, as Linux lists them."""
-        return ["function", "nop"] if self.function_tracer is not None else ["nop"]
+        return list(reversed(self.tracers))
 
     def trace_options(self) -> TraceOptions:
         return TraceOptions(self.options["context-info"], self.options["irq-info"],
@@ -648,9 +657,15 @@ class TraceArray:
         def compile_text(ev):
             compile_ = getattr(ev, "compile_text", None)
             return compile_(symbolize) if compile_ is not None else None
+        text = self.current_tracer.print_trace(self, pairs, options)
+        if text is not None:
+            return text
         return TraceFormatter(self.comm_cache.find, options, compile_text).render(
             pairs, lambda rec: rec[3].render(rec, self, options))
 
     def trace_header(self, options: TraceOptions, cpu: int | None = None) -> str:
+        header = self.current_tracer.print_header(self, options)
+        if header is not None:
+            return header
         entries, written = self.buffer.counts(None)
         return format_header(self.tracer_name, entries, written, self.nr_cpus, options)
