@@ -51,8 +51,9 @@ from kprobefs.tracing.trace_events import StaticEvents
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, EventFile, TraceArray
 from kprobefs.tracing.tracers import TracerFactory
 from kprobefs.tracing.trace_kprobe import (
-    TraceEvent, TraceProbe, is_call_return, make_recorder,
+    TraceEvent, TraceProbe, is_call_return, make_recorder, unwind,
 )
+from kprobefs.tracing.trigger import TriggerHit
 
 __all__ = [
     "Tracer",
@@ -371,6 +372,8 @@ class Tracer:
         """Something of ``tr`` that decides how ``events`` (None: all) are recorded
         changed: only the top array's recording is the kernel's."""
         if tr is not self.top:
+            if events is not None and any(_is_static(ev) for ev in events):
+                self._native_sync((), statics=True)     # instances get them from the host
             return
         if events is None:
             if self.static_events is not None:     # the kernel's pid filter is the top's
@@ -894,8 +897,15 @@ class Tracer:
         usable = not top.stacktrace and self.clocks[top.trace_clock].tsc is not None
         if statics and self.static_events is not None:
             instances = list(self.instances.values())
-            self.static_events.sync(top.recording, usable, top.files.get,
-                                    lambda ev: any(tr.is_enabled(ev) for tr in instances))
+
+            def to_host(ev) -> bool:
+                if any(tr.is_enabled(ev) for tr in instances):
+                    return True
+                return any(ef.triggers is not None and ef.triggers.items
+                           for ef in (tr.files.get((ev.group, ev.name))
+                                      for tr in (top, *instances))
+                           if ef is not None and ef.event is ev)
+            self.static_events.sync(top.recording, usable, top.files.get, to_host)
         usable = (usable and not top.event_pids.active
                   and not top.buffer.record_disabled)
         for tp in probes:
@@ -953,15 +963,30 @@ class Tracer:
         return pid, cpu.index if cpu is not None else 0
 
     def _static_record(self, event, cpu: int, record: bytes) -> None:
-        """A static event's record from the kernel (trace_events.StaticEvents): into
-        each instance that has the event enabled, records, and whose filter passes."""
+        """A static event's record handed over by the kernel (trace_events.StaticEvents,
+        not yet filtered): its triggers run in each array that has them, and it is
+        written to each instance that has the event enabled, records, and whose filter
+        and pid sets pass, and to the top array when the kernel left that one to the
+        host (the top file has triggers)."""
         pid = int.from_bytes(record[4:8], "little", signed=True)
         data = record[8:]
-        comm = self.kernel.current_comm
+        kernel = self.kernel
+        comm = kernel.current_comm
         cache = self.comm_cache
-        for tr in list(self.instances.values()):
+        kernel_has_top = event.recording[0]
+        for tr in (self.top, *list(self.instances.values())):
             ef = tr.files.get((event.group, event.name))
-            if ef is None or ef.event is not event or not ef.enabled or not tr.recording:
+            if ef is None or ef.event is not event or not ef.enabled:
+                continue
+            if ef.triggers is not None and ef.triggers.items:
+                hit = TriggerHit(cpu, pid, tr.now(), comm,
+                                 lambda: unwind(kernel, self.symbols, kernel.regs, 0))
+                tr.record_triggered(ef, record, (hit.ts, pid, record[2], event, 0, 0, data),
+                                    len(record), hit)
+                continue
+            if (tr is self.top and kernel_has_top) or not ef.records or not tr.recording:
+                continue
+            if tr.event_pids.active and tr.event_pids.ignores(pid):
                 continue
             if ef.filter is not None and not ef.filter.match(record, cpu, comm):
                 continue

@@ -240,12 +240,15 @@ class StaticEvents:
                 self.events.append(ev)
                 next_id += 1
 
-    def sync(self, recording: bool, usable: bool, file_of, in_instance) -> None:
+    def sync(self, recording: bool, usable: bool, file_of, to_host) -> None:
         """Make each event's call sites and kernel flags follow its state.  The kernel
         records into the top trace array: ``recording`` = its tracing is on, ``usable``
         = the kernel can stamp its records, ``file_of((group, name))`` = its EventFile of
-        an event (trace_array.py) or None.  ``in_instance(ev)``: the event is enabled in
-        an instance, so the kernel hands each record to the host too (``deliver``)."""
+        an event (trace_array.py) or None.  ``to_host(ev)``: the event is enabled in an
+        instance, or has triggers in some array, so the kernel hands each record to the
+        host (``deliver``).  A top-level file with triggers is recorded by the host,
+        which runs them; a soft-disabled one keeps its call sites on but records
+        nothing."""
         states = []
         keys: dict[int, bool] = {}
         for ev in self.events:                  # a key is on while one of its events is
@@ -253,7 +256,7 @@ class StaticEvents:
             if ef is not None and ef.event is not ev:
                 ef = None
             on_top = ef is not None and ef.enabled
-            host = in_instance(ev)
+            host = to_host(ev)
             states.append((ev, ef, on_top, host))
             keys[ev.key] = keys.get(ev.key, False) or on_top or host
         for key, on in keys.items():
@@ -261,12 +264,14 @@ class StaticEvents:
         for ev, ef, on_top, host in states:
             if not on_top and not host and ev.recording == (False, False):
                 continue                        # off and staying off: nothing to write
+            records = on_top and ef.records and not (ef.triggers is not None
+                                                     and ef.triggers.items)
             flt = ef.filter if ef is not None else None
             here = usable and self.native.set_filter(
                 ev.native, flt.program if flt is not None else None)
-            want = (on_top and recording and here, host)
+            want = (records and recording and here, host)
             if want != ev.recording:
-                if on_top and not here:
+                if records and not here:
                     _log.info("%s:%s stops: the kernel cannot record it now (clock, "
                               "stacktrace or filter)", ev.group, ev.name)
                 self.native.set_recording(ev.native, *want)
