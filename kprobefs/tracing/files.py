@@ -334,6 +334,7 @@ class _Root:
         # for: a lookup under events/GROUP lists the group, and 10,000 kprobe events
         # must not cost 10,000 new directories per lookup.
         self._event_dirs: dict[str, dict[str, tuple[Any, Directory]]] = {}
+        self._ftrace_events: Directory | None = None
         t = tracer
         self.files: dict[str, Any] = {
             "trace": _TraceFile(tr, None),
@@ -600,7 +601,7 @@ class _Root:
             entries[group] = Directory(self._group_entries(group))
         for gone in self._event_dirs.keys() - set(groups):
             self._event_dirs.pop(gone, None)
-        entries[FTRACE_SYSTEM] = _FTRACE_DIR
+        entries[FTRACE_SYSTEM] = self._ftrace_dir()
         return entries
 
     def _group_enable_writer(self, group: str | None):
@@ -683,6 +684,19 @@ class _Root:
             text = self.tr.filter_text(event())
             return ("none" if text is None else text) + "\n"
 
+        def entries() -> dict[str, Any]:
+            return {
+                "enable": _File(MODE_WRITE, read=lambda: self.tr.enable_text(event()),
+                                write=write_enable),
+                "filter": _File(MODE_WRITE, read=read_filter, write=write_filter),
+                "format": _text_file(lambda: event().format_text()),
+                "id": _text_file(lambda: f"{event().id}\n"),
+                **self._trigger_files(event),
+            }
+        return entries
+
+    def _trigger_files(self, event: Callable[[], Any]) -> dict[str, Any]:
+        """An event's ``trigger`` and ``hist`` files in this array."""
         def write_trigger(data: bytes, pid: int, comm: str) -> int:
             if len(data) >= _PAGE_SIZE:
                 raise OSError(errno.EINVAL, "trigger too long")
@@ -698,18 +712,23 @@ class _Root:
             triggers = self.tr.triggers_of(event())
             return triggers.hist_text() if triggers is not None else ""
 
-        def entries() -> dict[str, Any]:
-            return {
-                "enable": _File(MODE_WRITE, read=lambda: self.tr.enable_text(event()),
-                                write=write_enable),
-                "filter": _File(MODE_WRITE, read=read_filter, write=write_filter),
-                "format": _text_file(lambda: event().format_text()),
-                "id": _text_file(lambda: f"{event().id}\n"),
-                "trigger": _File(MODE_WRITE, read=read_triggers, write=write_trigger,
-                                 trunc=lambda: self.tr.truncate_triggers(event())),
-                "hist": _text_file(read_hist),
-            }
-        return entries
+        return {
+            "trigger": _File(MODE_WRITE, read=read_triggers, write=write_trigger,
+                             trunc=lambda: self.tr.truncate_triggers(event())),
+            "hist": _text_file(read_hist),
+        }
+
+    def _ftrace_dir(self) -> Directory:
+        """``events/ftrace``: the ftrace system's own events; ``print`` (trace_marker's
+        event) has this array's ``trigger`` and ``hist`` (init_tracer_tracefs)."""
+        if self._ftrace_events is None:
+            marker = self.tr.marker_event
+            dirs = dict(_FTRACE_DIR.children())
+            print_files = dict(dirs["print"].children())
+            print_files.update(self._trigger_files(lambda: marker))
+            dirs["print"] = Directory(print_files)
+            self._ftrace_events = Directory(dirs)
+        return self._ftrace_events
 
 
 # ---------------------------------------------------------------------- instances

@@ -209,7 +209,9 @@ def _make_pred(r: _Resolved) -> _Pred:
             def pred(rec, cpu, comm):
                 return test(comm().encode("latin-1", "replace")) != negate
         elif field.kind == "sstr":
-            offset, end = field.offset, field.offset + field.size
+            # size 0: a char array to the record's end (ftrace/print's buf)
+            offset = field.offset
+            end = offset + field.size if field.size else None
 
             def pred(rec, cpu, comm):
                 return test(rec[offset:end].split(b"\0", 1)[0]) != negate

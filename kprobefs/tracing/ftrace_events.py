@@ -6,9 +6,10 @@ The three record types this tracer writes are here, ``function`` (the function t
 ``kernel_stack`` (options/stacktrace) and ``print`` (trace_marker), and beside them the
 four that trace-cmd and libtraceevent look for among them (``user_stack``, ``bprint``,
 ``bputs``, ``raw_data``), numbered as 6.1 numbers its ``TRACE_*`` types.  As in
-Linux, they have no ``enable``, ``filter`` or ``trigger`` file, the ftrace system
-directory has no ``enable`` or ``filter`` either, and only an event with a register
-function (function, print) has an ``id`` file.
+Linux, they have no ``enable`` or ``filter`` file (only ``print``, trace_marker's
+event, has a ``trigger``, each array its own: files.py), the ftrace system directory
+has no ``enable`` or ``filter`` either, and only an event with a register function
+(function, print) has an ``id`` file.
 """
 
 from __future__ import annotations

@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from kprobefs.tracing.error_log import ErrorLog
+from kprobefs.tracing.fetch import RecordField
 from kprobefs.tracing.filter import (
     EventFilter, FilterParseError, FILTER_ERRORS, compile_filter, filter_fields,
 )
+from kprobefs.tracing.ftrace_events import FTRACE_EVENTS
 from kprobefs.tracing.output import (
     FLAGS_NONE, TraceFormatter, TraceOptions, format_header, format_ip_sym,
 )
@@ -78,9 +80,27 @@ _TRACE_BUF_SIZE = 1024           # longest trace_marker write
 
 
 class _PrintEvent:
-    """trace_marker records: ``(ts, pid, flags, PRINT_EVENT, text)``."""
+    """trace_marker records: ``(ts, pid, flags, PRINT_EVENT, text)``.  As ``ftrace/print``
+    it is an event triggers can be attached to in each array (``trace_marker_file``):
+    no enable or filter file, but ``trigger`` and ``hist``."""
 
     id = _TRACE_PRINT_ID
+    group = "ftrace"
+    name = "print"
+    # the registry's per-event arming state (events.Tracer.enable_file)
+    enabled = False
+    was_enabled = False
+    on: tuple = ()
+
+    @staticmethod
+    def record_fields() -> list[RecordField]:
+        """``ip``, then ``buf``: a char array to the end of the record (size 0: Linux's
+        filters then compare up to the NUL)."""
+        return [RecordField("unsigned long", "ip", 8, 8, False),
+                RecordField("char[]", "buf", 16, 0, True)]
+
+    def format_text(self) -> str:
+        return FTRACE_EVENTS["print"].format
 
     def raw(self, record: tuple) -> bytes:
         """``ftrace/print``: the common fields, ``ip`` (0: not kept), ``buf``."""
@@ -194,6 +214,9 @@ class TraceArray:
         self.ref = 0
         #: What this array's triggers act on (its buffer, tracing_on, event files).
         self.trigger_host = TracerTriggerHost(self)
+
+    #: ``ftrace/print``: trace_marker's event, which triggers can be attached to.
+    marker_event = PRINT_EVENT
 
     @property
     def is_top(self) -> bool:
@@ -642,9 +665,21 @@ class TraceArray:
             text += b"\n"
         if self.options["record-cmd"]:
             self.comm_cache.save(pid, comm[:15])
-        cpu = getattr(self.registry.kernel, "cpu", None)
-        self.buffer.write(cpu.index if cpu is not None else 0,
-                          (self.now(), pid, FLAGS_NONE, PRINT_EVENT, text), 16 + count + 2)
+        cpu_obj = getattr(self.registry.kernel, "cpu", None)
+        cpu = cpu_obj.index if cpu_obj is not None else 0
+        ts = self.now()
+        ef = self.files.get(("ftrace", "print"))
+        triggers = ef.triggers if ef is not None and ef.event is PRINT_EVENT else None
+        posts = hit = None
+        if triggers is not None and triggers.items:
+            # the triggers see the text as written, NUL-terminated, before the newline
+            raw = (raw_common(PRINT_EVENT.id, FLAGS_NONE, pid) + _QWORD.pack(0)
+                   + bytes(data[:count]) + b"\0")
+            hit = TriggerHit(cpu, pid, ts, lambda: comm[:15])
+            posts = triggers.call(raw, hit)
+        self.buffer.write(cpu, (ts, pid, FLAGS_NONE, PRINT_EVENT, text), 16 + count + 2)
+        if posts:
+            triggers.post_call(posts, hit)
         return count
 
     # ================================================================ trace text

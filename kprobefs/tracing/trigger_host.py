@@ -149,6 +149,9 @@ class TracerTriggerHost:
     def find_event(self, system: str, name: str) -> Any:
         """The event's file in this array, ``None`` when there is no such event."""
         event = self.tr.registry.events.get((system, name))
+        marker = self.tr.marker_event
+        if event is None and (system, name) == (marker.group, marker.name):
+            event = marker                      # the array's trace_marker_file
         return self.tr.file(event) if event is not None else None
 
     def event_triggers(self, ef: Any) -> EventTriggers:
