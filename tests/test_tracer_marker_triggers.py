@@ -62,3 +62,12 @@ def test_an_instance_has_its_own_marker_triggers(t):
     assert cat(t.root, "tracing_on") == "1\n"
     echo(t.root, "instances/m/trace_marker", "inst")
     assert cat(t.root, "instances/m/tracing_on") == "0\n"
+
+
+def test_a_hist_keyed_on_the_marker_text(t):
+    echo(t.root, f"{PRINT}/trigger", "hist:keys=buf")
+    for text in ("alpha", "beta", "alpha"):
+        echo(t.root, "trace_marker", text)
+    hist = cat(t.root, f"{PRINT}/hist")
+    assert "{ buf: alpha" in hist and "{ buf: beta" in hist, hist
+    assert "Hits: 3\n" in hist and "Entries: 2\n" in hist

@@ -193,10 +193,10 @@ def _field_reader(rf) -> tuple[Callable, int, bool, bool]:
         return read_dyn, _MAX_FILTER_STR_VAL, False, True
     if _is_string_type(rf.type):
         size = rf.size or _MAX_FILTER_STR_VAL     # 0: to the record's end
-        end = offset + rf.size if rf.size else None
+        stop = offset + rf.size if rf.size else None
 
         def read_str(rec, hit, refs):
-            data = rec[offset:end]
+            data = rec[offset:stop]
             end = data.find(b"\0")
             return data if end < 0 else data[:end]
         return read_str, size, False, True

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import KprobefsError
 
-__all__ = ["PrintFmt", "PrintFmtError", "parse_print_fmt", "c_printf"]
+__all__ = ["PrintFmt", "PrintFmtError", "parse_print_fmt", "fields_print_fmt", "c_printf"]
 
 
 class PrintFmtError(KprobefsError):
@@ -37,6 +37,11 @@ _BINARY = {
     "*": 10, "/": 10, "%": 10,
 }
 _U64 = (1 << 64) - 1
+#: The words a cast in a print fmt may name, and the widths of those with one.
+_TYPE_BITS = {"char": 8, "short": 16, "int": 32, "long": 64, "bool": 8, "u8": 8, "s8": 8,
+              "u16": 16, "s16": 16, "u32": 32, "s32": 32, "u64": 64, "s64": 64,
+              "gfp_t": 32, "size_t": 64, "pid_t": 32, "void": 64}
+_TYPE_WORDS = {*_TYPE_BITS, "unsigned", "signed", "const"}
 
 
 def _unescape(text: str) -> str:
@@ -108,6 +113,9 @@ class _Parser:
                 text += _unescape(self.take()[1])
             return ("str", text)
         if value == "(":
+            cast = self._cast()
+            if cast is not None:                # (unsigned long)x, ( gfp_t)0x40u
+                return ("cast", cast, self.unary())
             inner = self.expr()
             self.take(")")
             return inner
@@ -122,6 +130,27 @@ class _Parser:
         if kind == "id" and self.peek("("):
             return self.call(value)
         raise PrintFmtError(f"print fmt: unexpected {value!r}")
+
+    def _cast(self) -> tuple[int, bool] | None:
+        """After ``(``: a type name and ``)`` make a cast (taken, returned as (bits,
+        signed); pointers and longs 64 bits); anything else is a parenthesised
+        expression (None, nothing taken)."""
+        j, words = self.i, []
+        while j < len(self.toks) and (self.toks[j][0] == "id" or self.toks[j][1] == "*"):
+            words.append(self.toks[j][1])
+            j += 1
+        if not words or j >= len(self.toks) or self.toks[j][1] != ")" \
+                or not all(w in _TYPE_WORDS or w == "*" for w in words):
+            return None
+        self.i = j + 1
+        if "*" in words or "long" in words or words[-1] in _TYPE_BITS and \
+                _TYPE_BITS[words[-1]] == 64:
+            bits = 64
+        else:
+            bits = next((_TYPE_BITS[w] for w in reversed(words) if w in _TYPE_BITS), 32)
+        signed = "unsigned" not in words and not any(w.startswith("u") or w == "gfp_t"
+                                                       or w == "bool" for w in words)
+        return bits, signed
 
     def call(self, name: str):
         self.take("(")
@@ -157,12 +186,20 @@ class PrintFmt:
     args: tuple
 
     def render(self, field: Callable[[str], Any], str_field: Callable[[str], str],
-               hash_pointer: Callable[[int], int] | None = None) -> str:
+               hash_pointer: Callable[[int], int] | None = None,
+               symbolize: Callable[[int, bool], str | None] | None = None) -> str:
         """Return the text for a record: ``field(name)`` gives a field's value (an
         int, or a str for char arrays), ``str_field(name)`` a ``__data_loc`` string;
         ``%p`` prints ``hash_pointer(value)``, as the kernel hashes pointers."""
         values = [_eval(a, field, str_field) for a in self.args]
-        return c_printf(self.fmt, values, hash_pointer)
+        return c_printf(self.fmt, values, hash_pointer, symbolize)
+
+
+def fields_print_fmt(names: Sequence[str]) -> PrintFmt:
+    """What an event whose print fmt cannot be read prints instead: each field as
+    ``name=0xVALUE`` (the daemon logs the reason; the event still records)."""
+    return PrintFmt(" ".join(f"{n}=0x%lx" for n in names),
+                    tuple(("field", n) for n in names))
 
 
 def parse_print_fmt(text: str) -> PrintFmt:
@@ -219,6 +256,12 @@ def _eval(node, field, str_field):
             if _num(_eval(key, field, str_field)) == value:
                 return _eval(label, field, str_field)
         return f"0x{value:x}"
+    if op == "cast":
+        (bits, signed), v = node[1], _eval(node[2], field, str_field)
+        if not isinstance(v, int):
+            return v                            # a string stays one
+        v &= (1 << bits) - 1
+        return v - (1 << bits) if signed and v >> (bits - 1) else v
     if op[0] == "u":
         v = _num(_eval(node[1], field, str_field))
         return {"u-": -v, "u!": int(not v), "u~": ~v}[op]
@@ -247,9 +290,11 @@ _BITS = {"hh": 8, "h": 16, None: 32, "l": 64, "ll": 64, "z": 64}
 
 
 def c_printf(fmt: str, values: Sequence,
-             hash_pointer: Callable[[int], int] | None = None) -> str:
+             hash_pointer: Callable[[int], int] | None = None,
+             symbolize: Callable[[int, bool], str | None] | None = None) -> str:
     """The kernel's vsnprintf for the conversions print formats use; ``%p`` is the
-    pointer hashed (``hash_pointer``), 16 hex digits, as 6.1 prints it."""
+    pointer hashed (``hash_pointer``), 16 hex digits, as 6.1 prints it; ``%pS`` and
+    ``%ps`` the symbol with and without its offset (``symbolize(addr, offset)``)."""
     out, pos, it = [], 0, iter(values)
     for m in _CONV.finditer(fmt):
         out.append(fmt[pos:m.start()])
@@ -272,6 +317,11 @@ def c_printf(fmt: str, values: Sequence,
             continue
         if conv == "p":
             pointer = _num(value) & _U64
+            ext = fmt[pos:pos + 1]
+            if ext in ("S", "s", "B") and symbolize is not None:
+                pos += 1                        # %pS: sym+0xoff/0xsize, %ps: sym
+                out.append(symbolize(pointer, ext != "s") or f"0x{pointer:x}")
+                continue
             out.append(f"{hash_pointer(pointer) if hash_pointer else pointer:016x}")
             continue
         bits = _BITS[m["len"]]

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 
 from ..errors import ImageError
 from .fetch import RecordField, format_fields_text
-from .print_fmt import PrintFmt, parse_print_fmt
+from .print_fmt import PrintFmt, PrintFmtError, fields_print_fmt, parse_print_fmt
 from .raw_page import raw_common
 
 __all__ = ["StaticEvent", "SyscallEvent", "StaticEvents", "FIRST_STATIC_ID"]
@@ -123,7 +123,7 @@ class StaticEvent:
     def render(self, record: tuple, tracer, options) -> str:
         values = self.values(record[6])
         text = self.print_fmt.render(lambda n: values.get(n, 0), lambda n: values.get(n, ""),
-                                     tracer.symbols.hash_pointer)
+                                     tracer.symbols.hash_pointer, tracer.symbols.symbolize)
         return f"{self.name}: {text}\n"
 
 
@@ -211,8 +211,14 @@ class StaticEvents:
                         signed, length))
             at += _FIELD.size
         text = self._cstring(fmt)
+        fields = _layout(raw)
+        try:
+            print_fmt = parse_print_fmt(text)
+        except PrintFmtError as exc:        # one unreadable format costs one event's text
+            _log.warning("%s: %s; its fields are printed instead", self._cstring(name), exc)
+            print_fmt = fields_print_fmt([f.name for f in fields])
         event = StaticEvent(self._cstring(system), self._cstring(name), event_id,
-                            _layout(raw), text, parse_print_fmt(text), size, key, tp)
+                            fields, text, print_fmt, size, key, tp)
         event.native = self.native.adopt(tp, event_id)
         return event
 
@@ -286,7 +292,10 @@ class StaticEvents:
             return 0
         ev = self._by_id.get(int.from_bytes(data[:2], "little"))
         if ev is not None and self.deliver is not None:
-            self.deliver(ev, cpu, data)
+            try:
+                self.deliver(ev, cpu, data)
+            except Exception:                   # the record is lost, not the machine
+                _log.exception("%s:%s: a record could not be delivered", ev.group, ev.name)
         return 0
 
     # ------------------------------------------------ set_event_pid, event-fork

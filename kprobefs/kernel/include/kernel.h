@@ -290,8 +290,9 @@ void __noreturn panic(const char *fmt, ...);
 })
 
 /* ---- memory ------------------------------------------------------------------------ */
-#define GFP_KERNEL 0u
-#define __GFP_ZERO 1u
+#include "gfp.h"
+#define NUMA_NO_NODE (-1)
+#define _RET_IP_ ((unsigned long)__builtin_return_address(0))
 void *alloc_pages_exact(size_t size, gfp_t gfp);
 void free_pages_exact(void *addr, size_t size);
 void *kmalloc(size_t size, gfp_t flags);

@@ -1,6 +1,7 @@
 /* kmalloc: power-of-two size classes carved from pages, with a header recording the
  * class so kfree() needs no size. */
 #include "kernel.h"
+#include "trace/events/kmem.h"
 
 #define KMALLOC_MIN_SHIFT 5
 #define KMALLOC_MAX_SHIFT 12
@@ -78,34 +79,48 @@ static void *slab_alloc(struct kmem_cache *s)
 	return obj;
 }
 
-void *kmalloc(size_t size, gfp_t flags)
+static void *__kmalloc(size_t size, gfp_t flags, unsigned long caller)
 {
 	size_t total = size + sizeof(struct slab_header);
+	size_t alloc;
 	struct slab_header *h;
 	int shift;
 
 	if (total > (1UL << KMALLOC_MAX_SHIFT)) {
 		h = alloc_pages_exact(total, 0);
 		if (!h)
-			return NULL;
+			goto fail;
 		h->shift = 0;
 		h->pages_size = total;
+		alloc = total - sizeof(*h);
 	} else {
 		shift = kmalloc_index(total);
 		h = slab_alloc(&kmalloc_caches[shift - KMALLOC_MIN_SHIFT]);
 		if (!h)
-			return NULL;
+			goto fail;
 		h->shift = shift;
+		alloc = (1UL << shift) - sizeof(*h);
 	}
 	h->magic = SLAB_MAGIC;
 	if (flags & __GFP_ZERO)
 		memset(h + 1, 0, size);
+	trace_kmalloc(caller, h + 1, size, alloc, flags, NUMA_NO_NODE);
 	return h + 1;
+fail:
+	trace_kmalloc(caller, NULL, size, 0, flags, NUMA_NO_NODE);
+	return NULL;
+}
+
+/* The call site the kmem events report is kmalloc's caller (_RET_IP_), as Linux's
+ * inline kmalloc makes it. */
+void *kmalloc(size_t size, gfp_t flags)
+{
+	return __kmalloc(size, flags, _RET_IP_);
 }
 
 void *kzalloc(size_t size, gfp_t flags)
 {
-	return kmalloc(size, flags | __GFP_ZERO);
+	return __kmalloc(size, flags | __GFP_ZERO, _RET_IP_);
 }
 
 void kfree(const void *p)
@@ -113,6 +128,7 @@ void kfree(const void *p)
 	struct slab_header *h;
 	struct kmem_cache *s;
 
+	trace_kfree(_RET_IP_, p);
 	if (!p)
 		return;
 	h = (struct slab_header *)p - 1;
@@ -133,7 +149,7 @@ void kfree(const void *p)
 char *kstrdup(const char *s, gfp_t gfp)
 {
 	size_t len = strlen(s) + 1;
-	char *p = kmalloc(len, gfp);
+	char *p = __kmalloc(len, gfp, _RET_IP_);
 
 	if (p)
 		memcpy(p, s, len);
