@@ -20,10 +20,10 @@ class _Arch:
     def __init__(self):
         self.state: dict[int, str] = {}
 
-    def ftrace_make_call(self, site, func, native=None):
+    def ftrace_make_call(self, site, func, native=None, direct=None):
         self.state[site] = "call"
 
-    def ftrace_update_call(self, site, func, native=None):
+    def ftrace_update_call(self, site, func, native=None, direct=None):
         assert self.state.get(site) == "call", "update of a site that is not calling"
 
     def ftrace_make_nop(self, site):

@@ -213,6 +213,9 @@ class KprobeEngine:
         self._blacklist = sorted((s.addr, s.end, s.name) for s in self.image.blacklist)
         self._blacklist_starts = [b[0] for b in self._blacklist]
         self.fprobes = None  # set by FprobeManager
+        add_hypercall = getattr(kernel, "add_hypercall", None)
+        if add_hypercall is not None:
+            add_hypercall("FTRACE_DIRECT", self._hc_ftrace_direct)
         kernel.exit_listeners.append(self._flush_task_instances)
         kernel.tick_listeners.append(self.run_optimizer)
         modules = getattr(kernel, "modules", None)
@@ -220,6 +223,18 @@ class KprobeEngine:
             # Before other notifiers: a tracer registering probes on a coming module
             # needs its ftrace sites known here first.
             modules.register_module_notifier(self._module_notify, priority=100)
+
+    def _hc_ftrace_direct(self, register: int, ip: int, addr: int, *_args) -> int:
+        """HC_FTRACE_DIRECT: the kernel's register_ftrace_direct (``register`` = 1) or
+        unregister_ftrace_direct; 0 or -errno."""
+        try:
+            if register:
+                self.ftrace.register_ftrace_direct(ip, addr)
+            else:
+                self.ftrace.unregister_ftrace_direct(ip, addr)
+        except ProbeError as e:
+            return -e.errno
+        return 0
 
     # ==== the interface the arch calls =======================================================
     def get_kprobe(self, addr: int) -> AggrKprobe | None:

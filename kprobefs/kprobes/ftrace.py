@@ -1,6 +1,8 @@
-"""ftrace's core, as far as kprobes, fprobes and the function tracer need it: ftrace_ops
-with per-site filters, and the site refcounts that decide when a call site is patched to
-call the trampoline and when it goes back to a NOP.  Site patching is the arch's job."""
+"""ftrace's core, as far as kprobes, fprobes, the tracers and direct trampolines need it:
+ftrace_ops with per-site filters, the site refcounts that decide when a call site is
+patched to call the trampoline and when it goes back to a NOP, and direct calls
+(register_ftrace_direct: a site that calls a trampoline of the kernel's own, alone or
+after the ops' trampoline has run them).  Site patching is the arch's job."""
 
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ class Ftrace:
         self.arch = arch
         self.sites = frozenset(sites)
         self._site_ops: dict[int, list[FtraceOps]] = {}
+        #: Direct calls: site -> the kernel trampoline it calls (register_ftrace_direct).
+        self.direct: dict[int, int] = {}
         #: The ``kernel.ftrace_enabled`` sysctl (proc_dointvec: any int, non-zero is on).
         self.ftrace_enabled_value = 1
 
@@ -58,10 +62,9 @@ class Ftrace:
         self.ftrace_enabled_value = value
         if self.ftrace_enabled == was:
             return
-        for site in sorted(self._site_ops):
+        for site in sorted(self._site_ops.keys() | self.direct.keys()):
             if self.ftrace_enabled:
-                self.arch.ftrace_make_call(site, self._site_func(site),
-                                           self._site_native(site))
+                self._patch(site)
             else:
                 self.arch.ftrace_make_nop(site)
 
@@ -80,6 +83,8 @@ class Ftrace:
             for ops in list(self._site_ops.get(site, ())):
                 self._detach(ops, site)
                 ops.filter.discard(site)
+            if site in self.direct:
+                self.unregister_ftrace_direct(site, self.direct[site])
         self.sites = self.sites - gone
 
     def _site_func(self, site: int):
@@ -99,21 +104,33 @@ class Ftrace:
             return users[0].site_native(site)
         return None
 
+    def _patch(self, site: int, was_patched: bool = False) -> None:
+        """Make ``site`` call what its users want: the ops' trampoline (which goes on to
+        the direct trampoline, if any, instead of returning), the direct trampoline
+        alone, or nothing.  ``was_patched``: the site calls something now."""
+        direct = self.direct.get(site)
+        if site in self._site_ops:
+            func, native = self._site_func(site), self._site_native(site)
+            if was_patched:
+                self.arch.ftrace_update_call(site, func, native, direct)
+            else:
+                self.arch.ftrace_make_call(site, func, native, direct)
+        elif direct is not None:
+            self.arch.ftrace_make_direct(site, direct)
+        elif was_patched:
+            self.arch.ftrace_make_nop(site)
+
     def _attach(self, ops: FtraceOps, site: int) -> None:
         users = self._site_ops.setdefault(site, [])
         users.append(ops)
         if not self.ftrace_enabled:
             return
-        if len(users) == 1:
-            self.arch.ftrace_make_call(site, self._site_func(site), self._site_native(site))
-        else:
-            self.refresh_site(site)
+        self._patch(site, was_patched=len(users) > 1 or site in self.direct)
 
     def refresh_site(self, site: int) -> None:
         """The users of ``site``, or what they want it to call, changed."""
         if site in self._site_ops and self.ftrace_enabled:
-            self.arch.ftrace_update_call(site, self._site_func(site),
-                                         self._site_native(site))
+            self._patch(site, was_patched=True)
 
     def _detach(self, ops: FtraceOps, site: int) -> None:
         users = self._site_ops.get(site)
@@ -122,10 +139,29 @@ class Ftrace:
         users.remove(ops)
         if not users:
             del self._site_ops[site]
-            if self.ftrace_enabled:
-                self.arch.ftrace_make_nop(site)
-        else:
-            self.refresh_site(site)
+        if self.ftrace_enabled:
+            self._patch(site, was_patched=True)
+
+    def register_ftrace_direct(self, ip: int, addr: int) -> None:
+        """Make the ftrace site ``ip`` call the kernel trampoline ``addr`` (6.1's
+        register_ftrace_direct): ENODEV when ``ip`` is no ftrace location, EBUSY when
+        the site has a direct call already."""
+        if ip not in self.sites:
+            raise ProbeError(errno.ENODEV, f"{ip:#x} is not an ftrace location")
+        if ip in self.direct:
+            raise ProbeError(errno.EBUSY, f"{ip:#x} has a direct call")
+        was_patched = ip in self._site_ops
+        self.direct[ip] = addr
+        if self.ftrace_enabled:
+            self._patch(ip, was_patched)
+
+    def unregister_ftrace_direct(self, ip: int, addr: int) -> None:
+        """Undo register_ftrace_direct (ENODEV: no such direct call)."""
+        if self.direct.get(ip) != addr:
+            raise ProbeError(errno.ENODEV, f"{ip:#x} has no direct call to {addr:#x}")
+        del self.direct[ip]
+        if self.ftrace_enabled:
+            self._patch(ip, was_patched=True)
 
     def register_ftrace_function(self, ops: FtraceOps) -> None:
         if ops.registered:
@@ -170,5 +206,9 @@ class Ftrace:
             ops.func(site, parent if ops.want_parent_ip else 0, ops, regs)
 
     def enabled_sites(self) -> dict[int, int]:
-        """Site -> number of ops attached (enabled_functions)."""
-        return {site: len(ops) for site, ops in self._site_ops.items()}
+        """Site -> number of ops attached (enabled_functions); a direct call counts
+        as one, as its ops does in Linux."""
+        out = {site: len(ops) for site, ops in self._site_ops.items()}
+        for site in self.direct:
+            out[site] = out.get(site, 0) + 1
+        return out

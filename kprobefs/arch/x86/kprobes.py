@@ -107,6 +107,7 @@ class _FtraceTramp:
     state: list
     native: tuple[int, int] | None = None
     trapped: bool = False
+    direct: int | None = None       # the kernel trampoline it jumps to instead of ret
 
 
 def _signed32(value: int) -> int:
@@ -594,50 +595,67 @@ class X86Kprobes:
         return optimized_callback
 
     # ==== ftrace sites ====================================================================
-    def ftrace_make_call(self, site: int, func, native: tuple[int, int] | None = None
-                         ) -> None:
+    def ftrace_make_call(self, site: int, func, native: tuple[int, int] | None = None,
+                         direct: int | None = None) -> None:
         """Point the site at a trampoline of its own (as Linux does for ops with a
         dynamically allocated trampoline).  func(regs) runs the ftrace ops of the site
         in the host, from [watched 5-byte NOP][ret]; with ``native`` = (handler,
         argument) the trampoline instead saves a struct pt_regs and calls
-        handler(argument, regs) in the kernel, then returns."""
-        tramp = self._ftrace_trampoline(site, func, native)
+        handler(argument, regs) in the kernel, then returns.  With ``direct`` the
+        trampoline ends in a jump to that kernel trampoline instead of a return (the
+        stack then is as if the site had called it: ftrace_regs_caller's direct
+        path)."""
+        tramp = self._ftrace_trampoline(site, func, native, direct)
         self._ftrace_tramps[site] = tramp
         self.kernel.text_poke(site, synthesize_relcall(site, tramp.addr))
 
-    def ftrace_update_call(self, site: int, func, native: tuple[int, int] | None = None
-                           ) -> None:
-        old = self._ftrace_tramps[site]
-        if native is None and old.native is None:
+    def ftrace_update_call(self, site: int, func, native: tuple[int, int] | None = None,
+                           direct: int | None = None) -> None:
+        old = self._ftrace_tramps.get(site)
+        if old is None:                     # the site called a direct trampoline alone
+            self.ftrace_make_call(site, func, native, direct)
+            return
+        if native is None and old.native is None and direct == old.direct:
             old.state[0] = func
             return
-        if native == old.native:
+        if native == old.native and direct == old.direct:
             return
-        tramp = self._ftrace_trampoline(site, func, native)
+        tramp = self._ftrace_trampoline(site, func, native, direct)
         self._ftrace_tramps[site] = tramp
         self.kernel.text_poke(site, synthesize_relcall(site, tramp.addr))
         self._free_trampoline(old)
 
+    def ftrace_make_direct(self, site: int, addr: int) -> None:
+        """The site calls the kernel trampoline ``addr`` itself (no ops on it)."""
+        self.kernel.text_poke(site, synthesize_relcall(site, addr))
+        old = self._ftrace_tramps.pop(site, None)
+        if old is not None:
+            self._free_trampoline(old)
+
     def ftrace_make_nop(self, site: int) -> None:
         self.kernel.text_poke(site, FENTRY_NOP)
-        self._free_trampoline(self._ftrace_tramps.pop(site))
+        old = self._ftrace_tramps.pop(site, None)
+        if old is not None:
+            self._free_trampoline(old)
 
-    def _ftrace_trampoline(self, site: int, func, native) -> "_FtraceTramp":
+    def _ftrace_trampoline(self, site: int, func, native, direct: int | None = None
+                           ) -> "_FtraceTramp":
         if native is not None:
             addr = self.slots.get(_DETOUR)
             # regs->sp is the traced function's %rsp: one slot above the return address.
-            code = self._native_template_for(addr, site, native, sp_above=8) + b"\xc3"
+            code = self._native_template_for(addr, site, native, sp_above=8)
+            code += self._ftrace_tail(addr + len(code), direct)
             self.kernel.text_poke(addr, code)
-            return _FtraceTramp(addr, _DETOUR, None, [func], native)
+            return _FtraceTramp(addr, _DETOUR, None, [func], native, direct=direct)
         tramp = self.slots.get(_SLOT)
         state = [func]
         callback = self._ftrace_callback(site, state)
         if self.kernel.fast_hooks_available():
-            self.kernel.text_poke(tramp, FENTRY_NOP + b"\xc3")
+            self.kernel.text_poke(tramp, FENTRY_NOP + self._ftrace_tail(tramp + 5, direct))
             return _FtraceTramp(tramp, _SLOT, self.kernel.hook_code_raw(tramp, tramp, callback),
-                                state)
-        # Out of code hooks: the trampoline traps instead, and resumes at its ret.
-        self.kernel.text_poke(tramp, b"\xcc\xc3")
+                                state, direct=direct)
+        # Out of code hooks: the trampoline traps instead, and resumes after the int3.
+        self.kernel.text_poke(tramp, b"\xcc" + self._ftrace_tail(tramp + 1, direct))
 
         def trapped(kernel, cpu, ip):
             callback(None, tramp, 1, None)
@@ -645,7 +663,12 @@ class X86Kprobes:
             return True
 
         self.kernel.insert_breakpoint(tramp, trapped)
-        return _FtraceTramp(tramp, _SLOT, None, state, trapped=True)
+        return _FtraceTramp(tramp, _SLOT, None, state, trapped=True, direct=direct)
+
+    @staticmethod
+    def _ftrace_tail(at: int, direct: int | None) -> bytes:
+        """How an ops trampoline ends: ``ret``, or ``jmp direct``."""
+        return b"\xc3" if direct is None else synthesize_reljump(at, direct)
 
     def _free_trampoline(self, tramp: "_FtraceTramp") -> None:
         if tramp.hook is not None:

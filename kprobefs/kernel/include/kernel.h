@@ -212,6 +212,7 @@ enum hypercall_nr {
 				 * the trace instances it is enabled in (TNP_HOST) */
 	HC_HOSTFS_MKDIR = 40,	/* (dir id, name, mode, &mode): new child id or -errno */
 	HC_HOSTFS_RMDIR = 41,	/* (dir id, name): 0 or -errno */
+	HC_FTRACE_DIRECT = 50,	/* (1 register / 0 unregister, ip, addr): 0 or -errno */
 };
 
 /* Kernel work the host asks for in process context (see kernel/host_work.c). */
@@ -301,6 +302,10 @@ void kfree(const void *p);
 char *kstrdup(const char *s, gfp_t gfp);
 void mem_init(unsigned long start_pa, unsigned long end_pa);
 extern unsigned long totalram_pages, nr_free_pages_count;
+
+/* ---- ftrace direct calls (kernel/ftrace.c) ------------------------------------------ */
+int register_ftrace_direct(unsigned long ip, unsigned long addr);
+int unregister_ftrace_direct(unsigned long ip, unsigned long addr);
 
 /* ---- time -------------------------------------------------------------------------- */
 #define HZ 250
