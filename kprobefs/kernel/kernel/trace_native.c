@@ -20,6 +20,7 @@
 #include "uaccess.h"
 #include "trace_native.h"
 #include "tracepoint.h"
+#include "hardirq.h"
 
 #define __kprobes notrace __section(".kprobes.text")
 
@@ -658,7 +659,7 @@ void * __kprobes trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
 		c->busy = 0;
 		return NULL;
 	}
-	set_common(e, tp->type, 0, current->pid);
+	set_common(e, tp->type, tracing_gen_ctx_flags(), current->pid);
 	fbuffer->tp = tp;
 	fbuffer->entry = &e->type;
 	fbuffer->len = size - 8;
@@ -696,16 +697,17 @@ out:
 }
 
 /* A hit that trapped passes the probe's address + 1 (probes are 64-byte aligned): its
- * record shows interrupts off in an NMI-like context, as an int3 handler's does. */
+ * record shows interrupts off in an NMI-like context, as an int3 handler's does; other
+ * hits show the context they ran in. */
 #define TN_TRAPPED 1UL
-#define TN_FLAGS_INT3 1		/* the host's FLAGS_INT3 */
+#define TN_FLAGS_INT3 (TRACE_FLAG_IRQS_OFF | TRACE_FLAG_HARDIRQ | 0x40)	/* "d.Z.." */
 
 static __always_inline struct trace_native_probe *untag(struct trace_native_probe *tp,
 							u8 *flags)
 {
 	unsigned long p = (unsigned long)tp;
 
-	*flags = p & TN_TRAPPED ? TN_FLAGS_INT3 : 0;
+	*flags = p & TN_TRAPPED ? TN_FLAGS_INT3 : tracing_gen_ctx_flags();
 	return (struct trace_native_probe *)(p & ~TN_TRAPPED);
 }
 
@@ -782,7 +784,7 @@ found:
 			tp->nmissed++;
 		} else {
 			c->busy = 1;
-			record(tp, regs, c, cpu, ri->ret_addr, 0);
+			record(tp, regs, c, cpu, ri->ret_addr, tracing_gen_ctx_flags());
 			c->busy = 0;
 		}
 	}

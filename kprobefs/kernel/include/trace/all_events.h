@@ -4,3 +4,4 @@
 #include "trace/events/syscalls.h"
 #include "trace/events/net.h"
 #include "trace/events/skb.h"
+#include "trace/events/irq.h"
