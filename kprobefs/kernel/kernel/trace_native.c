@@ -631,11 +631,12 @@ void __kprobes trace_event_pid_exit(struct task_struct *task)
 	pid_assign(f->no_pids, task->pid, false);
 }
 
-/* Reserve a record of `size` bytes, the common fields included, for tp's event, and
+/* Reserve a record of `size` bytes, the common fields included, of tp's type, and
  * return it with its common fields set; the caller fills the rest and commits.  NULL
- * when the event does not record (disabled, nested in the recorder, no room). */
-void * __kprobes trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
-					    struct trace_native_probe *tp, u32 size)
+ * when it does not record (disabled, nested in the recorder, no room).  Not filtered by
+ * pid: trace_printk's records (trace_buffer_lock_reserve). */
+void * __kprobes trace_buffer_lock_reserve(struct trace_event_buffer *fbuffer,
+					   struct trace_native_probe *tp, u32 size)
 {
 	int cpu = smp_processor_id();
 	struct tn_cpu *c = &trace_native_cpu[cpu];
@@ -648,9 +649,6 @@ void * __kprobes trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
 		tp->nmissed++;
 		return NULL;
 	}
-	if (unlikely(trace_event_pids.pids_set | trace_event_pids.no_pids_set) &&
-	    trace_event_ignore_pid(current->pid))
-		return NULL;
 	if (size - 8 > TN_DATA_MAX)
 		return NULL;
 	c->busy = 1;
@@ -665,6 +663,18 @@ void * __kprobes trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
 	fbuffer->len = size - 8;
 	fbuffer->cpu = cpu;
 	return fbuffer->entry;
+}
+
+/* The same for a static event's record, which set_event_pid filters. */
+void * __kprobes trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
+					    struct trace_native_probe *tp, u32 size)
+{
+	if (unlikely(trace_event_pids.pids_set | trace_event_pids.no_pids_set) &&
+	    trace_event_ignore_pid(current->pid)) {
+		tp->nhit++;
+		return NULL;
+	}
+	return trace_buffer_lock_reserve(fbuffer, tp, size);
 }
 
 /* Filter the reserved record and stage it. */
