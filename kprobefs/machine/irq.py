@@ -13,9 +13,10 @@ descriptors iretq checks.
 
 Sources:
 
-- the timer (IRQ 0): HZ times a second of the host's clock, to each CPU that is
-  running (an idle CPU's tick stops, as with NO_HZ_IDLE); ticks missed while a CPU
-  could not take them are coalesced into one, as a late tick is;
+- the timer (IRQ 0): HZ times a second of the host's clock, per CPU.  A CPU whose tick
+  is due ends its turn at its next hypercall, so a task that runs long in the kernel
+  is interrupted there.  An idle CPU does not run, so the ticks due while it idles
+  (or while interrupts are off) come as one, when it next runs;
 - the NIC (IRQ 11): raised when the host fills the receive ring, and routed to an idle
   CPU, which it wakes (sti; hlt).  The net code's locks are not bottom-half safe (it has
   no spin_lock_bh), so the NET_RX softirq this interrupt raises must not run on top of
@@ -82,6 +83,11 @@ class InterruptController:
     def raise_nic(self) -> None:
         """The NIC's line: delivered to the next CPU found idle."""
         self._nic_waiting += 1
+
+    def tick_due(self, cpu) -> bool:
+        """Whether cpu's tick is due (its turn should end at this hypercall)."""
+        due = self._next_tick[cpu.index]
+        return bool(self.hz and due and time.monotonic() >= due)
 
     def pending(self, cpu) -> bool:
         """Whether an interrupt is pending on cpu."""
