@@ -13,10 +13,12 @@ descriptors iretq checks.
 
 Sources:
 
-- the timer (IRQ 0): HZ times a second of the host's clock, per CPU.  A CPU whose tick
-  is due ends its turn at its next hypercall, so a task that runs long in the kernel
-  is interrupted there.  An idle CPU does not run, so the ticks due while it idles
-  (or while interrupts are off) come as one, when it next runs;
+- the timer (IRQ 0): HZ times a second of the host's clock, per CPU, delivered where
+  the CPU's turn ends.  A turn ends where it always did (idle, a spin's yield, a return
+  to user mode, a self-IPI; the tick does not end one itself, which would make the
+  CPUs' interleaving depend on the host's timing, and the machine's order of events
+  is a function of its inputs).  So the ticks due during a turn, or while the CPU
+  idled or had interrupts off, come as one, when it next runs;
 - the NIC (IRQ 11): raised when the host fills the receive ring, and routed to an idle
   CPU, which it wakes (sti; hlt).  The net code's locks are not bottom-half safe (it has
   no spin_lock_bh), so the NET_RX softirq this interrupt raises must not run on top of
@@ -83,11 +85,6 @@ class InterruptController:
     def raise_nic(self) -> None:
         """The NIC's line: delivered to the next CPU found idle."""
         self._nic_waiting += 1
-
-    def tick_due(self, cpu) -> bool:
-        """Whether cpu's tick is due (its turn should end at this hypercall)."""
-        due = self._next_tick[cpu.index]
-        return bool(self.hz and due and time.monotonic() >= due)
 
     def pending(self, cpu) -> bool:
         """Whether an interrupt is pending on cpu."""

@@ -540,8 +540,6 @@ class Kernel:
                     self._hc_started = None
                 if ret is not None:
                     self.fast.set(UC_X86_REG_RAX, ret)
-                if not self._scratch_depth and self.irq.tick_due(self.cpu):
-                    uc.emu_stop()       # the tick comes after this hypercall
                 return
             if intno in _CONTRIBUTORY:
                 clear_exception_state(uc)
