@@ -45,6 +45,7 @@ from .cpu import (
 from ._fastuc import FastRegs, RegSet, add_code_hook, add_intr_hook
 from ._quirks import clear_exception_state
 from .image import FENTRY_NOP, KernelImage
+from .irq import InterruptController
 from .jump_label import JumpLabels
 from .module import ModuleLoader
 from .hostwork import WORK_POINTS, HostWork, KernelCall
@@ -105,7 +106,7 @@ class Kernel:
     MAX_TASKS = 4096
 
     def __init__(self, cpus: int = 2, seed: int = 0, image: str | None = None,
-                 ram_mb: int = 256, pid_auto_base: int = 300):
+                 ram_mb: int = 256, pid_auto_base: int = 300, hz: int = HZ):
         if not 1 <= cpus <= 8:
             raise ValueError("cpus must be between 1 and 8")
         self.seed = seed
@@ -158,12 +159,14 @@ class Kernel:
         self.trace_clock = TscClock()
         self.trace_clock_ns = self.trace_clock.ns
         self._in_emulation = 0
+        self._hz = hz
         self._hypercalls = {
             HC.IDLE: self._hc_idle, HC.SYSCALL_DONE: self._hc_syscall_done,
             HC.TASK_NEW: self._hc_task_new, HC.TASK_EXIT: self._hc_task_exit,
             HC.IRET: self._hc_iret, HC.CLOCK: self._hc_clock, HC.CONSOLE: self._hc_console,
             HC.PANIC: self._hc_panic, HC.BOOTED: self._hc_booted,
             HC.UPCALL_DONE: self._hc_upcall_done, HC.YIELD: self._hc_yield,
+            HC.SELF_IPI: self._hc_self_ipi,
         }
         self._closing = False
         # The turn in progress, for the watchdog: its number, when it started, when the
@@ -223,6 +226,9 @@ class Kernel:
         uc.reg_write(UC_X86_REG_CR0, uc.reg_read(UC_X86_REG_CR0) | (1 << 31) | (1 << 16) | 1)
         uc.msr_write(MSR_EFER, uc.msr_read(MSR_EFER) | EFER_NXE)
         uc.reg_write(UC_X86_REG_RFLAGS, 0x2)
+        #: The interrupt controller (machine/irq.py): timer, NIC, self-IPIs.
+        self.irq = InterruptController(self, self._hz)
+        self.irq.load_descriptors()
         add_intr_hook(uc, self._on_interrupt)
         uc.hook_add(UC_HOOK_INSN_INVALID, self._on_invalid_insn)
         self._pcpu_area = self._sym("pcpu_area")
@@ -283,8 +289,8 @@ class Kernel:
         """Whether any CPU has work (or could take some), or work is posted."""
         if self._inbox or any(c.state == "running" for c in self.cpus):
             return True
-        return bool(self._wakeups or self._upcalls) and any(c.state == "idle"
-                                                           for c in self.cpus)
+        return bool(self._wakeups or self._upcalls or self.irq.has_work()) and any(
+            c.state == "idle" for c in self.cpus)
 
     def _post(self, work: Callable[[], None]) -> None:
         """Hand work to whoever drives the machine next (it runs under the lock, at the
@@ -298,11 +304,13 @@ class Kernel:
 
     def _dispatch_wakeups(self) -> None:
         for cpu in self.cpus:
-            if not (self._wakeups or self._upcalls):
+            if not (self._wakeups or self._upcalls or self.irq.has_work()):
                 return
             if cpu.state != "idle":
                 continue
-            if self._wakeups:
+            if self.irq.wake_idle(cpu):
+                cpu.resume_rax = 0      # HC_IDLE returns nothing: the interrupt is the work
+            elif self._wakeups:
                 cpu.resume_rax = self._wakeups.popleft()
             else:
                 self._start_upcall(cpu, self._upcalls.popleft())
@@ -327,6 +335,7 @@ class Kernel:
             if cpu.resume_rax is not None:
                 self.fast.set(UC_X86_REG_RAX, cpu.resume_rax)
                 cpu.resume_rax = None
+            self.irq.before_turn(cpu)
             self._emulate(cpu)
         self._update_jiffies()
         for tick in self.tick_listeners:
@@ -361,8 +370,8 @@ class Kernel:
     def _others_running(self) -> bool:
         cur = self.cpu
         return any(c.state == "running" and c is not cur for c in self.cpus) or (
-            bool(self._wakeups or self._upcalls) and any(c.state == "idle"
-                                                         for c in self.cpus))
+            bool(self._wakeups or self._upcalls or self.irq.has_work()) and any(
+                c.state == "idle" for c in self.cpus))
 
     def _end_turn(self) -> None:
         """End this CPU's turn after the hypercall returns (round-robin) when another
@@ -372,6 +381,13 @@ class Kernel:
         if self._inbox or self._others_running() or (
                 time.monotonic() - self._turn_started > self.TURN_SECONDS):
             self.uc.emu_stop()
+
+    def _hc_self_ipi(self):
+        # The turn ends so that the interrupt comes at once (when IF allows it).
+        self.irq.self_ipi(self._args()[0])
+        if not self._scratch_depth:
+            self.uc.emu_stop()
+        return 0
 
     def _hc_yield(self):
         # A spin-wait: whatever it waits for happens on another CPU or in posted work.
@@ -568,7 +584,8 @@ class Kernel:
             return
         uc.reg_write(UC_X86_REG_RSP, frame)
         uc.reg_write(UC_X86_REG_RIP, self._sym(stub))
-        uc.reg_write(UC_X86_REG_RFLAGS, regs["flags"] & ~0x100)
+        # an interrupt gate: IF and TF clear (HC_IRET restores the flags)
+        uc.reg_write(UC_X86_REG_RFLAGS, regs["flags"] & ~0x300)
 
     def _run_trap_handlers(self, vector: int, ip: int) -> bool:
         for handler in self._trap_handlers.get(vector, ()):
@@ -603,6 +620,9 @@ class Kernel:
     def _hc_idle(self):
         if self._wakeups:
             return self._wakeups.popleft()
+        if self.irq.pending(self.cpu) or self.irq.wake_idle(self.cpu):
+            self.uc.emu_stop()      # sti; hlt: the interrupt comes at the next turn
+            return 0
         self.cpu.state = "idle"
         self.uc.emu_stop()
         return 0
@@ -1093,7 +1113,7 @@ class Kernel:
             data = packet[: slot_size - 4]
             self.mem.write(slot, struct.pack("<I", len(data)) + data)
             self.mem.write(ring + 4, struct.pack("<I", (tail + 1) & 0xFFFFFFFF))
-            self._wakeups.append(abi.IDLE_NET_RX)
+            self.irq.raise_nic()
             self._cond.notify_all()
 
     def kallsyms(self) -> str:

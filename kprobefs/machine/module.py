@@ -195,6 +195,7 @@ class Module:
     info: dict = field(default_factory=dict)
     refcount: int = 0
     pages: list = field(default_factory=list)        # (va, pa) of every mapped page
+    sections: dict = field(default_factory=dict)     # name -> (address, size)
     image: bytearray = field(default_factory=bytearray, repr=False)  # as relocated
 
     @property
@@ -241,6 +242,10 @@ class ModuleLoader:
         self.modules: dict[str, Module] = {}         # load order
         self._notifiers: list[tuple[int, int, ModuleNotifier]] = []
         self._next_base = MODULES_VADDR
+        #: (address, format) of each trace_printk format a module brought (held for
+        #: good, as 6.1's trace_bprintk_fmt_list), in load order.
+        self.trace_printk_formats: list[tuple[int, str]] = []
+        self._fmt_next = 0
 
     # ---- the notifier chain ---------------------------------------------------------------
     def register_module_notifier(self, notifier: ModuleNotifier, priority: int = 0) -> None:
@@ -306,6 +311,7 @@ class ModuleLoader:
                 raise
             self.modules[mod.name] = mod
             kernel.image.add_module(mod)
+            self._hold_trace_printk_formats(mod)
             self._notify(MODULE_STATE_COMING, mod)
             if mod.init is None:
                 self._init_done(mod, 0)
@@ -315,6 +321,39 @@ class ModuleLoader:
             if call.done and call.outcome is not None:
                 raise KernelError(-call.outcome, f"module {mod.name} init")
             return mod
+
+    def _hold_trace_printk_formats(self, mod: Module) -> None:
+        """6.1's module_trace_bprintk_format_notify at MODULE_STATE_COMING: each format
+        pointer in the module's __trace_printk_fmt section is pointed at a kernel copy
+        of its string (one per distinct string, kept for good in
+        trace_bprintk_fmt_area), which printk_formats lists.  A pointer stays NULL when
+        the area is full, as when kmalloc fails."""
+        where = mod.sections.get("__trace_printk_fmt")
+        area = self.kernel.image.symbol_value("trace_bprintk_fmt_area")
+        if where is None or area is None:
+            return
+        kernel = self.kernel
+        addr, size = where
+        (sym,) = kernel.image.lookup_name("trace_bprintk_fmt_area") or (None,)
+        area_end = area + (sym.size if sym is not None else 0)
+        held = {text: at for at, text in self.trace_printk_formats}
+        for slot in range(addr, addr + size - 7, 8):
+            ptr = kernel.mem.read_u64(slot)
+            if not ptr:
+                continue
+            text = kernel.mem.read_cstring(ptr, 1024).decode("utf-8", "replace")
+            at = held.get(text)
+            if at is None:
+                data = text.encode() + b"\0"
+                at = -(-self._fmt_next // 8) * 8 if self._fmt_next else area
+                if at + len(data) > area_end:
+                    at = 0
+                else:
+                    kernel.mem.write(at, data)
+                    self._fmt_next = at + len(data)
+                    held[text] = at
+                    self.trace_printk_formats.append((at, text))
+            kernel.mem.write(slot, struct.pack("<Q", at))
 
     def _init_done(self, mod: Module, ret: int) -> int | None:
         """init returned ret: the module goes live, or (ret < 0) away again.  Returns
@@ -360,6 +399,8 @@ class ModuleLoader:
         mod = Module(name=obj.name, path=obj.path, start=base, end=base + size,
                      text_start=base + bounds[0], text_end=base + bounds[1],
                      info=dict(obj.info), image=image)
+        mod.sections = {sec.name: (base + offsets[sec.index], sec.size)
+                        for sec in obj.sections.values()}
         mod.symbols = tuple(self._kallsyms(obj, mod, where))
         mod.init = where.function(obj, "init_module")
         mod.exit = where.function(obj, "cleanup_module")

@@ -48,6 +48,7 @@ from kprobefs.tracing.synth import (
     SYNTH_SYSTEM, SynthError, SynthEvent, check_synth_command, is_good_name, parse_synth_fields,
 )
 from kprobefs.tracing.trace_events import StaticEvents
+from kprobefs.tracing.trace_printk import TracePrintk
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, EventFile, TraceArray
 from kprobefs.tracing.tracers import TracerFactory
 from kprobefs.tracing.trace_kprobe import (
@@ -211,6 +212,7 @@ class Tracer:
             else:
                 self.native.attach(self.top.buffer)
         self.static_events = self._init_static_events()
+        self.trace_printk = self._init_trace_printk()
         if self._ftrace is not None:
             self._init_function_tracers(self._ftrace)
         self._install_tracers(self.top)
@@ -231,6 +233,22 @@ class Tracer:
             self.events[(ev.group, ev.name)] = ev
             self._events_by_id[ev.id] = ev
         return static
+
+    def _init_trace_printk(self):
+        """The kernel's trace_printk() records (tracing/trace_printk.py), decoded by
+        their ids; None without the kernel's recorder or trace_printk()."""
+        if self.native is None:
+            return None
+        try:
+            printk = TracePrintk(self.kernel, self.native)
+        except (KeyError, ImageError, MachineError) as exc:
+            _log.info("no trace_printk: %s", exc)
+            return None
+        self._events_by_id.update(printk.events)
+        top = self.top
+        printk.sync(top.recording and not top.stacktrace and top.options["trace_printk"]
+                    and self.clocks[top.trace_clock].tsc is not None)
+        return printk
 
     def _init_function_tracers(self, ftrace) -> None:
         """The function tracer (each array's) and the stack tracer, on the engine's
@@ -906,6 +924,8 @@ class Tracer:
                                       for tr in (top, *instances))
                            if ef is not None and ef.event is ev)
             self.static_events.sync(top.recording, usable, top.files.get, to_host)
+        if statics and self.trace_printk is not None:
+            self.trace_printk.sync(top.recording and usable and top.options["trace_printk"])
         usable = (usable and not top.event_pids.active
                   and not top.buffer.record_disabled)
         for tp in probes:

@@ -23,6 +23,7 @@ from kprobefs.tracing.cpumask import format_cpumask, parse_cpumask
 from kprobefs.tracing.events import TraceEvent, Tracer
 from kprobefs.tracing.ftrace_events import FTRACE_EVENTS, FTRACE_SYSTEM
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, TraceArray
+from kprobefs.tracing.trace_printk import printk_formats_text
 from kprobefs.tracing.output import TraceOptions
 from kprobefs.tracing.ring_buffer import DEFAULT_BUFFER_BYTES
 from kprobefs.tracing.trigger import TRIGGER_HELP
@@ -411,8 +412,10 @@ class _Root:
             "saved_cmdlines_size": _File(MODE_WRITE, read=lambda: f"{t.comm_cache.size}\n",
                                          write=self._write_cmdlines_size),
             "tracing_thresh": self._usecs_file(t, "tracing_thresh_ns"),
-            # trace_printk() formats and tracepoint strings: the kernel has none.
-            "printk_formats": _text_file(lambda: ""),
+            # trace_printk() formats (the kernel has no tracepoint strings)
+            "printk_formats": _text_file(
+                lambda: printk_formats_text(t.trace_printk.formats())
+                if t.trace_printk is not None else ""),
             "instances": _InstancesDir(t),
         })
         if t.stack_tracer is not None:

@@ -28,15 +28,39 @@ __all__ = [
 
 SAVED_CMDLINES = 128               # the kernel's default saved_cmdlines_size
 
-# Context flags of a record, as (irqs-off, need-resched, hard/soft irq, preempt depth,
-# migrate-disable) characters.  An int3 hit runs with interrupts off in an NMI-like trap.
+# A record's context flags: struct trace_entry's flags byte, as 6.1's tracing_gen_ctx
+# sets it.  An int3 hit runs with interrupts off in an NMI-like trap ("d.Z..").
 FLAGS_NONE = 0
-FLAGS_INT3 = 1
-_FLAG_TEXT = {FLAGS_NONE: ".....", FLAGS_INT3: "d.Z.."}
+FLAG_IRQS_OFF = 0x01
+FLAG_NEED_RESCHED = 0x04
+FLAG_HARDIRQ = 0x08
+FLAG_SOFTIRQ = 0x10
+FLAG_NMI = 0x40
+FLAG_BH_OFF = 0x80
+FLAGS_INT3 = FLAG_IRQS_OFF | FLAG_HARDIRQ | FLAG_NMI
 
 
 def flags_text(flags: int) -> str:
-    return _FLAG_TEXT.get(flags, ".....")
+    """The irqs-off, need-resched, hardirq/softirq, preempt-depth and migrate-disable
+    columns, as 6.1's trace_print_lat_fmt prints them (no preemption depth here)."""
+    if flags & FLAG_IRQS_OFF:
+        irqs = "D" if flags & FLAG_BH_OFF else "d"
+    else:
+        irqs = "b" if flags & FLAG_BH_OFF else "."
+    nmi, hard, soft = flags & FLAG_NMI, flags & FLAG_HARDIRQ, flags & FLAG_SOFTIRQ
+    if nmi and hard:
+        ctx = "Z"
+    elif nmi:
+        ctx = "z"
+    elif hard and soft:
+        ctx = "H"
+    elif hard:
+        ctx = "h"
+    elif soft:
+        ctx = "s"
+    else:
+        ctx = "."
+    return irqs + ("N" if flags & FLAG_NEED_RESCHED else ".") + ctx + ".."
 
 
 class TraceOptions(NamedTuple):

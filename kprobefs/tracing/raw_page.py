@@ -42,14 +42,11 @@ _DELTA_BITS = 27
 _DELTA_MASK = (1 << _DELTA_BITS) - 1
 _U32 = struct.Struct("<I")
 _COMMON = struct.Struct("<HBBi")
-# A record's context flags (output.FLAGS_*) as common_flags bits: an int3 hit ("d.Z..")
-# runs with irqs off (TRACE_FLAG_IRQS_OFF 0x01) in an NMI-like trap (HARDIRQ 0x08, NMI 0x40).
-_COMMON_FLAGS = {0: 0, 1: 0x49}
 
 
 def raw_common(type_id: int, flags: int, pid: int) -> bytes:
     """Return the common fields of a record: common_type, _flags, _preempt_count, _pid."""
-    return _COMMON.pack(type_id & 0xffff, _COMMON_FLAGS.get(flags, 0), 0, pid)
+    return _COMMON.pack(type_id & 0xffff, flags & 0xff, 0, pid)
 
 
 def raw_size(data_len: int, delta: int) -> int:

@@ -62,6 +62,7 @@ OPTION_DEFAULTS = {
     "stacktrace": False,
     "sym-addr": False,
     "sym-offset": False,
+    "trace_printk": True,
 }
 
 # The order of 6.1's trace_options (TRACE_FLAGS), for the names this tracer has.

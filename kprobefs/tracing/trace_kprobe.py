@@ -296,6 +296,8 @@ def make_recorder(tp: TraceProbe, is_return: bool, kernel, symbols: KernelSymbol
     save_comm = comm_cache.save
     head_size = KRETPROBE_HEADER_SIZE if is_return else KPROBE_HEADER_SIZE
     int3_flags = FLAGS_INT3 if not is_return else FLAGS_NONE
+    irq = getattr(kernel, "irq", None)      # the context of a hit that did not trap
+    context_flags = irq.context_flags if irq is not None else (lambda _cpu: FLAGS_NONE)
 
     def record(kp, regs, ri) -> None:
         files = event.on
@@ -317,13 +319,16 @@ def make_recorder(tp: TraceProbe, is_return: bool, kernel, symbols: KernelSymbol
         if ri is not None:
             ret_ip = ri.ret_addr
             ip = ip or ri.func
-            flags = FLAGS_NONE
+            flags = context_flags(cpu_obj) if cpu_obj is not None else FLAGS_NONE
         else:
             ret_ip = 0
             ip = ip or regs.ip - 1
             # A hit that trapped (an int3, not a detour or an ftrace trampoline)
             # runs with interrupts off in an NMI-like context.
-            flags = int3_flags if getattr(regs, "trapped", True) else FLAGS_NONE
+            if getattr(regs, "trapped", True):
+                flags = int3_flags
+            else:
+                flags = context_flags(cpu_obj) if cpu_obj is not None else FLAGS_NONE
         raw = None
         for ef in files:
             tr = ef.tr

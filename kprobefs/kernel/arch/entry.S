@@ -244,3 +244,30 @@ kprobe_insn_area:
 	.size kprobe_insn_area, .-kprobe_insn_area
 	.globl kprobe_insn_area_end
 kprobe_insn_area_end:
+
+/* ---- interrupts.  The host delivers one as an interrupt gate does: on the current
+ * (kernel) stack, aligned to 16 bytes, it pushes ss, rsp, rflags, cs and rip, then the
+ * vector where an exception's error code goes (pt_regs->orig_ax), clears IF and enters
+ * here.  Entry code is noinstr: never probed. */
+	.section .noinstr.text, "ax"
+	.globl asm_common_interrupt
+	.type asm_common_interrupt, @function
+asm_common_interrupt:
+	cld
+	PUSH_PT_REGS_GPRS
+	movq %rsp, %rdi
+	movq 15*8(%rsp), %rsi		/* the vector */
+	call common_interrupt
+	POP_PT_REGS_GPRS
+	addq $8, %rsp			/* the vector */
+	iretq
+	.size asm_common_interrupt, .-asm_common_interrupt
+
+/* The descriptors iretq checks: kernel code at 0x10 (64-bit), kernel data at 0x18. */
+	.data
+	.balign 16
+	.globl gdt_table
+	.type gdt_table, @object
+gdt_table:
+	.quad 0, 0, 0x00af9b000000ffff, 0x00cf93000000ffff
+	.size gdt_table, .-gdt_table

@@ -212,6 +212,7 @@ enum hypercall_nr {
 				 * the trace instances it is enabled in (TNP_HOST) */
 	HC_HOSTFS_MKDIR = 40,	/* (dir id, name, mode, &mode): new child id or -errno */
 	HC_HOSTFS_RMDIR = 41,	/* (dir id, name): 0 or -errno */
+	HC_SELF_IPI = 42,	/* (vector): interrupt this CPU (the local APIC's self-IPI) */
 	HC_FTRACE_DIRECT = 50,	/* (1 register / 0 unregister, ip, addr): 0 or -errno */
 };
 
@@ -225,7 +226,6 @@ long host_work_run(long result);
 
 /* Wake-up words HC_IDLE returns (low byte = kind, rest = argument). */
 #define IDLE_WAKE_TASK 1	/* wake the task whose pid is in bits 8.. */
-#define IDLE_NET_RX 2		/* packets are waiting in the NIC ring */
 #define IDLE_UPCALL 3		/* run the upcall in this CPU's upcall slot */
 
 static __always_inline long hypercall5(long nr, long a1, long a2, long a3, long a4,

@@ -59,6 +59,8 @@ struct trace_event_buffer {
 };
 void *trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
 				 struct trace_native_probe *tp, u32 size);
+void *trace_buffer_lock_reserve(struct trace_event_buffer *fbuffer,
+				struct trace_native_probe *tp, u32 size);
 void trace_event_buffer_commit(struct trace_event_buffer *fbuffer);
 
 /* set_event_pid and set_event_notrace_pid, as the events recorded in the kernel see

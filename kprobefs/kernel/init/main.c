@@ -1,6 +1,7 @@
 /* Boot: start_kernel() on the boot CPU, start_secondary() on the others, and the table
  * of structure offsets the host reads to find its way around kernel memory. */
 #include "sched.h"
+#include "hardirq.h"
 #include "fs.h"
 #include "trace_native.h"
 
@@ -99,6 +100,7 @@ void __noreturn start_kernel(void)
 		init_idle(&idle_tasks[cpu - 1], cpu, &idle_stacks[cpu - 1]);
 	printk(KERN_INFO "%s", linux_banner);
 	printk(KERN_INFO "Memory: %luK available\n", totalram_pages << (PAGE_SHIFT - 10));
+	init_IRQ();
 	vfs_caches_init();
 	net_init();
 	rest_init();
@@ -138,6 +140,7 @@ const struct kabi_entry kabi[] = {
 	KABI("pcpu.size", sizeof(struct pcpu)),
 	KOFF("pcpu.current_task", struct pcpu, current_task),
 	KOFF("pcpu.upcall", struct pcpu, upcall),
+	KOFF("pcpu.preempt_count", struct pcpu, preempt_count),
 	KABI("pt_regs.size", sizeof(struct pt_regs)),
 	KOFF("pt_regs.orig_ax", struct pt_regs, orig_ax),
 	KABI("thread_size", THREAD_SIZE),

@@ -3,6 +3,7 @@
  * lock covers every run queue; it is held across the context switch and released by
  * the next task in finish_task_switch(), so a wake-up never sees a half-switched task. */
 #include "sched.h"
+#include "hardirq.h"
 #include "trace/events/sched.h"
 
 struct pcpu pcpu_area[NR_CPUS] __aligned(64);
@@ -31,11 +32,14 @@ static struct task_struct *pick_next_task(struct pcpu *rq, struct task_struct *p
 	return next;
 }
 
-/* Called by the next task with rq_lock held by the CPU that switched to it. */
+/* Called by the next task with rq_lock held by the CPU that switched to it, and
+ * interrupts off since __schedule: they come back on here, as 6.1's
+ * raw_spin_rq_unlock_irq does. */
 static void finish_task_switch(struct task_struct *prev)
 {
 	prev->on_cpu = 0;
 	spin_unlock(&rq_lock);
+	local_irq_enable();
 	if (prev->__state == TASK_DEAD) {
 		put_task_stack(prev);
 		if (prev->real_parent)
@@ -72,10 +76,12 @@ static void __schedule(void)
 	struct task_struct *prev = current, *next;
 	struct pcpu *rq = this_pcpu();
 
+	local_irq_disable();
 	spin_lock(&rq_lock);
 	next = pick_next_task(rq, prev);
 	if (next == prev) {
 		spin_unlock(&rq_lock);
+		local_irq_enable();
 		return;
 	}
 	if (prev->__state == TASK_RUNNING)
@@ -170,7 +176,6 @@ void __wake_up(wait_queue_head_t *wq)
 	spin_unlock(&wq->lock);
 }
 
-extern void net_rx_action(void);
 extern void run_upcall(struct pcpu *cpu);
 
 static void idle_work(unsigned long word)
@@ -182,9 +187,6 @@ static void idle_work(unsigned long word)
 		p = find_task_by_vpid((pid_t)(word >> 8));
 		if (p)
 			wake_up_process(p);
-		break;
-	case IDLE_NET_RX:
-		net_rx_action();
 		break;
 	case IDLE_UPCALL:
 		run_upcall(this_pcpu());
@@ -199,6 +201,7 @@ void __noreturn cpu_idle_loop(void)
 	struct pcpu *rq = this_pcpu();
 
 	current->flags |= PF_IDLE;
+	local_irq_enable();	/* booted: interrupts may come (sti; hlt) */
 	for (;;) {
 		unsigned long word;
 

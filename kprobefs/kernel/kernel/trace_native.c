@@ -20,6 +20,7 @@
 #include "uaccess.h"
 #include "trace_native.h"
 #include "tracepoint.h"
+#include "hardirq.h"
 
 #define __kprobes notrace __section(".kprobes.text")
 
@@ -630,11 +631,12 @@ void __kprobes trace_event_pid_exit(struct task_struct *task)
 	pid_assign(f->no_pids, task->pid, false);
 }
 
-/* Reserve a record of `size` bytes, the common fields included, for tp's event, and
+/* Reserve a record of `size` bytes, the common fields included, of tp's type, and
  * return it with its common fields set; the caller fills the rest and commits.  NULL
- * when the event does not record (disabled, nested in the recorder, no room). */
-void * __kprobes trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
-					    struct trace_native_probe *tp, u32 size)
+ * when it does not record (disabled, nested in the recorder, no room).  Not filtered by
+ * pid: trace_printk's records (trace_buffer_lock_reserve). */
+void * __kprobes trace_buffer_lock_reserve(struct trace_event_buffer *fbuffer,
+					   struct trace_native_probe *tp, u32 size)
 {
 	int cpu = smp_processor_id();
 	struct tn_cpu *c = &trace_native_cpu[cpu];
@@ -647,9 +649,6 @@ void * __kprobes trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
 		tp->nmissed++;
 		return NULL;
 	}
-	if (unlikely(trace_event_pids.pids_set | trace_event_pids.no_pids_set) &&
-	    trace_event_ignore_pid(current->pid))
-		return NULL;
 	if (size - 8 > TN_DATA_MAX)
 		return NULL;
 	c->busy = 1;
@@ -658,12 +657,24 @@ void * __kprobes trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
 		c->busy = 0;
 		return NULL;
 	}
-	set_common(e, tp->type, 0, current->pid);
+	set_common(e, tp->type, tracing_gen_ctx_flags(), current->pid);
 	fbuffer->tp = tp;
 	fbuffer->entry = &e->type;
 	fbuffer->len = size - 8;
 	fbuffer->cpu = cpu;
 	return fbuffer->entry;
+}
+
+/* The same for a static event's record, which set_event_pid filters. */
+void * __kprobes trace_event_buffer_reserve(struct trace_event_buffer *fbuffer,
+					    struct trace_native_probe *tp, u32 size)
+{
+	if (unlikely(trace_event_pids.pids_set | trace_event_pids.no_pids_set) &&
+	    trace_event_ignore_pid(current->pid)) {
+		tp->nhit++;
+		return NULL;
+	}
+	return trace_buffer_lock_reserve(fbuffer, tp, size);
 }
 
 /* Filter the reserved record and stage it. */
@@ -696,16 +707,17 @@ out:
 }
 
 /* A hit that trapped passes the probe's address + 1 (probes are 64-byte aligned): its
- * record shows interrupts off in an NMI-like context, as an int3 handler's does. */
+ * record shows interrupts off in an NMI-like context, as an int3 handler's does; other
+ * hits show the context they ran in. */
 #define TN_TRAPPED 1UL
-#define TN_FLAGS_INT3 1		/* the host's FLAGS_INT3 */
+#define TN_FLAGS_INT3 (TRACE_FLAG_IRQS_OFF | TRACE_FLAG_HARDIRQ | 0x40)	/* "d.Z.." */
 
 static __always_inline struct trace_native_probe *untag(struct trace_native_probe *tp,
 							u8 *flags)
 {
 	unsigned long p = (unsigned long)tp;
 
-	*flags = p & TN_TRAPPED ? TN_FLAGS_INT3 : 0;
+	*flags = p & TN_TRAPPED ? TN_FLAGS_INT3 : tracing_gen_ctx_flags();
 	return (struct trace_native_probe *)(p & ~TN_TRAPPED);
 }
 
@@ -782,7 +794,7 @@ found:
 			tp->nmissed++;
 		} else {
 			c->busy = 1;
-			record(tp, regs, c, cpu, ri->ret_addr, 0);
+			record(tp, regs, c, cpu, ri->ret_addr, tracing_gen_ctx_flags());
 			c->busy = 0;
 		}
 	}

@@ -2,6 +2,7 @@
  * polling into socket buffers, and protocol dispatch by packet type. */
 #include "net.h"
 #include "trace/events/net.h"
+#include "hardirq.h"
 
 #define NAPI_POLL_WEIGHT 16
 
@@ -155,12 +156,11 @@ static int nic_poll(struct net_device *dev, int budget)
 	return work;
 }
 
-/* The NET_RX softirq: the host raised it after filling the ring (IDLE_NET_RX). */
+/* The NET_RX softirq, which the NIC's interrupt raises. */
 void net_rx_action(void)
 {
 	int budget;
 
-	this_pcpu()->softirq_pending &= ~1UL;
 	for (;;) {
 		budget = 300;
 		while (budget > 0) {
@@ -173,6 +173,18 @@ void net_rx_action(void)
 		/* Out of budget with frames left; nothing else waits on this CPU. */
 		netdev_budget_squeeze++;
 	}
+}
+
+static void net_rx_softirq(struct softirq_action *h)
+{
+	net_rx_action();
+}
+
+/* The NIC's interrupt: the host filled the receive ring (napi_schedule). */
+static irqreturn_t nic_interrupt(int irq, void *dev_id)
+{
+	raise_softirq_irqoff(NET_RX_SOFTIRQ);
+	return IRQ_HANDLED;
 }
 
 extern void inet_init(void);
@@ -190,6 +202,8 @@ void net_init(void)
 	sock_init();
 	register_netdevice(&loopback_dev);
 	register_netdevice(&nic_dev);
+	open_softirq(NET_RX_SOFTIRQ, net_rx_softirq);
+	request_irq(NIC_IRQ, nic_interrupt, 0, nic_dev.name, &nic_dev);
 	inet_init();
 	pr_info("%s: NIC ring at %p, %u slots of %u bytes\n", nic_dev.name, ring, ring->nslots,
 		ring->slot_size);
