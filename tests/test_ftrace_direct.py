@@ -5,6 +5,7 @@ leaves the other; errors are 6.1's (ENODEV, EBUSY); ftrace_enabled and module re
 treat direct calls like ops."""
 
 import errno
+import re
 
 import pytest
 
@@ -157,3 +158,49 @@ def test_the_kernel_asks_through_its_hypercall():
     assert kernel.kprobes.ftrace.direct == {site: tramp}
     assert kernel.upcall(unreg, site, tramp) == 0
     assert kernel.kprobes.ftrace.direct == {}
+
+
+def test_the_sample_modules_trampolines_print_beside_a_kprobe_and_the_function_tracer():
+    """ftrace-direct.ko's trampoline on wake_up_process prints "waking up COMM-PID" with
+    trace_printk; ftrace-direct-too.ko's on vfs_read beside it; a kprobe event and the
+    function tracer on the same sites keep working; unloading takes the calls away."""
+    from kprobefs import Kernel
+    from kprobefs.machine.abi import AT_FDCWD, O_CREAT, O_RDWR
+    from kprobefs.machine import UserBuffer
+    from kprobefs.tracing import Tracer
+    from test_kprobes import sym
+    from test_tracer_e2e import read, write
+    kernel = Kernel(cpus=2, seed=0)
+    root = Tracer(kernel.kprobes, kernel).tracefs_root()
+    task = kernel.spawn("reader")
+
+    def read_file():
+        fd = kernel.syscall(task, "openat", AT_FDCWD, "/tmp/direct", O_CREAT | O_RDWR, 0o644)
+        kernel.syscall(task, "read", fd, UserBuffer(4), 4)
+        kernel.syscall(task, "close", fd)
+
+    def lines(what):
+        return [l for l in read(root, "trace").splitlines() if what in l]
+
+    kernel.modules.load("ftrace-direct")
+    kernel.modules.load("ftrace-direct-too")
+    site = sym(kernel, "wake_up_process").addr
+    assert set(kernel.kprobes.ftrace.direct) == {site, sym(kernel, "vfs_read").addr}
+    write(root, "kprobe_events", "p:kwake wake_up_process task=$arg1")
+    write(root, "events/kprobes/kwake/enable", "1")
+    write(root, "current_tracer", "function")
+    write(root, "set_ftrace_filter", "vfs_read")
+    read_file()
+    assert any(re.search(r"my_direct_func: waking up reader-%d$" % task.pid, l)
+               for l in lines("my_direct_func: waking up")), lines("my_direct_func")
+    assert lines("my_direct_func: vfs read file=")
+    assert lines("kwake:") and lines("vfs_read <-")
+    write(root, "current_tracer", "nop")
+    write(root, "events/kprobes/kwake/enable", "0")
+    kernel.modules.unload("ftrace_direct")
+    kernel.modules.unload("ftrace_direct_too")
+    assert kernel.kprobes.ftrace.direct == {}
+    write(root, "trace", "")
+    read_file()
+    assert not lines("my_direct_func")
+    assert kernel.read(site, 5) == bytes.fromhex("0f1f440000")

@@ -121,7 +121,9 @@ out:
 	return woken;
 }
 
-int wake_up_process(struct task_struct *p)
+/* Not inlined into this file's callers: as in Linux, every wake-up goes through it (its
+ * ftrace site is what tracers and direct calls hook). */
+noinline int wake_up_process(struct task_struct *p)
 {
 	return try_to_wake_up(p, TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE);
 }
