@@ -265,3 +265,31 @@ def test_the_highest_vector_goes_first():
     (data,) = machine.memory.values()
     assert struct.unpack_from("<Q", data)[0] == IRQ_WORK_VECTOR
     assert ctl._pending[0] == {ISA_IRQ_VECTOR(TIMER_IRQ)}
+
+
+def test_bprintk_packs_and_the_trace_prints_its_arguments(traced):
+    """__trace_bprintk's binary arguments (the kernel's vbin_printf), printed back by
+    bstr_printf: integer sizes and alignment, strings inline, `*` widths, %ps/%pS."""
+    kernel, _tracer, root = traced
+    vfs_read = kernel.image.symbol_value("vfs_read")
+    ip = kernel.image.symbol_value("do_sys_openat2")
+    got = []
+    for fmt, *args in (("%d %s %hhx %lld\n", -5, "str", 0x1FF, 1 << 40),
+                       ("[%5d|%-4s|%*d]\n", 42, "ab", 6, 7),
+                       ("%ps %pS %c%%\n", vfs_read, vfs_read + 5, ord("x"))):
+        # the format is in the host's scratch memory, which the next call reuses
+        kernel.upcall("__trace_bprintk", ip, fmt, *args)
+        last = records(root)[-1]
+        got.append(last["event"] + ": " + last["text"])
+    assert got[:2] == ["do_sys_openat2: -5 str ff 1099511627776",
+                       "do_sys_openat2: [   42|ab  |     7]"]
+    assert re.fullmatch(r"do_sys_openat2: vfs_read vfs_read\+0x5/0x[0-9a-f]+ x%", got[2])
+
+
+def test_bstr_printf_reads_vbin_printfs_layout():
+    from kprobefs.tracing.trace_printk import bstr_printf, printk_formats_text
+    buf = (struct.pack("<b", -1) + b"\0" + struct.pack("<h", -2)     # char, pad, short
+           + struct.pack("<II", 1, 2)                                # a u64 as two u32s
+           + b"hi\0" + b"\0" + struct.pack("<i", 3))                 # string, pad, int
+    assert bstr_printf("%hhd %hd %llx %s %d", buf, lambda a, o: None) == "-1 -2 200000001 hi 3"
+    assert printk_formats_text([(0x10, 'a\tb"c\\d\n')]) == '0x10 : "a\\tb\\"c\\d\\n"\n'
