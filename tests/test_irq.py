@@ -293,3 +293,28 @@ def test_bstr_printf_reads_vbin_printfs_layout():
            + b"hi\0" + b"\0" + struct.pack("<i", 3))                 # string, pad, int
     assert bstr_printf("%hhd %hd %llx %s %d", buf, lambda a, o: None) == "-1 -2 200000001 hi 3"
     assert printk_formats_text([(0x10, 'a\tb"c\\d\n')]) == '0x10 : "a\\tb\\"c\\d\\n"\n'
+
+
+def test_a_due_timer_runs_in_the_timer_softirq():
+    """A timer whose expiry has come: the next tick on its CPU raises TIMER_SOFTIRQ,
+    which runs the timer's function on irq_exit (here kfree of the timer itself, which
+    the softirq no longer touches once it has called it)."""
+    kernel = Kernel(cpus=1, seed=0)
+    tracer = Tracer(kernel.kprobes, kernel)
+    root = tracer.tracefs_root()
+    write(root, "set_event", "irq:softirq_raise irq:softirq_entry irq:softirq_exit")
+    write(root, "events/irq/filter", "vec == 1")
+    kfree_hits = []
+    probe = Kprobe(symbol_name="kfree",
+                   pre_handler=lambda p, regs: kfree_hits.append(regs.di) or 0)
+    kernel.register_kprobe(probe)
+    timer = kernel.upcall("kzalloc", 64, 0) & (1 << 64) - 1     # upcall's value is signed
+    kernel.upcall("timer_setup", timer, kernel.image.symbol_value("kfree"))
+    jiffies = struct.unpack("<Q", kernel.read(kernel.image.symbol_value("jiffies"), 8))[0]
+    assert kernel.upcall("mod_timer", timer, jiffies) == 0       # not pending before
+    run_until(kernel, lambda: timer in kfree_hits)
+    kernel.unregister_kprobe(probe)
+    got = [(r["flags"], r["event"], r["text"]) for r in records(root)]
+    assert got[:3] == [("d.h..", "softirq_raise", "vec=1 [action=TIMER]"),
+                       ("..s..", "softirq_entry", "vec=1 [action=TIMER]"),
+                       ("..s..", "softirq_exit", "vec=1 [action=TIMER]")], got
