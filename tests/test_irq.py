@@ -318,3 +318,12 @@ def test_a_due_timer_runs_in_the_timer_softirq():
     assert got[:3] == [("d.h..", "softirq_raise", "vec=1 [action=TIMER]"),
                        ("..s..", "softirq_entry", "vec=1 [action=TIMER]"),
                        ("..s..", "softirq_exit", "vec=1 [action=TIMER]")], got
+
+
+@pytest.mark.parametrize("flags,text", [
+    (0, "....."), (0x01, "d...."), (0x49, "d.Z.."), (0x40, "..z.."), (0x09, "d.h.."),
+    (0x18, "..H.."), (0x10, "..s.."), (0x81, "D...."), (0x80, "b...."), (0x02, "X...."),
+    (0x04, ".n..."), (0x20, ".p..."), (0x24, ".N...")])
+def test_flags_columns_are_6_1s(flags, text):
+    from kprobefs.tracing.output import flags_text
+    assert flags_text(flags) == text
