@@ -5,6 +5,7 @@ their records show hardirq and softirq context; kprobes work on code that runs t
 
 import re
 import struct
+from types import SimpleNamespace
 
 import pytest
 from unicorn.x86_const import UC_X86_REG_RFLAGS, UC_X86_REG_RIP, UC_X86_REG_RSP
@@ -232,8 +233,7 @@ class _FakeMachine:
     def set(self, reg, value):
         self.regs[reg] = value
 
-    def _sym(self, name):
-        return 0xFFFFFFFF81E00000
+    image = SimpleNamespace(symbol_value=lambda name: 0xFFFFFFFF81E00000)
 
 
 def test_an_interrupt_waits_for_the_interrupt_flag():
