@@ -5,6 +5,7 @@ their records show hardirq and softirq context; kprobes work on code that runs t
 
 import re
 import struct
+from types import SimpleNamespace
 
 import pytest
 from unicorn.x86_const import UC_X86_REG_RFLAGS, UC_X86_REG_RIP, UC_X86_REG_RSP
@@ -232,8 +233,7 @@ class _FakeMachine:
     def set(self, reg, value):
         self.regs[reg] = value
 
-    def _sym(self, name):
-        return 0xFFFFFFFF81E00000
+    image = SimpleNamespace(symbol_value=lambda name: 0xFFFFFFFF81E00000)
 
 
 def test_an_interrupt_waits_for_the_interrupt_flag():
@@ -265,3 +265,65 @@ def test_the_highest_vector_goes_first():
     (data,) = machine.memory.values()
     assert struct.unpack_from("<Q", data)[0] == IRQ_WORK_VECTOR
     assert ctl._pending[0] == {ISA_IRQ_VECTOR(TIMER_IRQ)}
+
+
+def test_bprintk_packs_and_the_trace_prints_its_arguments(traced):
+    """__trace_bprintk's binary arguments (the kernel's vbin_printf), printed back by
+    bstr_printf: integer sizes and alignment, strings inline, `*` widths, %ps/%pS."""
+    kernel, _tracer, root = traced
+    vfs_read = kernel.image.symbol_value("vfs_read")
+    ip = kernel.image.symbol_value("do_sys_openat2")
+    got = []
+    for fmt, *args in (("%d %s %hhx %lld\n", -5, "str", 0x1FF, 1 << 40),
+                       ("[%5d|%-4s|%*d]\n", 42, "ab", 6, 7),
+                       ("%ps %pS %c%%\n", vfs_read, vfs_read + 5, ord("x"))):
+        # the format is in the host's scratch memory, which the next call reuses
+        kernel.upcall("__trace_bprintk", ip, fmt, *args)
+        last = records(root)[-1]
+        got.append(last["event"] + ": " + last["text"])
+    assert got[:2] == ["do_sys_openat2: -5 str ff 1099511627776",
+                       "do_sys_openat2: [   42|ab  |     7]"]
+    assert re.fullmatch(r"do_sys_openat2: vfs_read vfs_read\+0x5/0x[0-9a-f]+ x%", got[2])
+
+
+def test_bstr_printf_reads_vbin_printfs_layout():
+    from kprobefs.tracing.trace_printk import bstr_printf, printk_formats_text
+    buf = (struct.pack("<b", -1) + b"\0" + struct.pack("<h", -2)     # char, pad, short
+           + struct.pack("<II", 1, 2)                                # a u64 as two u32s
+           + b"hi\0" + b"\0" + struct.pack("<i", 3))                 # string, pad, int
+    assert bstr_printf("%hhd %hd %llx %s %d", buf, lambda a, o: None) == "-1 -2 200000001 hi 3"
+    assert printk_formats_text([(0x10, 'a\tb"c\\d\n')]) == '0x10 : "a\\tb\\"c\\d\\n"\n'
+
+
+def test_a_due_timer_runs_in_the_timer_softirq():
+    """A timer whose expiry has come: the next tick on its CPU raises TIMER_SOFTIRQ,
+    which runs the timer's function on irq_exit (here kfree of the timer itself, which
+    the softirq no longer touches once it has called it)."""
+    kernel = Kernel(cpus=1, seed=0)
+    tracer = Tracer(kernel.kprobes, kernel)
+    root = tracer.tracefs_root()
+    write(root, "set_event", "irq:softirq_raise irq:softirq_entry irq:softirq_exit")
+    write(root, "events/irq/filter", "vec == 1")
+    kfree_hits = []
+    probe = Kprobe(symbol_name="kfree",
+                   pre_handler=lambda p, regs: kfree_hits.append(regs.di) or 0)
+    kernel.register_kprobe(probe)
+    timer = kernel.upcall("kzalloc", 64, 0) & (1 << 64) - 1     # upcall's value is signed
+    kernel.upcall("timer_setup", timer, kernel.image.symbol_value("kfree"))
+    jiffies = struct.unpack("<Q", kernel.read(kernel.image.symbol_value("jiffies"), 8))[0]
+    assert kernel.upcall("mod_timer", timer, jiffies) == 0       # not pending before
+    run_until(kernel, lambda: timer in kfree_hits)
+    kernel.unregister_kprobe(probe)
+    got = [(r["flags"], r["event"], r["text"]) for r in records(root)]
+    assert got[:3] == [("d.h..", "softirq_raise", "vec=1 [action=TIMER]"),
+                       ("..s..", "softirq_entry", "vec=1 [action=TIMER]"),
+                       ("..s..", "softirq_exit", "vec=1 [action=TIMER]")], got
+
+
+@pytest.mark.parametrize("flags,text", [
+    (0, "....."), (0x01, "d...."), (0x49, "d.Z.."), (0x40, "..z.."), (0x09, "d.h.."),
+    (0x18, "..H.."), (0x10, "..s.."), (0x81, "D...."), (0x80, "b...."), (0x02, "X...."),
+    (0x04, ".n..."), (0x20, ".p..."), (0x24, ".N...")])
+def test_flags_columns_are_6_1s(flags, text):
+    from kprobefs.tracing.output import flags_text
+    assert flags_text(flags) == text

@@ -36,6 +36,7 @@ from unicorn.x86_const import (
     UC_X86_REG_SS,
 )
 
+from .cpu import KERNEL_CS, KERNEL_DS
 from .memory import FaultError
 
 __all__ = ["InterruptController", "ISA_IRQ_VECTOR", "TIMER_IRQ", "NIC_IRQ",
@@ -45,7 +46,6 @@ X86_EFLAGS_IF = 0x200
 _X86_EFLAGS_TF = 0x100
 TIMER_IRQ, NIC_IRQ = 0, 11
 IRQ_WORK_VECTOR = 0xF6
-KERNEL_CS, KERNEL_DS = 0x10, 0x18
 _FRAME = struct.Struct("<6Q")       # vector, rip, cs, rflags, rsp, ss
 
 
@@ -60,9 +60,9 @@ class InterruptController:
 
     def __init__(self, kernel, hz: int):
         self.kernel = kernel
-        #: Timer interrupts a second (0: no timer).
+        #: Timer interrupts a second per CPU (``Kernel(hz=0)``: no timer).
         self.hz = hz
-        self._entry = kernel._sym("asm_common_interrupt")
+        self._entry = kernel.image.symbol_value("asm_common_interrupt")
         self._pending: list[set[int]] = [set() for _ in kernel.cpus]
         self._next_tick = [0.0] * len(kernel.cpus)
         #: Interrupts delivered, by vector (for tests and status).
@@ -73,7 +73,8 @@ class InterruptController:
         """Point GDTR at the kernel's gdt_table and load the kernel's code and stack
         segments (the state every CPU starts from)."""
         uc = self.kernel.uc
-        uc.reg_write(UC_X86_REG_GDTR, (0, self.kernel._sym("gdt_table"), 4 * 8 - 1, 0))
+        gdt = self.kernel.image.symbol_value("gdt_table")
+        uc.reg_write(UC_X86_REG_GDTR, (0, gdt, 4 * 8 - 1, 0))
         uc.reg_write(UC_X86_REG_CS, KERNEL_CS)
         uc.reg_write(UC_X86_REG_SS, KERNEL_DS)
 

@@ -32,35 +32,35 @@ SAVED_CMDLINES = 128               # the kernel's default saved_cmdlines_size
 # sets it.  An int3 hit runs with interrupts off in an NMI-like trap ("d.Z..").
 FLAGS_NONE = 0
 FLAG_IRQS_OFF = 0x01
+FLAG_IRQS_NOSUPPORT = 0x02
 FLAG_NEED_RESCHED = 0x04
 FLAG_HARDIRQ = 0x08
 FLAG_SOFTIRQ = 0x10
+FLAG_PREEMPT_RESCHED = 0x20
 FLAG_NMI = 0x40
 FLAG_BH_OFF = 0x80
 FLAGS_INT3 = FLAG_IRQS_OFF | FLAG_HARDIRQ | FLAG_NMI
+_RESCHED = {FLAG_NEED_RESCHED | FLAG_PREEMPT_RESCHED: "N", FLAG_NEED_RESCHED: "n",
+            FLAG_PREEMPT_RESCHED: "p"}
 
 
 def flags_text(flags: int) -> str:
     """The irqs-off, need-resched, hardirq/softirq, preempt-depth and migrate-disable
     columns, as 6.1's trace_print_lat_fmt prints them (no preemption depth here)."""
+    bh_off = flags & FLAG_BH_OFF
     if flags & FLAG_IRQS_OFF:
-        irqs = "D" if flags & FLAG_BH_OFF else "d"
+        irqs = "D" if bh_off else "d"
     else:
-        irqs = "b" if flags & FLAG_BH_OFF else "."
+        irqs = "b" if bh_off else "X" if flags & FLAG_IRQS_NOSUPPORT else "."
+    resched = _RESCHED.get(flags & (FLAG_NEED_RESCHED | FLAG_PREEMPT_RESCHED), ".")
     nmi, hard, soft = flags & FLAG_NMI, flags & FLAG_HARDIRQ, flags & FLAG_SOFTIRQ
-    if nmi and hard:
-        ctx = "Z"
-    elif nmi:
-        ctx = "z"
-    elif hard and soft:
-        ctx = "H"
+    if nmi:
+        ctx = "Z" if hard else "z"
     elif hard:
-        ctx = "h"
-    elif soft:
-        ctx = "s"
+        ctx = "H" if soft else "h"
     else:
-        ctx = "."
-    return irqs + ("N" if flags & FLAG_NEED_RESCHED else ".") + ctx + ".."
+        ctx = "s" if soft else "."
+    return irqs + resched + ctx + ".."
 
 
 class TraceOptions(NamedTuple):

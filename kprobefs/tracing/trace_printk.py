@@ -29,6 +29,7 @@ __all__ = ["TracePrintk", "bstr_printf", "printk_formats_text"]
 TRACE_PRINT, TRACE_BPRINT, TRACE_BPUTS = 5, 6, 14
 _Q = struct.Struct("<Q")
 _STRING_MAX = 1024          # TRACE_BUF_SIZE
+_PAGE = 4096
 
 # One conversion of the kernel's vsnprintf: flags, width, precision, length, type; %p
 # with its alphanumeric extension.
@@ -151,7 +152,6 @@ class TracePrintk:
         self.kernel = kernel
         self.native = native
         image = kernel.image
-        self._strings: dict[int, str] = {}
         self.events = {}
         self._probes = []
         for event_id, name in ((TRACE_PRINT, "trace_print_tp"),
@@ -165,16 +165,16 @@ class TracePrintk:
         self.recording = False
 
     def _read_string(self, addr: int) -> str:
-        text = self._strings.get(addr)
-        if text is None:
+        """The string at addr now, as Linux reads a record's format when it prints it
+        (up to TRACE_BUF_SIZE bytes; "(fault)" where nothing is mapped)."""
+        out = b""
+        while len(out) < _STRING_MAX and b"\0" not in out:
+            at = addr + len(out)
             try:
-                raw = self.kernel.read(addr, _STRING_MAX)
+                out += self.kernel.read(at, min(_PAGE - at % _PAGE, _STRING_MAX - len(out)))
             except Exception:           # an address no longer mapped
-                return "(fault)"
-            text = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
-            if len(self._strings) < 4096:
-                self._strings[addr] = text
-        return text
+                return "(fault)" if not out else out.decode("utf-8", "replace")
+        return out.split(b"\0", 1)[0].decode("utf-8", "replace")
 
     def sync(self, on: bool) -> None:
         """Make the kernel record trace_printk() (``on``) or not."""

@@ -82,6 +82,16 @@ static bool is_alnum(char c)
 	str += sizeof(type);						\
 } while (0)
 
+/* A width or a precision: `*` takes an int argument, digits none. */
+#define SKIP_FIELD() do {						\
+	if (*fmt == '*') {						\
+		SAVE(int, __builtin_va_arg(args, int));			\
+		fmt++;							\
+	}								\
+	while (*fmt >= '0' && *fmt <= '9')				\
+		fmt++;							\
+} while (0)
+
 static u32 vbin_printf(u32 *bin_buf, size_t size, const char *fmt, __builtin_va_list args)
 {
 	char *str = (char *)bin_buf, *end = (char *)(bin_buf + size);
@@ -97,20 +107,10 @@ static u32 vbin_printf(u32 *bin_buf, size_t size, const char *fmt, __builtin_va_
 		}
 		while (*fmt == '-' || *fmt == '+' || *fmt == ' ' || *fmt == '#' || *fmt == '0')
 			fmt++;
-		if (*fmt == '*') {
-			SAVE(int, __builtin_va_arg(args, int));
-			fmt++;
-		}
-		while (*fmt >= '0' && *fmt <= '9')
-			fmt++;
+		SKIP_FIELD();		/* width */
 		if (*fmt == '.') {
 			fmt++;
-			if (*fmt == '*') {
-				SAVE(int, __builtin_va_arg(args, int));
-				fmt++;
-			}
-			while (*fmt >= '0' && *fmt <= '9')
-				fmt++;
+			SKIP_FIELD();	/* precision */
 		}
 		if (*fmt == 'h' || *fmt == 'l' || *fmt == 'z' || *fmt == 't' || *fmt == 'L') {
 			qualifier = *fmt++;
