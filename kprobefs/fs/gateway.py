@@ -36,6 +36,7 @@ import collections
 import errno
 import logging
 import os
+import re
 import stat
 import struct
 import threading
@@ -164,6 +165,7 @@ class _Caller:
     comm: str
     task: object
     exec_seen: bool = False  # the host process exec'd since its comm was last copied
+    cwd: str | None = None   # its host working directory, as last followed
 
 
 @dataclass(eq=False)
@@ -293,7 +295,14 @@ class Gateway:
         if known is not None and known.task.state != "dead":
             if known.exec_seen:
                 self._rename(known)
+            self._follow_cwd(known)
             return known
+        caller = self._new_caller(pid)
+        self._follow_cwd(caller)
+        return caller
+
+    def _new_caller(self, pid: int) -> _Caller:
+        """The task of a pid not seen yet (or whose task died): spawned once."""
         with self._spawn_lock:
             with self._lock:
                 known = self._callers.get(pid)
@@ -307,6 +316,27 @@ class Gateway:
             with self._lock:
                 self._callers[pid] = caller
             return caller
+
+    def _follow_cwd(self, caller: _Caller) -> None:
+        """A host process that changed its working directory into the mount (``cd
+        /sys/kernel/tracing``) has its task chdir(2) there too, as Linux's tracefs
+        sees a ``cd`` into it (sys_enter_chdir); a directory outside the mount is not
+        followed.  Requests use absolute paths, so nothing else depends on it."""
+        if caller.pid == os.getpid():
+            return
+        try:
+            cwd = os.readlink(f"/proc/{caller.pid}/cwd")
+        except OSError:
+            return
+        if cwd == caller.cwd:
+            return
+        caller.cwd = cwd
+        path = _mount_relative(caller.pid, cwd)
+        if path is not None:
+            try:
+                self._sys(caller, "chdir", self.kernel_path(path))
+            except OSError as e:
+                log.debug("pid %d: chdir to %s: %s", caller.pid, path, e)
 
     def _known_parent(self, pid: int) -> object | None:
         """The live task of the host process's parent, if that one is known."""
@@ -684,6 +714,38 @@ class Gateway:
         n = self._sys(self._caller(ctx), "readlinkat", AT_FDCWD, self.kernel_path(path),
                       buf, 4096)
         return buf.data[:n].decode("utf-8", "surrogateescape")
+
+
+def _mount_relative(pid: int, path: str) -> str | None:
+    """``path`` (as the process ``pid`` sees it) relative to this filesystem's root,
+    when the mount that holds it in ``pid``'s mount namespace is a kprobefs mount (a
+    bind of a subdirectory counts from that directory); else None."""
+    try:
+        with open(f"/proc/{pid}/mountinfo", "rb") as f:
+            lines = f.read().decode("utf-8", "surrogateescape").splitlines()
+    except OSError:
+        return None
+    best = None
+    for line in lines:
+        fields = line.split(" ")
+        try:
+            sep = fields.index("-")
+        except ValueError:
+            continue
+        point = _unescape(fields[4])
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best[0])):
+            best = (point, _unescape(fields[3]), fields[sep + 1])
+    if best is None or best[2] != "fuse.kprobefs":
+        return None
+    point, root, _ = best
+    rest = path[len(point):].lstrip("/")
+    return "/" + "/".join(p for p in (root.strip("/"), rest) if p)
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: blanks and backslashes are written as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def _parse_dirents(data: bytes) -> list[tuple[str, int]]:

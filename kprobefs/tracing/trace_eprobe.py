@@ -236,8 +236,9 @@ class EprobeTrigger(EventTrigger):
         if hit is None or record is None:
             return
         ef = self.file
-        if ef.soft_disabled:
-            return
+        triggers = ef.triggers
+        if ef.soft_disabled and (triggers is None or not triggers.items):
+            return      # trace_trigger_soft_disabled: its triggers still see the hit
         probe = self.probe
         tr = ef.tr
         registry = tr.registry
