@@ -131,8 +131,12 @@ def test_triggers_and_hist_on_an_event_probe(t):
     fire(t, [0, b"", 4, b""])
     fire(t, [0, b"", 4, b""])
     assert "{ n:          4 } hitcount:          2" in cat(t.root, "events/eprobes/ep/hist")
-    # the internal trigger is not listed on the attached event
-    assert cat(t.root, "events/synthetic/a/trigger") == ""
+    # the internal trigger is not listed on the attached event: it lists the commands,
+    # and only the user's triggers when it has some
+    assert cat(t.root, "events/synthetic/a/trigger").startswith("# Available triggers")
+    echo(t.root, "events/synthetic/a/trigger", "traceoff if n == 100")
+    assert cat(t.root, "events/synthetic/a/trigger") == "traceoff:unlimited if n == 100\n"
+    echo(t.root, "events/synthetic/a/trigger", "!traceoff")
     echo(t.root, "events/eprobes/ep/trigger", "!hist:keys=n")
     assert cat(t.root, "events/synthetic/a/trigger").startswith("# Available triggers")
 

@@ -15,7 +15,8 @@ event's file in each trace array its own event is enabled in: the attached event
 then armed in soft mode and recorded by the host, which runs its triggers; the
 trigger builds the event probe's record from the attached one and commits it to its
 own event file there (filter, triggers and hist included).  The trigger is not listed
-in the attached event's ``trigger`` file, and no command removes it.
+in the attached event's ``trigger`` file (which lists the commands while it has no
+other), and no command removes it.
 
 The registry that creates and deletes them is :class:`events.Tracer`; this module
 parses the command (:func:`parse_eprobe`) and holds the event (:class:`EprobeEvent`).
@@ -26,7 +27,7 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from kprobefs.errors import ProbeParseError
 from kprobefs.tracing.fetch import (
@@ -225,6 +226,7 @@ class EprobeTrigger(EventTrigger):
 
     probe: Any = None
     file: Any = None
+    user: ClassVar[bool] = False
 
     def same(self, other: EventTrigger) -> bool:
         return False                # no trigger command names it
