@@ -50,7 +50,7 @@ from .procwatch import EXEC, EXIT, FORK, ProcessEvent, ProcessEvents
 from .tree import HostFS
 
 __all__ = ["Gateway", "Caller", "Attributes", "host_comm", "host_start_time",
-           "host_signal_pending"]
+           "host_signal_pending", "mount_relative"]
 
 log = logging.getLogger("kprobefs.fs.gateway")
 
@@ -311,8 +311,11 @@ class Gateway:
             if known is not None:
                 self._forget(known)
             comm = host_comm(pid) or f"pid{pid}"
-            task = self._spawn(comm, pid, self._known_parent(pid))
-            caller = _Caller(pid, host_start_time(pid), comm, task)
+            parent = self._known_parent(pid)
+            task = self._spawn(comm, pid, parent.task if parent is not None else None)
+            # a forked task has its parent's working directory already
+            caller = _Caller(pid, host_start_time(pid), comm, task,
+                             cwd=parent.cwd if parent is not None else None)
             with self._lock:
                 self._callers[pid] = caller
             return caller
@@ -338,12 +341,12 @@ class Gateway:
             except OSError as e:
                 log.debug("pid %d: chdir to %s: %s", caller.pid, path, e)
 
-    def _known_parent(self, pid: int) -> object | None:
-        """The live task of the host process's parent, if that one is known."""
+    def _known_parent(self, pid: int) -> _Caller | None:
+        """The host process's parent, if that one is known and its task lives."""
         ppid = host_parent(pid)
         with self._lock:
             parent = self._callers.get(ppid) if ppid else None
-        return parent.task if parent is not None and parent.task.state != "dead" else None
+        return parent if parent is not None and parent.task.state != "dead" else None
 
     def _rename(self, caller: _Caller) -> None:
         """Copies the host process's comm to its task after an exec (prctl PR_SET_NAME,
@@ -391,7 +394,7 @@ class Gateway:
             with self._spawn_lock:
                 task = self._spawn(parent.comm, event.child, parent.task)
                 caller = _Caller(event.child, host_start_time(event.child), parent.comm,
-                                 task, exec_seen=True)
+                                 task, exec_seen=True, cwd=parent.cwd)
                 with self._lock:
                     self._callers[event.child] = caller
         elif event.what == EXEC:
@@ -725,8 +728,14 @@ def _mount_relative(pid: int, path: str) -> str | None:
             lines = f.read().decode("utf-8", "surrogateescape").splitlines()
     except OSError:
         return None
+    return mount_relative(lines, path)
+
+
+def mount_relative(mountinfo: list[str], path: str) -> str | None:
+    """:func:`_mount_relative` on the lines of a mountinfo file: the last of the
+    deepest mounts holding ``path`` decides (a mount on top of another hides it)."""
     best = None
-    for line in lines:
+    for line in mountinfo:
         fields = line.split(" ")
         try:
             sep = fields.index("-")
