@@ -656,7 +656,8 @@ class Tracer:
                       if (synthetic if isinstance(item, SynthEvent) else
                           eprobes if isinstance(item, EprobeEvent) else kprobes)]
             try:
-                if any(getattr(item, "event", item).enabled for item in chosen):
+                if any((item.event if isinstance(item, TraceProbe) else item).enabled
+                       for item in chosen):
                     raise OSError(errno.EBUSY, "event is enabled")
                 for item in chosen:
                     if isinstance(item, SynthEvent):
