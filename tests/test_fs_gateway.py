@@ -355,3 +355,21 @@ def test_real_kernel_runs_requests_as_the_callers_task(real, sleeper):
     sleeper.wait()
     assert gateway.reap() >= 1
     assert sleeper.pid not in kernel.tasks
+
+
+def test_mount_relative_follows_the_top_mount_and_its_root():
+    from kprobefs.fs.gateway import mount_relative
+    info = [
+        "22 1 0:21 / / rw - ext4 /dev/sda1 rw",
+        "30 22 0:12 / /sys/kernel/tracing rw - tracefs tracefs rw",
+        "41 30 0:55 /tracing /sys/kernel/tracing rw - fuse.kprobefs debugfs rw",
+        "42 22 0:55 / /run/my\\040mnt rw - fuse.kprobefs debugfs rw",
+        "43 22 0:56 / /other rw - fuse.sshfs host: rw",
+    ]
+    assert mount_relative(info, "/sys/kernel/tracing") == "/tracing"
+    assert mount_relative(info, "/sys/kernel/tracing/events/sched") == "/tracing/events/sched"
+    assert mount_relative(info, "/run/my mnt") == "/"
+    assert mount_relative(info, "/run/my mnt/proc") == "/proc"
+    assert mount_relative(info, "/sys/kernel") is None
+    assert mount_relative(info, "/other/x") is None
+    assert mount_relative(info, "/sys/kernel/tracingx") is None

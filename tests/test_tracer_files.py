@@ -69,10 +69,11 @@ def test_readme_tokens(t):
                   "trace(<synthetic_event>", "char name[]' >> synthetic_events"):
         assert token in readme, token
     # nothing this tracer lacks is advertised
-    for absent in ("uprobe", "e[:[<group>/][<event>]]"):
-        assert absent not in readme
+    assert "uprobe" not in readme
     assert ("\t           r[maxactive][:[<group>/][<event>]] <place> [<args>]\n"
             "\t           s:[synthetic/]<event> <field> [<field>]\n"
+            "\t           e[:[<group>/][<event>]] <attached-group>.<attached-event> [<args>]"
+            " [if <filter>]\n"
             "\t           -:[<group>/][<event>]\n"
             "\t    place: [<module>:]<symbol>[+<offset>]|<memaddr>\n"
             "place (kretprobe): [<module>:]<symbol>[+<offset>]%return|<memaddr>\n") in readme

@@ -36,6 +36,7 @@ import collections
 import errno
 import logging
 import os
+import re
 import stat
 import struct
 import threading
@@ -49,7 +50,7 @@ from .procwatch import EXEC, EXIT, FORK, ProcessEvent, ProcessEvents
 from .tree import HostFS
 
 __all__ = ["Gateway", "Caller", "Attributes", "host_comm", "host_start_time",
-           "host_signal_pending"]
+           "host_signal_pending", "mount_relative"]
 
 log = logging.getLogger("kprobefs.fs.gateway")
 
@@ -164,6 +165,7 @@ class _Caller:
     comm: str
     task: object
     exec_seen: bool = False  # the host process exec'd since its comm was last copied
+    cwd: str | None = None   # its host working directory, as last followed
 
 
 @dataclass(eq=False)
@@ -293,7 +295,14 @@ class Gateway:
         if known is not None and known.task.state != "dead":
             if known.exec_seen:
                 self._rename(known)
+            self._follow_cwd(known)
             return known
+        caller = self._new_caller(pid)
+        self._follow_cwd(caller)
+        return caller
+
+    def _new_caller(self, pid: int) -> _Caller:
+        """The task of a pid not seen yet (or whose task died): spawned once."""
         with self._spawn_lock:
             with self._lock:
                 known = self._callers.get(pid)
@@ -302,18 +311,42 @@ class Gateway:
             if known is not None:
                 self._forget(known)
             comm = host_comm(pid) or f"pid{pid}"
-            task = self._spawn(comm, pid, self._known_parent(pid))
-            caller = _Caller(pid, host_start_time(pid), comm, task)
+            parent = self._known_parent(pid)
+            task = self._spawn(comm, pid, parent.task if parent is not None else None)
+            # a forked task has its parent's working directory already
+            caller = _Caller(pid, host_start_time(pid), comm, task,
+                             cwd=parent.cwd if parent is not None else None)
             with self._lock:
                 self._callers[pid] = caller
             return caller
 
-    def _known_parent(self, pid: int) -> object | None:
-        """The live task of the host process's parent, if that one is known."""
+    def _follow_cwd(self, caller: _Caller) -> None:
+        """A host process that changed its working directory into the mount (``cd
+        /sys/kernel/tracing``) has its task chdir(2) there too, as Linux's tracefs
+        sees a ``cd`` into it (sys_enter_chdir); a directory outside the mount is not
+        followed.  Requests use absolute paths, so nothing else depends on it."""
+        if caller.pid == os.getpid():
+            return
+        try:
+            cwd = os.readlink(f"/proc/{caller.pid}/cwd")
+        except OSError:
+            return
+        if cwd == caller.cwd:
+            return
+        caller.cwd = cwd
+        path = _mount_relative(caller.pid, cwd)
+        if path is not None:
+            try:
+                self._sys(caller, "chdir", self.kernel_path(path))
+            except OSError as e:
+                log.debug("pid %d: chdir to %s: %s", caller.pid, path, e)
+
+    def _known_parent(self, pid: int) -> _Caller | None:
+        """The host process's parent, if that one is known and its task lives."""
         ppid = host_parent(pid)
         with self._lock:
             parent = self._callers.get(ppid) if ppid else None
-        return parent.task if parent is not None and parent.task.state != "dead" else None
+        return parent if parent is not None and parent.task.state != "dead" else None
 
     def _rename(self, caller: _Caller) -> None:
         """Copies the host process's comm to its task after an exec (prctl PR_SET_NAME,
@@ -361,7 +394,7 @@ class Gateway:
             with self._spawn_lock:
                 task = self._spawn(parent.comm, event.child, parent.task)
                 caller = _Caller(event.child, host_start_time(event.child), parent.comm,
-                                 task, exec_seen=True)
+                                 task, exec_seen=True, cwd=parent.cwd)
                 with self._lock:
                     self._callers[event.child] = caller
         elif event.what == EXEC:
@@ -684,6 +717,44 @@ class Gateway:
         n = self._sys(self._caller(ctx), "readlinkat", AT_FDCWD, self.kernel_path(path),
                       buf, 4096)
         return buf.data[:n].decode("utf-8", "surrogateescape")
+
+
+def _mount_relative(pid: int, path: str) -> str | None:
+    """``path`` (as the process ``pid`` sees it) relative to this filesystem's root,
+    when the mount that holds it in ``pid``'s mount namespace is a kprobefs mount (a
+    bind of a subdirectory counts from that directory); else None."""
+    try:
+        with open(f"/proc/{pid}/mountinfo", "rb") as f:
+            lines = f.read().decode("utf-8", "surrogateescape").splitlines()
+    except OSError:
+        return None
+    return mount_relative(lines, path)
+
+
+def mount_relative(mountinfo: list[str], path: str) -> str | None:
+    """:func:`_mount_relative` on the lines of a mountinfo file: the last of the
+    deepest mounts holding ``path`` decides (a mount on top of another hides it)."""
+    best = None
+    for line in mountinfo:
+        fields = line.split(" ")
+        try:
+            sep = fields.index("-")
+        except ValueError:
+            continue
+        point = _unescape(fields[4])
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best[0])):
+            best = (point, _unescape(fields[3]), fields[sep + 1])
+    if best is None or best[2] != "fuse.kprobefs":
+        return None
+    point, root, _ = best
+    rest = path[len(point):].lstrip("/")
+    return "/" + "/".join(p for p in (root.strip("/"), rest) if p)
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: blanks and backslashes are written as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def _parse_dirents(data: bytes) -> list[tuple[str, int]]:

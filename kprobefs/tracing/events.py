@@ -47,6 +47,7 @@ from kprobefs.tracing.symbols import KernelSymbols
 from kprobefs.tracing.synth import (
     SYNTH_SYSTEM, SynthError, SynthEvent, check_synth_command, is_good_name, parse_synth_fields,
 )
+from kprobefs.tracing.trace_eprobe import ERROR_LOC as _EPROBE_LOC, EprobeEvent, parse_eprobe
 from kprobefs.tracing.trace_events import StaticEvents
 from kprobefs.tracing.trace_printk import TracePrintk
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, EventFile, TraceArray
@@ -171,7 +172,7 @@ class Tracer:
         self.events: dict[tuple[str, str], TraceEvent] = {}   # creation order
         self._events_by_id: dict[int, TraceEvent] = {}
         self.probes: list[TraceProbe] = []        # the kprobes, creation order
-        self.dynamic: list[TraceProbe | SynthEvent] = []   # dyn_event list: every type
+        self.dynamic: list[TraceProbe | SynthEvent | EprobeEvent] = []   # dyn_event list
         self.groups: dict[str, _Group] = {}
         self._next_id = first_event_id
         self._clear_trace = False
@@ -344,6 +345,9 @@ class Tracer:
         nothing."""
         event = ef.event
         probes = getattr(event, "probes", ())
+        arm = getattr(event, "arm_file", None)      # an event probe's trigger
+        if on and arm is not None:
+            arm(ef, True)
         first = on and not event.enabled
         if first:
             done = []
@@ -368,6 +372,8 @@ class Tracer:
             for tp in probes:
                 if tp.registered:
                     self._engine_enable(tp, False)
+        if not on and arm is not None:
+            arm(ef, False)
         self._native_sync(probes, statics=_is_static(event))
 
     def _current_tgid(self, pid: int) -> int | None:
@@ -430,6 +436,9 @@ class Tracer:
         words = split_words(line)
         if dynamic_events and words and words[0].startswith("s:"):
             self._create_synth_command(line.strip(" \t"))
+            return
+        if dynamic_events and len(words) >= 2 and words[0][0] == "e":
+            self.create_eprobe(words)
             return
         try:
             spec = parse_command(line, self.symbols, dynamic_events=dynamic_events)
@@ -639,6 +648,10 @@ class Tracer:
                                                                          SYNTH_SYSTEM):
                             continue
                         self._release_synth(item)
+                    elif isinstance(item, EprobeEvent):
+                        if not item.matches(spec.group, spec.event, spec.words):
+                            continue
+                        self._release_eprobe(item)
                     elif spec.matches(item.spec):
                         self._release(item)
                     else:
@@ -650,20 +663,25 @@ class Tracer:
             if result:
                 raise OSError(result, "")
 
-    def release_all(self, *, kprobes: bool = True, synthetic: bool = False) -> None:
-        """Delete every kprobe event and/or synthetic event (O_TRUNC on kprobe_events,
-        synthetic_events, dynamic_events); EBUSY and nothing deleted if one of them is
-        enabled."""
+    def release_all(self, *, kprobes: bool = True, synthetic: bool = False,
+                    eprobes: bool = False) -> None:
+        """Delete every kprobe event, synthetic event and/or event probe (O_TRUNC on
+        kprobe_events, synthetic_events, dynamic_events); EBUSY and nothing deleted if
+        one of them is enabled; else they go in creation order, up to one that cannot
+        (EBUSY: a synthetic event an event probe is attached to)."""
         with self.lock:
             chosen = [item for item in self.dynamic
-                      if (synthetic if isinstance(item, SynthEvent) else kprobes)]
+                      if (synthetic if isinstance(item, SynthEvent) else
+                          eprobes if isinstance(item, EprobeEvent) else kprobes)]
             try:
-                if any((item if isinstance(item, SynthEvent) else item.event).enabled
+                if any((item.event if isinstance(item, TraceProbe) else item).enabled
                        for item in chosen):
                     raise OSError(errno.EBUSY, "event is enabled")
                 for item in chosen:
                     if isinstance(item, SynthEvent):
                         self._release_synth(item)
+                    elif isinstance(item, EprobeEvent):
+                        self._release_eprobe(item)
                     else:
                         self._release(item)
             finally:
@@ -671,7 +689,7 @@ class Tracer:
 
     def release_all_dynamic(self) -> None:
         """O_TRUNC on dynamic_events: every dynamic event, of every type."""
-        self.release_all(kprobes=True, synthetic=True)
+        self.release_all(kprobes=True, synthetic=True, eprobes=True)
 
     def teardown(self) -> None:
         """Take every probe and ftrace hook out of the kernel text (the daemon is going
@@ -688,6 +706,8 @@ class Tracer:
                 tr.set_current_tracer("nop")
             if self.stack_tracer is not None:
                 self.stack_tracer.set_enabled(0)
+            # event probes first: the synthetic events they are attached to wait
+            self.release_all(kprobes=False, eprobes=True)
             self.release_all(kprobes=True, synthetic=True)
 
     def release_all_synthetic(self) -> None:
@@ -764,17 +784,64 @@ class Tracer:
             self._check_room()
             fields = parse_synth_fields(raw_fields)
             event = SynthEvent(name, self._allocate_id(), fields)
-            group = self.groups.get(SYNTH_SYSTEM)
-            new_group = group is None
-            if new_group:
-                group = _Group(SYNTH_SYSTEM)
-                group.handle = self._make_dir(SYNTH_SYSTEM, None)
-                self.groups[SYNTH_SYSTEM] = group
-            event.dir_handle = self._make_dir(name, group.handle)
-            group.events += 1
-            self.events[(SYNTH_SYSTEM, name)] = event
-            self.dynamic.append(event)
+            self._add_event(event)
             return event
+
+    def _add_event(self, event) -> None:
+        """Enter a new dynamic event that has no probes (synthetic, event probe): its
+        directory (and its group's), the registry's lists."""
+        group = self.groups.get(event.group)
+        if group is None:
+            group = _Group(event.group)
+            group.handle = self._make_dir(event.group, None)
+            self.groups[event.group] = group
+        event.dir_handle = self._make_dir(event.name, group.handle)
+        group.events += 1
+        self.events[(event.group, event.name)] = event
+        self._events_by_id[event.id & 0xFFFF] = event
+        self.dynamic.append(event)
+
+    # ------------------------------------------------------------ event probes
+    def create_eprobe(self, words: Sequence[str]) -> EprobeEvent:
+        """``e[:[GROUP/][EVENT]] SYSTEM.EVENT [ARGS] [if FILTER]`` written to
+        dynamic_events (trace_eprobe.parse_eprobe); errors are logged at
+        ``event_probe``, a taken name is EEXIST (EVENT_EXIST)."""
+        def log(exc: ProbeParseError) -> None:
+            self.error_log.add_probe_error(_EPROBE_LOC, words, exc)
+
+        def log_filter(text: str, exc) -> None:
+            self.error_log.add("event filter parse error", text, exc.message, exc.log_pos)
+
+        with self.lock:
+            try:
+                spec = parse_eprobe(words, self.symbols, self._attachable, log, log_filter)
+                if (spec.group, spec.event) in self.events \
+                        or (spec.group, spec.event) in self._reserved:
+                    raise ProbeParseError("EVENT_EXIST", errno.EEXIST)
+            except ProbeParseError as exc:
+                log(exc)
+                raise OSError(exc.errno, exc.message or "invalid command") from None
+            self._check_room()
+            event = EprobeEvent(spec, self._allocate_id())
+            self._add_event(event)
+            return event
+
+    def _attachable(self, system: str, name: str):
+        """The event an event probe may attach to (find_and_get_event): a static or
+        synthetic event, not a kprobe event or another event probe."""
+        event = self.events.get((system, name))
+        return None if isinstance(event, (TraceEvent, EprobeEvent)) else event
+
+    def _eprobe_on(self, event) -> bool:
+        """Whether an event probe is attached to ``event`` (it holds a reference)."""
+        return any(isinstance(item, EprobeEvent) and item.attached is event
+                   for item in self.dynamic)
+
+    def _release_eprobe(self, event: EprobeEvent) -> None:
+        if event.enabled:
+            raise OSError(errno.EBUSY, "event is enabled")
+        self._remove_event(event)
+        self.dynamic.remove(event)
 
     def delete_synth(self, name: str) -> None:
         """``!NAME`` in synthetic_events: ENOENT when there is no such event, EBUSY when
@@ -789,8 +856,10 @@ class Tracer:
                 self._reset_if_needed()
 
     def _release_synth(self, event: SynthEvent) -> None:
-        if event.enabled or self.top.trigger_host.synth_in_use(event):
-            raise OSError(errno.EBUSY, "event is enabled or generated by a hist trigger")
+        if event.enabled or self.top.trigger_host.synth_in_use(event) \
+                or self._eprobe_on(event):
+            raise OSError(errno.EBUSY, "event is enabled, generated by a hist trigger, "
+                                       "or attached to by an event probe")
         self._remove_event(event)
         self.dynamic.remove(event)
 

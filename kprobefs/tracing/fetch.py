@@ -39,6 +39,7 @@ __all__ = [
     "FetchImm",
     "FetchSymbol",
     "FetchData",
+    "FetchEventField",
     "Deref",
     "StoreRaw",
     "StoreMem",
@@ -53,6 +54,7 @@ __all__ = [
     "RecordField",
     "KPROBE_HEADER_SIZE",
     "KRETPROBE_HEADER_SIZE",
+    "EPROBE_HEADER_SIZE",
     "COMMON_FIELDS",
     "build_record_fields",
     "build_print_fmt",
@@ -65,6 +67,7 @@ FETCH_INSN_MAX = 16          # slots per argument, the final END included
 MAX_STRING_SIZE = 4096       # PATH_MAX: longest string fetched, NUL included
 KPROBE_HEADER_SIZE = 16      # common header (8) + __probe_ip
 KRETPROBE_HEADER_SIZE = 24   # common header (8) + __probe_func + __probe_ret_ip
+EPROBE_HEADER_SIZE = 8       # an event probe's record: the common header, then the args
 
 TASK_SIZE = 0x00007FFFFFFFF000   # x86_64 TASK_SIZE_MAX: user addresses lie below
 _THREAD_SIZE = 16 * 1024
@@ -113,6 +116,10 @@ class FetchContext(Protocol):
 
     def symbolize(self, addr: int) -> str | None:
         """Return ``sym+0xoff/0xsize`` (plus `` [mod]``) for ``addr``, or ``None``."""
+
+    def event_field(self, insn: "FetchEventField") -> int:
+        """Return a field of the record an event probe is attached to (its value, or
+        for a string field the address of its text); only event probes have one."""
 
 
 # ------------------------------------------------------------------------------- types
@@ -270,6 +277,21 @@ class FetchData(FetchInsn):
 
 
 @dataclass(frozen=True, slots=True)
+class FetchEventField(FetchInsn):
+    """Load field ``name`` of the attached event's record (an event probe's ``$FIELD``,
+    Linux's FETCH_OP_TP_ARG): ``offset``/``size``/``is_signed`` where it lies in the
+    record; ``string`` how a string field finds its text (``data_loc``, ``rel_loc``,
+    ``static``: the text's address in the record; ``pointer``: the pointer stored
+    there), ``""`` for a number."""
+
+    name: str
+    offset: int
+    size: int
+    is_signed: bool = False
+    string: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Deref(FetchInsn):
     """Replace the value by the unsigned long at ``value + offset``."""
 
@@ -396,9 +418,10 @@ def compile_fetch_program(
         kind = fetch_type.name
         if kind == "symstr":
             if not isinstance(last, (FetchReg, FetchStack, FetchRetval, FetchArg, FetchRetIP,
-                                     Deref)) or (isinstance(last, Deref) and last.user):
+                                     FetchEventField, Deref)) or (
+                    isinstance(last, Deref) and last.user):
                 raise ProbeParseError("BAD_SYMSTRING", errno.EINVAL, offset=type_offset)
-        elif not isinstance(last, (Deref, FetchImm, FetchComm, FetchData)):
+        elif not isinstance(last, (Deref, FetchImm, FetchComm, FetchData, FetchEventField)):
             raise ProbeParseError("BAD_STRING", errno.EINVAL, offset=type_offset)
         keep = kind == "symstr" or count or not isinstance(last, Deref)
         if not keep:
@@ -470,6 +493,8 @@ def _source(insn: FetchInsn, ctx: FetchContext) -> int:
         return ctx.retval() & _U64
     if kind is FetchRetIP:
         return ctx.ret_ip() & _U64
+    if kind is FetchEventField:
+        return ctx.event_field(insn) & _U64
     raise TypeError(f"{insn!r} is not a fetch source")
 
 
@@ -598,17 +623,27 @@ class _ArgLike(Protocol):
     program: FetchProgram
 
 
-def _header_fields(is_return: bool) -> tuple[RecordField, ...]:
+def _header_size(is_return: bool, event_probe: bool) -> int:
+    if event_probe:
+        return EPROBE_HEADER_SIZE
+    return KRETPROBE_HEADER_SIZE if is_return else KPROBE_HEADER_SIZE
+
+
+def _header_fields(is_return: bool, event_probe: bool) -> tuple[RecordField, ...]:
+    if event_probe:
+        return ()
     if is_return:
         return (RecordField("unsigned long", "__probe_func", 8, 8, False),
                 RecordField("unsigned long", "__probe_ret_ip", 16, 8, False))
     return (RecordField("unsigned long", "__probe_ip", 8, 8, False),)
 
 
-def build_record_fields(args: Sequence[_ArgLike], is_return: bool) -> list[RecordField]:
-    """Return the event fields after the common ones: the probe header, then each arg."""
-    fields = list(_header_fields(is_return))
-    offset = KRETPROBE_HEADER_SIZE if is_return else KPROBE_HEADER_SIZE
+def build_record_fields(args: Sequence[_ArgLike], is_return: bool, *,
+                        event_probe: bool = False) -> list[RecordField]:
+    """Return the event fields after the common ones: the probe header (none for an
+    event probe), then each arg."""
+    fields = list(_header_fields(is_return, event_probe))
+    offset = _header_size(is_return, event_probe)
     for arg in args:
         program = arg.program
         ftype = program.fetch_type
@@ -619,9 +654,14 @@ def build_record_fields(args: Sequence[_ArgLike], is_return: bool) -> list[Recor
     return fields
 
 
-def build_print_fmt(args: Sequence[_ArgLike], is_return: bool) -> str:
-    """Return the ``print fmt`` text of the event (without the ``print fmt: `` prefix)."""
-    if is_return:
+def build_print_fmt(args: Sequence[_ArgLike], is_return: bool, *,
+                    event_probe: bool = False) -> str:
+    """Return the ``print fmt`` text of the event (without the ``print fmt: `` prefix);
+    an event probe's has no probe address (PROBE_PRINT_EVENT)."""
+    if event_probe:
+        parts = ['"']
+        refs = []
+    elif is_return:
         parts = ['"(%lx <- %lx)']
         refs = [", REC->__probe_func, REC->__probe_ret_ip"]
     else:
@@ -711,7 +751,7 @@ def _layout(programs: tuple[FetchProgram, ...]) -> _Layout:
 
 
 def encode_args(programs: Sequence[FetchProgram], ctx: FetchContext, *,
-                is_return: bool = False) -> bytes:
+                is_return: bool = False, event_probe: bool = False) -> bytes:
     """Return the argument bytes of a record: the fixed part, then the string data.
 
     The result goes right after the probe header (16 bytes, or 24 when ``is_return``);
@@ -720,7 +760,7 @@ def encode_args(programs: Sequence[FetchProgram], ctx: FetchContext, *,
     layout = _layout(programs if type(programs) is tuple else tuple(programs))
     values: list[int] = []
     dynamic: list[bytes] = []
-    dyn_offset = (KRETPROBE_HEADER_SIZE if is_return else KPROBE_HEADER_SIZE) + layout.fixed_size
+    dyn_offset = _header_size(is_return, event_probe) + layout.fixed_size
     for program, kind in zip(layout.programs, layout.kinds):
         result = run(program, ctx)
         if kind == 0:
@@ -762,7 +802,7 @@ def _format_value(ftype: FetchType, value: int, record: bytes, symbolize) -> str
 
 
 def print_args(args: Sequence[_ArgLike], record: bytes, symbolize, *,
-               is_return: bool = False) -> str:
+               is_return: bool = False, event_probe: bool = False) -> str:
     """Return the trace text of a record's arguments: `` name=value`` for each arg.
 
     ``record`` is the whole record (common header included); ``symbolize(addr)`` returns
@@ -770,7 +810,7 @@ def print_args(args: Sequence[_ArgLike], record: bytes, symbolize, *,
     quoted or ``(fault)``, arrays as ``{a,b}``.
     """
     layout = _layout(tuple(arg.program for arg in args))
-    start = KRETPROBE_HEADER_SIZE if is_return else KPROBE_HEADER_SIZE
+    start = _header_size(is_return, event_probe)
     values = layout.fixed.unpack_from(record, start)
     out = []
     pos = 0

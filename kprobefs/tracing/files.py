@@ -208,8 +208,8 @@ HEADER_EVENT = (
     "\ttime_stamp : type == 31\n"
     "\tdata max type_len  == 28\n"
 )
-# The dynamic-event part of Linux 6.1's README (byte-exact); the uprobe and eprobe lines
-# are left out because this tracer does not implement them.
+# The dynamic-event part of Linux 6.1's README (byte-exact); the uprobe lines are left
+# out because this tracer does not implement them.
 _README_PROBES = (
     "  dynamic_events\t\t- Create/append/remove/show the generic dynamic events\n"
     "\t\t\t  Write into this file to define/undefine new trace events.\n"
@@ -219,6 +219,8 @@ _README_PROBES = (
     "\t   Format: p[:[<group>/][<event>]] <place> [<args>]\n"
     "\t           r[maxactive][:[<group>/][<event>]] <place> [<args>]\n"
     "\t           s:[synthetic/]<event> <field> [<field>]\n"
+    "\t           e[:[<group>/][<event>]] <attached-group>.<attached-event> [<args>]"
+    " [if <filter>]\n"
     "\t           -:[<group>/][<event>]\n"
     "\t    place: [<module>:]<symbol>[+<offset>]|<memaddr>\n"
     "place (kretprobe): [<module>:]<symbol>[+<offset>]%return|<memaddr>\n"
@@ -232,6 +234,8 @@ _README_PROBES = (
     "\t    field: <stype> <name>;\n"
     "\t    stype: u8/u16/u32/u64, s8/s16/s32/s64, pid_t,\n"
     "\t           [unsigned] char/int/long\n"
+    "\t    efield: For event probes ('e' types), the field is on of the fields\n"
+    "\t            of the <attached-group>/<attached-event>.\n"
     "  synthetic_events\t- Create/append/remove/show synthetic events\n"
     "\t  Write into this file to define/undefine new synthetic events.\n"
     "\t     example: echo 'myevent u64 lat; char name[]' >> synthetic_events\n"

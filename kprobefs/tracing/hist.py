@@ -34,6 +34,7 @@ HIST_ERRORS = {
     "VAR_NOT_UNIQUE": "Variable name not unique, need to use fully qualified name "
                       "(subsys.event.var) for variable",
     "TOO_MANY_VARS": "Too many variables defined",
+    "MALFORMED_ASSIGNMENT": "Malformed assignment",
     "NAMED_MISMATCH": "Named hist trigger doesn't match existing named trigger "
                       "(includes variables)",
     "TRIGGER_EEXIST": "Hist trigger already exists",

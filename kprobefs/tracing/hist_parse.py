@@ -304,8 +304,7 @@ class _Builder:
             if rest and rest != ["hitcount"]:
                 _fail(None)
         names = set()
-        for assignment in attrs.assignments:
-            var_name, _, expr = assignment.partition("=")
+        for var_name, expr in _var_defs(attrs.assignments):
             if not self.remove and (var_name in names or self._var_on_event(var_name)):
                 _fail("DUPLICATE_VAR", var_name)
             names.add(var_name)
@@ -474,6 +473,21 @@ class _Builder:
                 self.data.on_release.append(lambda: _remove_field_var_hists(self.data))
             self.data.field_var_hists.append((pool, cmd))
         return self.parse_var_ref(system, event, var, None)
+
+
+def _var_defs(assignments: list[str]) -> list[tuple[str, str]]:
+    """(name, expression) of each variable the assignments define (parse_var_defs):
+    one assignment may define several, separated by ','."""
+    defs = []
+    for assignment in assignments:
+        for text in assignment.split(",")[:_VARS_MAX]:
+            var_name, eq, expr = text.partition("=")
+            if not eq:
+                _fail("MALFORMED_ASSIGNMENT", var_name)
+            if len(defs) == _VARS_MAX:
+                _fail("TOO_MANY_VARS", var_name)
+            defs.append((var_name, expr))
+    return defs
 
 
 def _var_in(pool: EventTriggers, name: str) -> HistData | None:

@@ -32,6 +32,7 @@ from kprobefs.tracing.fetch import (
     FetchArg,
     FetchComm,
     FetchData,
+    FetchEventField,
     FetchImm,
     FetchProgram,
     FetchReg,
@@ -59,6 +60,9 @@ __all__ = [
     "format_error_log_entry",
     "compare_arg_types",
     "is_same_probe",
+    "parse_probe_args",
+    "is_good_name",
+    "is_good_system_name",
     "KPROBE_EVENT_SYSTEM",
     "MAX_TRACE_ARGS",
     "X86_64_REGISTERS",
@@ -415,11 +419,16 @@ _FL_FENTRY = 4
 
 @dataclass
 class _ArgState:
-    """What parsing one command's args shares: the symbol table and deferred failures."""
+    """What parsing one command's args shares: the symbol table and deferred failures.
+    ``fields`` is set for an event probe (Linux's TPARG_FL_TPOINT): the attached
+    event's fields by name, what a ``$NAME`` loads; ``missing_field`` is set when the
+    argument being parsed names one the event does not have."""
 
     symbols: SymbolResolver
     flags: int
     deferred: ProbeParseError | None = None
+    fields: dict | None = None
+    missing_field: bool = False
 
 
 class _FetchArg(Transformer):
@@ -440,6 +449,16 @@ class _FetchArg(Transformer):
     def var(self, children):
         name = _text(children[1])
         flags = self.state.flags
+        fields = self.state.fields
+        if fields is not None:
+            # an event probe's $NAME is a field of the attached event, else its comm
+            insn = fields.get(name)
+            if insn is None and name in ("comm", "COMM"):
+                insn = FetchComm()
+            if insn is None:
+                self.state.missing_field = True
+                insn = FetchEventField(name, 0, 8)
+            return [(insn, self.base)]
         if name == "retval":
             if not flags & _FL_RETURN:
                 raise self._error("RETVAL_ON_PROBE", 0)
@@ -469,6 +488,8 @@ class _FetchArg(Transformer):
 
     def reg(self, children):
         name = _text(children[1])
+        if self.state.fields is not None:
+            raise self._error("BAD_VAR", 0)         # event probes have no registers
         if name not in _REGISTERS:
             raise self._error("BAD_REG_NAME", 0)
         return [(FetchReg(name), self.base)]
@@ -709,7 +730,8 @@ def _parse_arg(word: str, position: int, names: list[str], size: int,
 
     type_text = parts.type_text
     fetch_text = parts.fetch_text
-    if fetch_text in ("$comm", "$COMM") or fetch_text.startswith('\\"'):
+    if (fetch_text in ("$comm", "$COMM") and fetch_text[1:] not in (state.fields or ())) \
+            or fetch_text.startswith('\\"'):
         # Linux refuses any other type for these without logging anything.
         if count or (type_text is not None and type_text != "string"):
             raise ProbeParseError(None, errno.EINVAL, log=False)
@@ -874,21 +896,7 @@ def _parse_probe(words: list[str], symbols: SymbolResolver) -> ProbeSpec:
         event = (event[0] + event[1:].replace(":", "_").replace(".", "_"))
         event = event[:MAX_EVENT_NAME_LEN - 1]
 
-    state = _ArgState(symbols, flags)
-    args: list[FetchArgSpec] = []
-    names: list[str] = []
-    size = 0
-    for position, word in enumerate(words[2:2 + MAX_TRACE_ARGS]):
-        try:
-            arg, size = _parse_arg(word, position, names, size, state)
-        except ProbeParseError as exc:
-            if exc.log:
-                exc.index = position + 2
-            raise
-        args.append(arg)
-        names.append(arg.name)
-    if state.deferred is not None:
-        raise state.deferred
+    args = parse_probe_args(words[2:], symbols, flags=flags)
 
     module = symbol = None
     if symbol_text is not None:
@@ -905,10 +913,49 @@ def _parse_probe(words: list[str], symbols: SymbolResolver) -> ProbeSpec:
         offset=offset,
         address=address,
         is_return=is_return,
-        args=tuple(args),
+        args=args,
         hashed_address=hashed,
         on_func_entry=on_func_entry,
     )
+
+
+def parse_probe_args(words: Sequence[str], symbols: SymbolResolver, *, flags: int = 0,
+                     event_fields: dict | None = None) -> tuple[FetchArgSpec, ...]:
+    """Return the specs of a probe's argument words (the words after its probe point,
+    word index 2 on), as traceprobe_parse_probe_arg parses each.  ``event_fields``
+    makes them an event probe's (TPARG_FL_TPOINT): ``$NAME`` loads that field of the
+    attached event (a ``FetchEventField`` by name), ``$comm`` the comm when the event
+    has no such field, no registers; a field it does not have is BAD_ATTACH_ARG at the
+    start of the word.  Raises ProbeParseError with the word index set."""
+    state = _ArgState(symbols, flags, fields=event_fields)
+    args: list[FetchArgSpec] = []
+    names: list[str] = []
+    size = 0
+    for position, word in enumerate(words[:MAX_TRACE_ARGS]):
+        state.missing_field = False
+        try:
+            arg, size = _parse_arg(word, position, names, size, state)
+            if state.missing_field:
+                raise ProbeParseError("BAD_ATTACH_ARG", errno.ENOENT)
+        except ProbeParseError as exc:
+            if exc.log:
+                exc.index = position + 2
+            raise
+        args.append(arg)
+        names.append(arg.name)
+    if state.deferred is not None:
+        raise state.deferred
+    return tuple(args)
+
+
+def is_good_name(name: str) -> bool:
+    """An event or argument name: a C identifier (is_good_name)."""
+    return bool(_C_IDENT.match(name))
+
+
+def is_good_system_name(name: str) -> bool:
+    """A group name: a C identifier that may also hold '-' (is_good_system_name)."""
+    return bool(_SYSTEM_IDENT.match(name))
 
 
 def _on_func_entry(symbols: SymbolResolver, symbol: str, offset: int) -> bool | None:

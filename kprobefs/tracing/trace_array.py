@@ -530,6 +530,29 @@ class TraceArray:
         if posts:
             triggers.post_call(posts, hit)
 
+    def commit_event(self, ef: EventFile, raw: bytes, rec: tuple, size: int,
+                     hit: TriggerHit) -> None:
+        """Record an event generated inside another's hit (a synthetic event, an event
+        probe's) into its file ``ef`` here: through its triggers when it has some
+        (record_triggered), else written when the file records, tracing is on, and
+        the pid sets and its filter pass (``raw``: the record's binary form)."""
+        triggers = ef.triggers
+        if triggers is not None and triggers.items:
+            self.record_triggered(ef, raw, rec, size, hit)
+            return
+        if not ef.records or not self.recording:
+            return
+        pids = self.event_pids
+        if pids.active and pids.ignores(hit.pid):
+            return
+        if ef.filter is not None and not ef.filter.match(raw, hit.cpu, hit.comm):
+            return
+        cache = self.comm_cache
+        if (hit.pid not in cache.names or hit.pid in cache.stale) \
+                and self.options["record-cmd"]:
+            cache.save(hit.pid, hit.comm())
+        self.buffer.write(hit.cpu, rec, size)
+
     def write_stack(self, hit: TriggerHit) -> None:
         """A stacktrace trigger fired: the hit's kernel stack into this buffer."""
         if self.recording:

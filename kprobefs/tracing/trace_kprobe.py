@@ -25,8 +25,8 @@ from kprobefs.tracing.symbols import KernelSymbols
 from kprobefs.tracing.trace_array import STACK_EVENT
 from kprobefs.tracing.trigger import TriggerHit
 
-__all__ = ["TraceProbe", "TraceEvent", "make_recorder", "unwind", "is_call_return",
-           "USER_ADDR_MAX", "MAX_EVENT_PAYLOAD"]
+__all__ = ["TraceProbe", "TraceEvent", "HitContext", "make_recorder", "unwind",
+           "is_call_return", "USER_ADDR_MAX", "MAX_EVENT_PAYLOAD"]
 
 USER_ADDR_MAX = 0x00007FFFFFFFF000          # TASK_SIZE_MAX: user reads must stay below
 _KERNEL_READ_MIN = 0x0000800000000000       # kernel reads below this fault
@@ -41,8 +41,9 @@ _KRETPROBE_HEAD = struct.Struct("<QQ")
 
 # ---------------------------------------------------------------------- the hit context
 
-class _HitContext:
-    """What the fetch interpreter may read at one probe hit (fetch.FetchContext)."""
+class HitContext:
+    """What the fetch interpreter may read at one probe hit (fetch.FetchContext);
+    ``regs`` and ``ri`` are ``None`` for an event probe, which reads no registers."""
 
     __slots__ = ("kernel", "regs", "ri", "symbols")
 
@@ -306,7 +307,7 @@ def make_recorder(tp: TraceProbe, is_return: bool, kernel, symbols: KernelSymbol
         if fast is not None:
             args = fast(regs)
         elif programs:
-            args = encode_args(programs, _HitContext(kernel, regs, ri, symbols),
+            args = encode_args(programs, HitContext(kernel, regs, ri, symbols),
                                is_return=is_return)
             if head_size + len(args) > MAX_EVENT_PAYLOAD:
                 return          # no ring-buffer page holds it: Linux drops it too

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import errno
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
 from kprobefs.tracing.filter import EventFilter, FilterParseError, compile_filter
 
@@ -196,6 +196,8 @@ class EventTrigger:
     filter_text: str | None = None
     paused: bool = False
     post: bool = False
+    #: Whether the user wrote it (event probes put internal ones on events).
+    user: ClassVar[bool] = True
 
     def same(self, other: "EventTrigger") -> bool:
         """Whether ``other`` is the trigger a new one collides with / a ``!`` removes."""
@@ -309,8 +311,9 @@ class EventTriggers:
 
     # ------------------------------------------------------------ the file
     def text(self) -> str:
-        """What ``trigger`` reads: the triggers, or the list of commands when none."""
-        if not self.items:
+        """What ``trigger`` reads: the triggers, or the list of commands when none
+        but internal ones (check_user_trigger)."""
+        if not any(t.user for t in self.items):
             return TRIGGER_HELP
         return "".join(t.text() for t in self.items)
 

@@ -98,14 +98,8 @@ class TracerTriggerHost:
                 tr = ef.tr
                 here = hit if tr is self.tr else TriggerHit(hit.cpu, hit.pid, tr.now(),
                                                            hit.comm, hit.stack)
-                rec = (here.ts, hit.pid, 0, event, 0, 0, args)
-                triggers = ef.triggers
-                if triggers is not None and triggers.items:
-                    tr.record_triggered(ef, raw, rec, _SYNTH_HEADER + len(args), here)
-                elif ef.records and tr.recording and (
-                        ef.filter is None or ef.filter.match(raw, hit.cpu, hit.comm)):
-                    _save_comm(tr, hit)
-                    tr.buffer.write(hit.cpu, rec, _SYNTH_HEADER + len(args))
+                tr.commit_event(ef, raw, (here.ts, hit.pid, 0, event, 0, 0, args),
+                                _SYNTH_HEADER + len(args), here)
         finally:
             shared.synth_depth -= 1
 
@@ -199,9 +193,3 @@ class TracerTriggerHost:
         except OSError:
             return False
         return True
-
-
-def _save_comm(tr: Any, hit: TriggerHit) -> None:
-    cache = tr.comm_cache
-    if (hit.pid not in cache.names or hit.pid in cache.stale) and tr.options["record-cmd"]:
-        cache.save(hit.pid, hit.comm())
