@@ -415,6 +415,22 @@ class _Root:
             "printk_formats": _text_file(lambda: ""),
             "instances": _InstancesDir(t),
         })
+        if t.graph_tracer is not None:
+            graph = t.graph_tracer
+            self.files["set_graph_function"] = self._filter_file(graph.graph_filter)
+            self.files["set_graph_notrace"] = self._filter_file(graph.graph_notrace)
+            self.files["max_graph_depth"] = _File(
+                MODE_WRITE, read=graph.max_depth_text,
+                write=lambda d, p, c: self._locked_number(graph.set_max_depth, d))
+        if t.function_profiler is not None:
+            profiler = t.function_profiler
+            self.files["function_profile_enabled"] = _File(
+                MODE_WRITE, read=profiler.enabled_text,
+                write=lambda d, p, c: self._locked_number(
+                    lambda value: profiler.set_enabled(bool(value)), d))
+            self.files["trace_stat"] = Directory({
+                f"function{cpu}": _text_file(lambda cpu=cpu: profiler.stat_text(cpu))
+                for cpu in range(profiler.nr_cpus)})
         if t.stack_tracer is not None:
             stack = t.stack_tracer
             self.files["stack_trace"] = _text_file(stack.trace_text)
@@ -469,6 +485,14 @@ class _Root:
             setattr(owner, attr, _kstrtoul(data, 10) * 1000 & _U64_MAX)
             return len(data)
         return _File(MODE_WRITE, read=read, write=write)
+
+    def _locked_number(self, apply: Callable[[int], None], data: bytes) -> int:
+        """A file that takes one unsigned decimal (kstrtoul base 10), applied under the
+        event lock (it may patch ftrace sites)."""
+        value = _kstrtoul(data, 10)
+        with self.tracer.lock:
+            apply(value)
+        return len(data)
 
     def _write_cpumask(self, data: bytes, pid: int, comm: str) -> int:
         self.tr.set_tracing_cpumask(parse_cpumask(data, self.tr.nr_cpus))
@@ -536,19 +560,27 @@ class _Root:
 
     # ------------------------------------------------------------------- options
     def _options(self) -> dict[str, Any]:
-        return {name: _File(MODE_WRITE, read=self._option_reader(name),
-                            write=self._option_writer(name))
-                for name in sorted(OPTION_DEFAULTS)}
+        files = {name: _File(MODE_WRITE, read=self._option_reader(name),
+                             write=self._option_writer(name))
+                 for name in sorted(OPTION_DEFAULTS)}
+        for name, tracer in self.tr.tracer_flags().items():
+            files[name] = _File(MODE_WRITE, read=lambda t=tracer, n=name: f"{int(t.flags[n])}\n",
+                                write=self._option_writer(name, tracer))
+        return files
 
     def _option_reader(self, name: str):
         return lambda: f"{int(self.tr.options[name])}\n"
 
-    def _option_writer(self, name: str):
+    def _option_writer(self, name: str, tracer=None):
+        """options/NAME: 0 or 1; ``tracer``: one of that tracer's own options."""
         def write(data: bytes, pid: int, comm: str) -> int:
             value = _kstrtoul(data, 10)
             if value not in (0, 1):
                 raise OSError(errno.EINVAL, "option takes 0 or 1")
-            self.tr.set_option(name, bool(value))
+            if tracer is not None:
+                self.tr.set_tracer_flag(tracer, name, bool(value))
+            else:
+                self.tr.set_option(name, bool(value))
             return len(data)
         return write
 
