@@ -360,3 +360,38 @@ def test_header_with_every_column():
         "#     TIME        CPU  TASK/PID         DURATION                  FUNCTION CALLS\n"
         "#      |          |     |    |           |   |                     |   |   |   |\n")
     assert graph_header(flags, False) == ""
+
+
+def test_readme_lists_the_graph_files(m):
+    assert "  max_graph_depth\t- Trace a limited depth of nested calls (0 is unlimited)\n" \
+        in cat(m.root, "README")
+
+
+def test_sleep_time_off_leaves_switched_out_time_out():
+    """With options/sleep-time off, the time a task spends switched out (from its
+    __switch_to away to the __switch_to back) is not in its calls' durations."""
+    from types import SimpleNamespace
+    m = Machine()
+    switch = 0xFFFFFFFF81009000
+    m.ftrace.sites = [switch]
+    m.kernel.image.symbols.append(type(m.kernel.image.symbols[0])(switch, "__switch_to", 0x40))
+    m.kernel.image.symbols.sort()
+    m.kernel.kabi = {"task.pid": 0x10}
+    task_100 = 0xFFFF888000002000
+    task_200 = task_100 + 0x40
+    m.kernel.mem[task_100] = struct.pack("<16xi44x16xi44x", 100, 200)
+    echo(m.root, "options/sleep-time", "0")
+    echo(m.root, "current_tracer", "function_graph")
+    m.enter(KSYS_READ, 2000)
+    for ops in m.ftrace.attached[switch]:           # bash (100) leaves
+        ops.func(switch, 0, ops, SimpleNamespace(regs_get_kernel_argument=lambda n: task_200))
+    m.clock.advance(50_000)
+    m.kernel.run_as(200, "cat")
+    for ops in m.ftrace.attached[switch]:           # and comes back
+        ops.func(switch, 0, ops, SimpleNamespace(regs_get_kernel_argument=lambda n: task_100))
+    m.kernel.run_as(100, "bash")
+    m.clock.advance(1000)
+    m.leave(KSYS_READ)
+    assert body(cat(m.root, "trace"))[-1] == " 0)   3.000 us    |  ksys_read();\n"
+    echo(m.root, "options/sleep-time", "1")
+    assert not m.ftrace.attached[switch]

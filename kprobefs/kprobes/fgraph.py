@@ -7,6 +7,11 @@ return diverted through the rethook trampoline (the fprobe exits' machinery:
 :meth:`FprobeManager.hook_return`).  Each task keeps its ``ret_stack``: the
 :class:`FtraceGraphEnt` of every hooked call it is inside, whose index is the call's
 ``depth``.
+
+``sleep_time`` is 6.1's fgraph_sleep_time (options/sleep-time): off, a task's time
+switched out is left out of the calls it is inside, as ftrace_graph_probe_sched_switch
+does, by an ops on ``__switch_to``'s site that moves their ``calltime`` (read with the
+user's ``clock``) forward by the time since the task was switched out.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ FTRACE_RETFUNC_DEPTH = 50
 #: while the previous one is still current, so its return cannot be hooked for the
 #: task that entered it.
 NOTRACE_FUNCGRAPH = frozenset({"__switch_to"})
+_SWITCH_FUNC = "__switch_to"
 
 
 @dataclass(eq=False)
@@ -51,6 +57,8 @@ class FgraphOps:
 
     entryfunc: Callable[[FtraceGraphEnt], bool]
     retfunc: Callable[[FtraceGraphEnt], None]
+    #: The clock of the calltimes it keeps (for sleep-time off), ns.
+    clock: Callable[[], int] | None = None
 
 
 class FunctionGraph:
@@ -66,6 +74,9 @@ class FunctionGraph:
         self._ret_stacks: dict[int, list[FtraceGraphEnt]] = {}
         self._overrun: dict[int, int] = {}
         self._kernel.exit_listeners.append(self._task_exited)
+        self.sleep_time = True
+        self._switch_ops = FtraceOps(func=self._sched_switch)
+        self._switched_out: dict[int, int] = {}       # pid -> when (ftrace_timestamp)
         engine.fgraph = self
 
     def register_ftrace_graph(self, gops: FgraphOps, sites: set[int]) -> None:
@@ -80,6 +91,7 @@ class FunctionGraph:
         except Exception:
             self.active = None
             raise
+        self._update_switch_ops()
 
     def unregister_ftrace_graph(self, gops: FgraphOps) -> None:
         """Stop; calls still in flight return without their retfunc."""
@@ -87,6 +99,48 @@ class FunctionGraph:
             return
         self._ftrace.unregister_ftrace_function(self._ops)
         self.active = None
+        self._update_switch_ops()
+
+    def set_sleep_time(self, on: bool) -> None:
+        """options/sleep-time (ftrace_graph_sleep_time_control)."""
+        self.sleep_time = on
+        self._update_switch_ops()
+
+    def _update_switch_ops(self) -> None:
+        """Watch context switches while a user is active with sleep-time off."""
+        want = self.active is not None and not self.sleep_time
+        if want == self._switch_ops.registered:
+            return
+        if want:
+            image = self._kernel.image
+            sites = {site for site in getattr(self._ftrace, "sites", ())
+                     if (sym := image.symbol_at(site)) is not None
+                     and sym.name == _SWITCH_FUNC}
+            if not sites:
+                return
+            self._switch_ops.filter = sites
+            self._ftrace.register_ftrace_function(self._switch_ops)
+        else:
+            self._ftrace.unregister_ftrace_function(self._switch_ops)
+            self._switched_out.clear()
+
+    def _sched_switch(self, _site: int, _parent_ip: int, _ops, regs) -> None:
+        """``__switch_to(prev, next)`` is entered: prev leaves now; next comes back, and
+        the calls it is inside did not run while it was out."""
+        gops = self.active
+        if gops is None or gops.clock is None or self.sleep_time:
+            return
+        now = gops.clock()
+        prev = self._kernel.current_pid()
+        self._switched_out[prev] = now
+        task = regs.regs_get_kernel_argument(1)
+        raw = self._kernel.read(task + self._kernel.kabi["task.pid"], 4)
+        nxt = int.from_bytes(raw, "little", signed=True)
+        since = self._switched_out.pop(nxt, None)
+        if since is None:
+            return
+        for ent in self._ret_stacks.get(nxt, ()):
+            ent.calltime += now - since
 
     def set_sites(self, sites: set[int]) -> None:
         """The functions traced changed (set_ftrace_filter and notrace)."""
@@ -114,6 +168,7 @@ class FunctionGraph:
     def _task_exited(self, pid: int) -> None:
         self._ret_stacks.pop(pid, None)
         self._overrun.pop(pid, None)
+        self._switched_out.pop(pid, None)
 
     def _entry(self, site: int, _parent_ip: int, _ops, regs) -> None:
         gops = self.active

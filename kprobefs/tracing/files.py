@@ -276,6 +276,13 @@ _README_FUNCTIONS = (
     "\t\t\t  traces (echo 1 > /proc/sys/kernel/stack_tracer_enabled)\n"
 )
 
+# The function_graph tracer's files (6.1's words), listed before the stack tracer's.
+_README_GRAPH = (
+    "  set_graph_function\t- Trace the nested calls of a function (function_graph)\n"
+    "  set_graph_notrace\t- Do not trace the nested calls of a function (function_graph)\n"
+    "  max_graph_depth\t- Trace a limited depth of nested calls (0 is unlimited)\n"
+)
+
 README_TEXT = (
     "tracing mini-HOWTO:\n\n"
     "# echo 0 > tracing_on : stop recording into the buffer\n"
@@ -391,6 +398,9 @@ class _Root:
         if t.function_tracer is not None:
             at = readme.index("  available_events")
             readme = readme[:at] + _README_FUNCTIONS + readme[at:]
+        if t.graph_tracer is not None:
+            at = readme.index("  stack_trace\t")
+            readme = readme[:at] + _README_GRAPH + readme[at:]
         self.files.update({
             "README": _text_file(lambda: readme),
             "kprobe_events": _File(MODE_WRITE, read=t.probe_lines,

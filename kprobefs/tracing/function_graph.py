@@ -120,7 +120,7 @@ class FunctionGraphTracer(TracerPlugin):
         #: max_graph_depth (an unsigned int; 0: no limit).
         self.max_depth = 0
         self._tasks: dict[int, _TaskState] = {}
-        self._gops = FgraphOps(self._entry, self._return)
+        self._gops = FgraphOps(self._entry, self._return, clock=lambda: tr.now())
         functions.filter.add_listener(self._retarget)
         functions.notrace.add_listener(self._retarget)
 
@@ -139,7 +139,11 @@ class FunctionGraphTracer(TracerPlugin):
             self._fgraph.set_sites(graph_sites(self._functions, self._sites))
 
     def set_flag(self, tr, name: str, on: bool) -> None:
+        """func_graph_set_flag: sleep-time is the function graph's (the profiler's
+        too); graph-time the profiler's; the rest change the text."""
         self.flags[name] = on
+        if name == "sleep-time":
+            self._fgraph.set_sleep_time(on)
 
     # ---- max_graph_depth ----------------------------------------------------------------
     def max_depth_text(self) -> str:

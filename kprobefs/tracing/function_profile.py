@@ -63,7 +63,7 @@ class FunctionProfiler:
         #: Per CPU, the profiled functions in the order they were first hit; None
         #: until the profiler was first enabled.
         self.stats: list[dict[int, _Profile]] | None = None
-        self._gops = FgraphOps(self._entry, self._return)
+        self._gops = FgraphOps(self._entry, self._return, clock=clock)
         functions.filter.add_listener(self._retarget)
         functions.notrace.add_listener(self._retarget)
 
