@@ -395,3 +395,14 @@ def test_sleep_time_off_leaves_switched_out_time_out():
     assert body(cat(m.root, "trace"))[-1] == " 0)   3.000 us    |  ksys_read();\n"
     echo(m.root, "options/sleep-time", "1")
     assert not m.ftrace.attached[switch]
+
+
+def test_tracing_cpumask_leaves_a_cpu_out(m):
+    echo(m.root, "tracing_cpumask", "1")
+    echo(m.root, "current_tracer", "function_graph")
+    m.kernel.run_as(100, "bash", cpu=1)
+    m.enter(VFS_READ)
+    assert m.rethook.pending == []        # not recorded, so not hooked either
+    m.kernel.run_as(100, "bash", cpu=0)
+    m.call(VFS_READ, 1000)
+    assert body(cat(m.root, "trace")) == [" 0)   1.000 us    |  vfs_read();\n"]

@@ -20,7 +20,6 @@ that long.
 
 from __future__ import annotations
 
-import errno
 import struct
 from typing import Callable, Iterable
 
@@ -179,24 +178,15 @@ class FunctionGraphTracer(TracerPlugin):
             return False
         tr = self._tr
         ent.calltime = tr.now()
+        # with tracing_thresh only returns are recorded; else an entry that cannot be
+        # (tracing off, its CPU out of tracing_cpumask) gets no return either
+        if not self._thresh() and not (tr.recording and tr.buffer.write(
+                cpu, (ent.calltime, pid, FLAGS_NONE, GRAPH_ENTRY_EVENT, ent.func, ent.depth),
+                _ENT_SIZE)):
+            return False
         if entered:
             task.graph_depth = ent.depth
-        if self._thresh():
-            return True
-        if not tr.recording:
-            if entered:
-                task.graph_depth = None
-            return False
-        return tr.buffer.write(cpu, (ent.calltime, pid, FLAGS_NONE, GRAPH_ENTRY_EVENT,
-                                     ent.func, ent.depth), _ENT_SIZE) or self._unwind(
-                                         task, ent, entered)
-
-    @staticmethod
-    def _unwind(task: _TaskState, ent, entered: bool) -> bool:
-        """The entry was not recorded (its CPU masked or the buffer full): no return."""
-        if entered:
-            task.graph_depth = None
-        return False
+        return True
 
     def _return(self, ent) -> None:
         """trace_graph_return (trace_graph_thresh_return with tracing_thresh)."""
