@@ -12,40 +12,14 @@ from kprobefs.kprobes import FunctionGraph
 from kprobefs.tracing import Tracer
 from kprobefs.tracing.graph_output import format_duration, graph_header, GRAPH_FLAG_DEFAULTS
 from tracer_fakes import (
-    Clock, FakeEngine, FakeKernel, KERNEL_CLONE, KSYS_READ, VFS_READ, cat, echo, node,
-    write_errno,
+    Clock, FakeEngine, FakeFtrace, FakeKernel, KERNEL_CLONE, KSYS_READ, VFS_READ, cat, echo,
+    node, write_errno,
 )
 
 HEADER = ("# tracer: function_graph\n"
           "#\n"
           "# CPU  DURATION                  FUNCTION CALLS\n"
           "# |     |   |                     |   |   |   |\n")
-
-
-class _Ftrace:
-    """Ops per site; ``call(site)`` runs them as a site's trampoline would."""
-
-    def __init__(self):
-        self.attached = {}
-
-    def register_ftrace_function(self, ops):
-        for site in ops.filter:
-            self.attached.setdefault(site, []).append(ops)
-        ops.registered = True
-
-    def unregister_ftrace_function(self, ops):
-        for users in self.attached.values():
-            if ops in users:
-                users.remove(ops)
-        ops.registered = False
-
-    def ftrace_set_filter_ip(self, ops, ip, remove=False):
-        if remove:
-            ops.filter.discard(ip)
-            self.attached[ip].remove(ops)
-        else:
-            ops.filter.add(ip)
-            self.attached.setdefault(ip, []).append(ops)
 
 
 class _Rethook:
@@ -62,7 +36,7 @@ class Machine:
     def __init__(self, nr_cpus=2):
         self.kernel = FakeKernel(nr_cpus)
         self.engine = FakeEngine(self.kernel)
-        self.engine.ftrace = self.ftrace = _Ftrace()
+        self.engine.ftrace = self.ftrace = FakeFtrace()
         self.engine.fprobes = self.rethook = _Rethook()
         self.fgraph = FunctionGraph(self.engine)
         self.clock = Clock()

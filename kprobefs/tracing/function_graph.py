@@ -31,7 +31,7 @@ from kprobefs.tracing.output import FLAGS_NONE, TraceFormatter, TraceOptions
 from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.tracers import TracerPlugin
 
-__all__ = ["FunctionGraphTracer", "GRAPH_ENTRY_EVENT", "GRAPH_EXIT_EVENT",
+__all__ = ["FunctionGraphTracer", "GraphHook", "GRAPH_ENTRY_EVENT", "GRAPH_EXIT_EVENT",
            "graph_sites"]
 
 _ENT_SIZE = 12                    # struct ftrace_graph_ent, packed
@@ -82,6 +82,31 @@ def graph_sites(functions, sites: Callable[[], Iterable[tuple[int, str]]]) -> se
     return chosen - functions.notrace.selected
 
 
+class GraphHook:
+    """One user of the function graph core (``fgraph``), ``gops``, on the sites the top
+    array's function tracer ``functions`` chooses (following its filter files)."""
+
+    def __init__(self, fgraph, functions, sites: Callable[[], Iterable[tuple[int, str]]],
+                 gops):
+        self.fgraph = fgraph
+        self.gops = gops
+        self._functions = functions
+        self._sites = sites
+        functions.filter.add_listener(self._retarget)
+        functions.notrace.add_listener(self._retarget)
+
+    def start(self) -> None:
+        """register_ftrace_graph: EBUSY while another user has the graph."""
+        self.fgraph.register_ftrace_graph(self.gops, graph_sites(self._functions, self._sites))
+
+    def stop(self) -> None:
+        self.fgraph.unregister_ftrace_graph(self.gops)
+
+    def _retarget(self) -> None:
+        if self.fgraph.active is self.gops:
+            self.fgraph.set_sites(graph_sites(self._functions, self._sites))
+
+
 class _TaskState:
     """A task's trace_recursion bits for the graph: inside a notrace function, and the
     depth of the set_graph_function call it is inside (None: none)."""
@@ -112,30 +137,24 @@ class FunctionGraphTracer(TracerPlugin):
         self._functions = functions
         self._context = context
         self._thresh = thresh
-        self._sites = sites
         self.flags = dict(GRAPH_FLAG_DEFAULTS)
         self.graph_filter = FunctionFilter(sites, "#### all functions enabled ####\n")
         self.graph_notrace = FunctionFilter(sites, "#### no functions disabled ####\n")
         #: max_graph_depth (an unsigned int; 0: no limit).
         self.max_depth = 0
         self._tasks: dict[int, _TaskState] = {}
-        self._gops = FgraphOps(self._entry, self._return, clock=lambda: tr.now())
-        functions.filter.add_listener(self._retarget)
-        functions.notrace.add_listener(self._retarget)
+        self._hook = GraphHook(fgraph, functions, sites, FgraphOps(
+            self._entry, self._return, clock=lambda: tr.now()))
 
     # ---- the tracer ---------------------------------------------------------------------
     def init(self, tr) -> None:
         """graph_trace_init: EBUSY while the function profiler has the graph."""
         self._tasks.clear()
-        self._fgraph.register_ftrace_graph(self._gops, graph_sites(self._functions, self._sites))
+        self._hook.start()
 
     def reset(self, tr) -> None:
-        self._fgraph.unregister_ftrace_graph(self._gops)
+        self._hook.stop()
         self._tasks.clear()
-
-    def _retarget(self) -> None:
-        if self._fgraph.active is self._gops:
-            self._fgraph.set_sites(graph_sites(self._functions, self._sites))
 
     def set_flag(self, tr, name: str, on: bool) -> None:
         """func_graph_set_flag: sleep-time is the function graph's (the profiler's

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping
 
-from kprobefs.tracing.function_graph import graph_sites
+from kprobefs.tracing.function_graph import GraphHook
 from kprobefs.tracing.graph_output import format_duration
 
 __all__ = ["FunctionProfiler", "PROFILE_HEADER"]
@@ -50,9 +50,6 @@ class FunctionProfiler:
                  graph_flags: Mapping[str, bool], thresh: Callable[[], int],
                  func_name: Callable[[int], str]):
         from kprobefs.kprobes import FgraphOps
-        self._fgraph = fgraph
-        self._functions = functions
-        self._sites = sites
         self._cpu = cpu
         self._clock = clock
         self._graph_flags = graph_flags
@@ -63,9 +60,8 @@ class FunctionProfiler:
         #: Per CPU, the profiled functions in the order they were first hit; None
         #: until the profiler was first enabled.
         self.stats: list[dict[int, _Profile]] | None = None
-        self._gops = FgraphOps(self._entry, self._return, clock=clock)
-        functions.filter.add_listener(self._retarget)
-        functions.notrace.add_listener(self._retarget)
+        self._hook = GraphHook(fgraph, functions, sites,
+                               FgraphOps(self._entry, self._return, clock=clock))
 
     # ---- function_profile_enabled -------------------------------------------------------
     def enabled_text(self) -> str:
@@ -78,16 +74,11 @@ class FunctionProfiler:
             return
         if on:
             self.stats = [{} for _ in range(self.nr_cpus)]
-            self._fgraph.register_ftrace_graph(self._gops,
-                                               graph_sites(self._functions, self._sites))
+            self._hook.start()
             self.enabled = True
         else:
             self.enabled = False
-            self._fgraph.unregister_ftrace_graph(self._gops)
-
-    def _retarget(self) -> None:
-        if self._fgraph.active is self._gops:
-            self._fgraph.set_sites(graph_sites(self._functions, self._sites))
+            self._hook.stop()
 
     # ---- the hit path -------------------------------------------------------------------
     def _entry(self, ent) -> bool:
