@@ -203,6 +203,9 @@ def test_graph_filter_files_and_errors(m):
     assert cat(m.root, "set_graph_function") == "vfs_read\nksys_read\n"
     echo(m.root, "set_graph_function", "!vfs_read")
     assert cat(m.root, "set_graph_function") == "ksys_read\n"
+    # unlike set_ftrace_filter, removing what is not there fails
+    assert write_errno(m.root, "set_graph_function", "!vfs_read") == errno.EINVAL
+    assert write_errno(m.root, "set_graph_notrace", "vfs_read:traceon") == errno.EINVAL
     node(m.root, "set_graph_function").open(os.O_WRONLY | os.O_TRUNC, 1, "sh").release()
     assert cat(m.root, "set_graph_function") == "#### all functions enabled ####\n"
 

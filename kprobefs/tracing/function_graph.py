@@ -20,6 +20,7 @@ that long.
 
 from __future__ import annotations
 
+import errno
 import struct
 from typing import Callable, Iterable
 
@@ -107,6 +108,20 @@ class GraphHook:
             self.fgraph.set_sites(graph_sites(self._functions, self._sites))
 
 
+class _GraphFilter(FunctionFilter):
+    """``set_graph_function`` and ``set_graph_notrace``: set_ftrace_filter's language,
+    except that a ``!`` that removes nothing is EINVAL too (ftrace_graph_set_hash), and
+    there are no commands."""
+
+    def write(self, data: bytes) -> int:
+        for token in data.decode("latin-1").split():
+            if ":" in token or (token.startswith("!") and not (
+                    self._match(token[1:]) & self.selected)):
+                raise OSError(errno.EINVAL, f"{token!r} changes nothing")
+            super().write(token.encode("latin-1"))
+        return len(data)
+
+
 class _TaskState:
     """A task's trace_recursion bits for the graph: inside a notrace function, and the
     depth of the set_graph_function call it is inside (None: none)."""
@@ -138,8 +153,8 @@ class FunctionGraphTracer(TracerPlugin):
         self._context = context
         self._thresh = thresh
         self.flags = dict(GRAPH_FLAG_DEFAULTS)
-        self.graph_filter = FunctionFilter(sites, "#### all functions enabled ####\n")
-        self.graph_notrace = FunctionFilter(sites, "#### no functions disabled ####\n")
+        self.graph_filter = _GraphFilter(sites, "#### all functions enabled ####\n")
+        self.graph_notrace = _GraphFilter(sites, "#### no functions disabled ####\n")
         #: max_graph_depth (an unsigned int; 0: no limit).
         self.max_depth = 0
         self._tasks: dict[int, _TaskState] = {}
