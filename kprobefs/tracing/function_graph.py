@@ -52,8 +52,7 @@ class _GraphEntryEvent:
             "<Qi", record[4], record[5])
 
     def render(self, record: tuple, tr, options: TraceOptions) -> str:
-        return f"--> {tr.symbols.symbolize(record[4], False) or hex(record[4])} " \
-               f"({record[5]})\n"
+        return f"--> {function_name(tr.symbols, record[4])} ({record[5]})\n"
 
 
 class _GraphExitEvent:
@@ -67,13 +66,22 @@ class _GraphExitEvent:
             "<QiIQQ", *record[4:9])
 
     def render(self, record: tuple, tr, options: TraceOptions) -> str:
-        name = tr.symbols.symbolize(record[4], False) or hex(record[4])
+        name = function_name(tr.symbols, record[4])
         return (f"<-- {name} ({record[5]}) (start: {record[7]:x}  end: {record[8]:x}) "
                 f"over: {record[5]}\n")
 
 
 GRAPH_ENTRY_EVENT = _GraphEntryEvent()
 GRAPH_EXIT_EVENT = _GraphExitEvent()
+
+
+def function_name(symbols, addr: int) -> str:
+    """``%ps``: the function's name, `` [module]`` after one in a module."""
+    sym = symbols.image.symbol_at(addr)
+    if sym is None:
+        return f"0x{addr:x}"
+    module = getattr(sym, "module", None)
+    return f"{sym.name} [{module}]" if module else sym.name
 
 
 def graph_sites(functions, sites: Callable[[], Iterable[tuple[int, str]]]) -> set[int]:
@@ -247,7 +255,6 @@ class FunctionGraphTracer(TracerPlugin):
         return f"# tracer: {self.name}\n#\n" + graph_header(self.flags, options.context_info)
 
     def print_trace(self, tr, pairs, options: TraceOptions) -> str:
-        symbolize = tr.symbols.symbolize
         formatter = TraceFormatter(tr.comm_cache.find, options, lambda ev: None)
 
         def general(rec: tuple) -> str:
@@ -260,5 +267,5 @@ class FunctionGraphTracer(TracerPlugin):
 
         return print_graph(
             pairs, self.flags, tr.nr_cpus, options.context_info, tr.comm_cache.find,
-            lambda addr: symbolize(addr, False) or f"0x{addr:x}", comment,
+            lambda addr: function_name(tr.symbols, addr), comment,
             lambda cpu, rec: formatter.render(((cpu, rec),), general))
