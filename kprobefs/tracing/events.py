@@ -279,7 +279,7 @@ class Tracer:
             return None
         registry.graph_tracer = FunctionGraphTracer(
             tr, registry._fgraph, tr.function_tracer, registry.symbols.ftrace_site_names,
-            registry._hit_context, lambda: registry.tracing_thresh_ns)
+            registry._hit_context, lambda: registry.tracing_thresh_ns, registry.clock)
         return registry.graph_tracer
 
     def _new_function_tracer(self, tr: TraceArray) -> FunctionTracer:

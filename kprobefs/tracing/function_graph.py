@@ -147,19 +147,22 @@ class FunctionGraphTracer(TracerPlugin):
     ``fgraph`` is the engine's function graph core; ``functions`` the top array's
     function tracer (whose filters and pid sets apply); ``sites()`` every (site, name);
     ``context()`` the ``(pid, cpu)`` of the running task (saving its comm);
-    ``thresh()`` ``tracing_thresh`` in ns."""
+    ``thresh()`` ``tracing_thresh`` in ns; ``clock()`` trace_clock_local, in ns, which
+    times the calls whatever clock stamps the records."""
 
     name = "function_graph"
     allow_instances = False
 
     def __init__(self, tr, fgraph, functions, sites: Callable[[], Iterable[tuple[int, str]]],
-                 context: Callable[[], tuple[int, int]], thresh: Callable[[], int]):
+                 context: Callable[[], tuple[int, int]], thresh: Callable[[], int],
+                 clock: Callable[[], int]):
         from kprobefs.kprobes import FgraphOps
         self._tr = tr
         self._fgraph = fgraph
         self._functions = functions
         self._context = context
         self._thresh = thresh
+        self._clock = clock
         self.flags = dict(GRAPH_FLAG_DEFAULTS)
         self.graph_filter = _GraphFilter(sites, "#### all functions enabled ####\n")
         self.graph_notrace = _GraphFilter(sites, "#### no functions disabled ####\n")
@@ -167,7 +170,7 @@ class FunctionGraphTracer(TracerPlugin):
         self.max_depth = 0
         self._tasks: dict[int, _TaskState] = {}
         self._hook = GraphHook(fgraph, functions, sites, FgraphOps(
-            self._entry, self._return, clock=lambda: tr.now()))
+            self._entry, self._return, clock=clock))
 
     # ---- the tracer ---------------------------------------------------------------------
     def init(self, tr) -> None:
@@ -219,11 +222,11 @@ class FunctionGraphTracer(TracerPlugin):
         if self.max_depth and ent.depth >= self.max_depth:
             return False
         tr = self._tr
-        ent.calltime = tr.now()
+        ent.calltime = self._clock()
         # with tracing_thresh only returns are recorded; else an entry that cannot be
         # (tracing off, its CPU out of tracing_cpumask) gets no return either
         if not self._thresh() and not (tr.recording and tr.buffer.write(
-                cpu, (ent.calltime, pid, FLAGS_NONE, GRAPH_ENTRY_EVENT, ent.func, ent.depth),
+                cpu, (tr.now(), pid, FLAGS_NONE, GRAPH_ENTRY_EVENT, ent.func, ent.depth),
                 _ENT_SIZE)):
             return False
         if entered:
@@ -241,12 +244,12 @@ class FunctionGraphTracer(TracerPlugin):
                 task.notrace = False
             return
         tr = self._tr
-        rettime = tr.now()
+        rettime = self._clock()
         thresh = self._thresh()
         if thresh and rettime - ent.calltime < thresh:
             return
         if tr.recording:
-            tr.buffer.write(cpu, (rettime, pid, FLAGS_NONE, GRAPH_EXIT_EVENT, ent.func,
+            tr.buffer.write(cpu, (tr.now(), pid, FLAGS_NONE, GRAPH_EXIT_EVENT, ent.func,
                                   ent.depth, ent.overrun & _U32, ent.calltime, rettime),
                             _RET_SIZE)
 
