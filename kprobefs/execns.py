@@ -10,7 +10,9 @@ In that namespace only (the host's mounts are left alone):
 - every file the daemon serves under ``MNT/proc`` (``kallsyms``, ``version``,
   ``modules``, the ``sys/`` knobs) over the host's file of that name, so that perf and
   ftracetest read the emulated kernel's symbols and banner.  procfs cannot grow a file,
-  so one the host kernel lacks (``/proc/modules`` without CONFIG_MODULES) stays absent;
+  so one the host kernel lacks (``/proc/modules`` without CONFIG_MODULES) stays absent,
+  except a ``sys/`` knob: its directory is shadowed by a tmpfs of binds of its entries
+  and of the knob (``/proc/sys/kernel/stack_tracer_enabled`` on a host without it);
 - ``/dev/null`` over the host kernel's ``/sys/kernel/notes`` and ``/proc/kcore``
   (MASKED), which the emulated kernel has no counterpart of.
 
@@ -179,12 +181,22 @@ def prepare_view(mount: str) -> list[str]:
     binds = [(os.path.join(mount, part), target) for _fstype, target, part in VIEWS]
     binds += [(os.path.join(mount, PROC_DIR, rel), os.path.join("/proc", rel))
               for rel in proc_files if os.path.isfile(os.path.join("/proc", rel))]
+    # A sysctl the host kernel lacks (stack_tracer_enabled without its STACK_TRACER)
+    # is added by shadowing its directory (below).
+    grown = [rel for rel in proc_files if rel.startswith("sys/")
+             and not os.path.exists(os.path.join("/proc", rel))
+             and os.path.isdir(os.path.dirname(os.path.join("/proc", rel)))]
     _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     # Bound through descriptors opened now, in the new namespace (a bind's source must
     # be there): the mount may be where a host filesystem is about to be placed
     # (kprobefs mount /sys/kernel/debug).
     sources = [_open_path(source) for source, _target in binds]
+    additions: dict[str, dict[str, int]] = {}
+    for rel in grown:
+        target = os.path.join("/proc", rel)
+        additions.setdefault(os.path.dirname(target), {})[os.path.basename(target)] = \
+            _open_path(os.path.join(mount, PROC_DIR, rel))
     warnings = []
     for fstype, target, _part in VIEWS:
         why = _place_host_fs(fstype, target)
@@ -197,10 +209,30 @@ def prepare_view(mount: str) -> list[str]:
         _mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND,
                what=f"mount --bind {source} {target}")
         os.close(fd)
+    for directory, added in additions.items():
+        _shadow_dir(directory, added)
     for target in MASKED:
         if os.path.exists(target):
             _mount(os.devnull, target, None, _MS_BIND)
     return warnings
+
+
+def _shadow_dir(directory: str, added: dict[str, int]) -> None:
+    """Grows ``directory`` (of procfs, which cannot grow) by the files ``added`` (name
+    -> an O_PATH descriptor of what to bind there, closed here): a tmpfs over it holds
+    a bind of each of its entries and of each added file."""
+    entries = {name: _open_path(os.path.join(directory, name))
+               for name in os.listdir(directory) if name not in added}
+    _mount("tmpfs", directory, "tmpfs", 0)
+    for name, fd in {**entries, **added}.items():
+        path = os.path.join(directory, name)
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.mkdir(path)
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+        _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND,
+               what=f"mount --bind {name} {path}")
+        os.close(fd)
 
 
 def _open_path(path: str) -> int:

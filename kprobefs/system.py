@@ -8,7 +8,7 @@ register_fprobe and the rest.  Failures raise OSError with Linux's errno.
 from __future__ import annotations
 
 from .arch.x86.kprobes import X86Kprobes
-from .kprobes import FprobeManager, KprobeEngine
+from .kprobes import FprobeManager, FunctionGraph, KprobeEngine
 from .machine import Kernel as Machine
 
 __all__ = ["Kernel"]
@@ -34,6 +34,7 @@ class Kernel(Machine):
         super().__init__(*args, **kwargs)
         self.kprobes = KprobeEngine(self, X86Kprobes)
         self.fprobes = FprobeManager(self.kprobes)
+        self.fgraph = FunctionGraph(self.kprobes)
 
     def __getattr__(self, name):
         if name in _ENGINE_API:

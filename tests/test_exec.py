@@ -130,12 +130,20 @@ def test_the_proc_files_are_the_emulated_kernels(mnt):
 
 
 def test_a_proc_file_the_host_has_is_bound(mnt):
-    """Every file under MNT/proc replaces the host's of that name, when there is one."""
+    """Every file under MNT/proc replaces the host's of that name, when there is one;
+    a sysctl knob is there even when the host kernel lacks it (its directory is
+    shadowed), and the host's other knobs beside it stay reachable."""
     for rel in ("modules", "sys/debug/kprobes-optimization",
                 "sys/kernel/stack_tracer_enabled"):
-        host_has = os.path.isfile(f"/proc/{rel}")
+        present = os.path.isfile(f"/proc/{rel}") or (
+            rel.startswith("sys/") and os.path.isdir(os.path.dirname(f"/proc/{rel}")))
         out = sh(mnt, f"cat /proc/{rel} 2>/dev/null || echo absent")
-        assert out == ((mnt / "proc" / rel).read_text() if host_has else "absent\n"), rel
+        assert out == ((mnt / "proc" / rel).read_text() if present else "absent\n"), rel
+    assert sh(mnt, "cat /proc/sys/kernel/ostype") == "Linux\n"
+    out = sh(mnt, "echo 1 > /proc/sys/kernel/stack_tracer_enabled; "
+                  "cat /proc/sys/kernel/stack_tracer_enabled; "
+                  "echo 0 > /proc/sys/kernel/stack_tracer_enabled")
+    assert out == "1\n"
 
 
 def test_the_host_mounts_are_untouched(mnt):

@@ -242,7 +242,8 @@ def test_events_ftrace_describes_the_tracers_own_records(t):
     """events/ftrace: format (and id where Linux has one) of the records the tracer
     writes itself, with no enable or filter file, in Linux 6.1's text."""
     assert set(node(t.root, "events/ftrace").children()) == {
-        "function", "kernel_stack", "print", "bprint", "user_stack", "bputs", "raw_data"}
+        "function", "funcgraph_entry", "funcgraph_exit", "kernel_stack", "print", "bprint",
+        "user_stack", "bputs", "raw_data"}
     assert set(node(t.root, "events/ftrace/print").children()) == {"format", "id", "hist", "trigger"}
     assert set(node(t.root, "events/ftrace/kernel_stack").children()) == {"format", "hist"}
     assert cat(t.root, "events/ftrace/print/id") == "5\n"

@@ -8,7 +8,7 @@ import pytest
 
 from kprobefs.tracing.function import FunctionFilter, FunctionTracer, StackTracer
 from kprobefs.tracing.synth import parse_synth_fields
-from tracer_fakes import cat, echo, make_tracer, node, write_errno
+from tracer_fakes import FakeFtrace as _FakeFtrace, cat, echo, make_tracer, node, write_errno
 
 SITES = [(0x1000, "vfs_read"), (0x2000, "vfs_write"), (0x3000, "kernel_clone"),
          (0x4000, "name_show"), (0x5000, "name_show")]
@@ -91,34 +91,6 @@ def test_function_filter_language():
     f.clear()
     assert f.selected == set()
     assert changes[0] == ({0x1000, 0x2000}, set())
-
-
-class _FakeFtrace:
-    def __init__(self):
-        self.attached = {}
-
-    def register_ftrace_function(self, ops):
-        for site in ops.filter:
-            self.attached.setdefault(site, []).append(ops)
-        ops.registered = True
-
-    def unregister_ftrace_function(self, ops):
-        for users in self.attached.values():
-            if ops in users:
-                users.remove(ops)
-        ops.registered = False
-
-    def ftrace_set_filter_ip(self, ops, ip, remove=False):
-        if remove:
-            ops.filter.discard(ip)
-            self.attached[ip].remove(ops)
-        else:
-            ops.filter.add(ip)
-            self.attached.setdefault(ip, []).append(ops)
-
-    def call(self, site, parent, regs=None):
-        for ops in list(self.attached.get(site, ())):
-            ops.func(site, parent, ops, regs)
 
 
 class _Ops:

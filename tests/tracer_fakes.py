@@ -228,6 +228,36 @@ def make_regs(**values):
     return SimpleNamespace(**regs)
 
 
+class FakeFtrace:
+    """ftrace ops per site; ``call(site, parent)`` runs them as a site's trampoline."""
+
+    def __init__(self):
+        self.attached = {}
+
+    def register_ftrace_function(self, ops):
+        for site in ops.filter:
+            self.attached.setdefault(site, []).append(ops)
+        ops.registered = True
+
+    def unregister_ftrace_function(self, ops):
+        for users in self.attached.values():
+            if ops in users:
+                users.remove(ops)
+        ops.registered = False
+
+    def ftrace_set_filter_ip(self, ops, ip, remove=False):
+        if remove:
+            ops.filter.discard(ip)
+            self.attached[ip].remove(ops)
+        else:
+            ops.filter.add(ip)
+            self.attached.setdefault(ip, []).append(ops)
+
+    def call(self, site, parent, regs=None):
+        for ops in list(self.attached.get(site, ())):
+            ops.func(site, parent, ops, regs)
+
+
 class Clock:
     def __init__(self, start=1_234_567_891_000):
         self.now = start

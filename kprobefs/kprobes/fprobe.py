@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..errors import ProbeError
 from .ftrace import FtraceOps
@@ -25,6 +25,9 @@ class RethookNode:
     slot: int = 0
     task: int = 0
     data: bytearray = field(default_factory=bytearray)
+    #: A return hook of the function graph (fgraph.py) instead of an fprobe's exit:
+    #: ``on_exit(regs)`` runs at the return.
+    on_exit: Callable | None = None
 
 
 class FprobeManager:
@@ -150,6 +153,15 @@ class FprobeManager:
         node.ret_addr, node.slot = self.engine.arch.prepare_rethook(regs)
         self._pending.setdefault(node.task, []).append(node)
 
+    def hook_return(self, regs, entry_ip: int, on_exit: Callable) -> None:
+        """Divert the return of the function just entered (``regs`` at its ftrace site)
+        through the rethook trampoline, where ``on_exit(regs)`` runs (fgraph's return
+        hook, on the same machinery as fprobe exits)."""
+        node = RethookNode(None, entry_ip=entry_ip, on_exit=on_exit)
+        node.task = self.kernel.current_pid()
+        node.ret_addr, node.slot = self.engine.arch.prepare_rethook(regs)
+        self._pending.setdefault(node.task, []).append(node)
+
     def on_return(self, regs, slot: int) -> int:
         pid = self.kernel.current_pid()
         nodes = self._pending.get(pid, [])
@@ -161,6 +173,13 @@ class FprobeManager:
             self.kernel.panicked = f"rethook trampoline: no node for {slot:#x}"
             return self.kernel.image.symbol_value("host_call_return")
         regs.ip = node.ret_addr
+        if node.on_exit is not None:
+            try:
+                node.on_exit(regs)
+            except Exception as e:
+                self.engine.handler_errors.report(self, "fgraph", "function graph return "
+                                                  f"hook of {node.entry_ip:#x}", e)
+            return node.ret_addr
         fp = node.fp
         if fp is not None and fp.ops is not None:
             if not fp.disabled() and fp.exit_handler is not None:

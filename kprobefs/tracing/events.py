@@ -37,6 +37,8 @@ from typing import Any, Callable, Iterable, Sequence
 from kprobefs.errors import ImageError, MachineError, ProbeParseError
 from kprobefs.tracing.clocks import trace_clocks
 from kprobefs.tracing.function import FunctionTracer, StackTracer
+from kprobefs.tracing.function_graph import FunctionGraphTracer
+from kprobefs.tracing.function_profile import FunctionProfiler
 from kprobefs.tracing.output import CommCache, format_ip_sym
 from kprobefs.tracing.parser import (
     DeleteSpec, ProbeSpec, compare_arg_types, format_probe, is_same_probe, parse_command,
@@ -180,13 +182,17 @@ class Tracer:
         current_tgid = getattr(kernel, "current_tgid", None)
         if callable(current_tgid):
             self.comm_cache.tgid_of = self._current_tgid
-        self.tracing_thresh_ns = 0          # tracing_thresh (global; no tracer uses it)
+        self.tracing_thresh_ns = 0          # tracing_thresh (global: function_graph's)
 
         self.function_tracer: FunctionTracer | None = None     # the top array's
         #: What current_tracer offers besides nop (tracers.py), in registration order.
         self.tracer_factories: list[TracerFactory] = []
         self.stack_tracer: StackTracer | None = None
         self._ftrace = getattr(engine, "ftrace", None)
+        self._fgraph = getattr(engine, "fgraph", None)
+        #: The top array's function_graph tracer, and the function profiler.
+        self.graph_tracer: FunctionGraphTracer | None = None
+        self.function_profiler: FunctionProfiler | None = None
         #: The top-level trace array, then the instances by name (creation order).
         self.top = TraceArray("", self)
         self.instances: dict[str, TraceArray] = {}
@@ -218,6 +224,13 @@ class Tracer:
             self._init_function_tracers(self._ftrace)
         self._install_tracers(self.top)
         self.function_tracer = self.top.function_tracer
+        if self.graph_tracer is not None:
+            cpu = lambda: kernel.cpu.index if kernel.cpu is not None else 0  # noqa: E731
+            self.function_profiler = FunctionProfiler(
+                self._fgraph, self.function_tracer, self.symbols.ftrace_site_names,
+                self.nr_cpus, cpu, self.clock, self.graph_tracer.flags,
+                lambda: self.tracing_thresh_ns, lambda site: self.symbols.symbolize(
+                    site, False) or f"0x{site:x}")
 
     def _init_static_events(self):
         """The kernel's TRACE_EVENTs (tracing/trace_events.py), in the event registry
@@ -256,6 +269,8 @@ class Tracer:
         ftrace sites."""
         from kprobefs.kprobes import FtraceOps
         self.tracer_factories.append(self._function_tracer_for)
+        if self._fgraph is not None:
+            self.tracer_factories.append(self._graph_tracer_for)
         self.stack_tracer = StackTracer(
             ftrace, FtraceOps, self.symbols.ftrace_site_names, read=self.kernel.read,
             is_call_return=lambda value: is_call_return(self.kernel, self.symbols, value),
@@ -275,6 +290,16 @@ class Tracer:
         filters, as Linux's instances do)."""
         tr.function_tracer = registry._new_function_tracer(tr)
         return tr.function_tracer
+
+    @staticmethod
+    def _graph_tracer_for(registry: "Tracer", tr: TraceArray) -> FunctionGraphTracer | None:
+        """The function_graph tracer: the top array's only, on its function filters."""
+        if not tr.is_top or tr.function_tracer is None:
+            return None
+        registry.graph_tracer = FunctionGraphTracer(
+            tr, registry._fgraph, tr.function_tracer, registry.symbols.ftrace_site_names,
+            registry._hit_context, lambda: registry.tracing_thresh_ns, registry.clock)
+        return registry.graph_tracer
 
     def _new_function_tracer(self, tr: TraceArray) -> FunctionTracer:
         from kprobefs.kprobes import FtraceOps
@@ -706,6 +731,8 @@ class Tracer:
                 tr.set_current_tracer("nop")
             if self.stack_tracer is not None:
                 self.stack_tracer.set_enabled(0)
+            if self.function_profiler is not None:
+                self.function_profiler.set_enabled(False)
             # event probes first: the synthetic events they are attached to wait
             self.release_all(kprobes=False, eprobes=True)
             self.release_all(kprobes=True, synthetic=True)

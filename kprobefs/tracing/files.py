@@ -281,6 +281,13 @@ _README_FUNCTIONS = (
     "\t\t\t  traces (echo 1 > /proc/sys/kernel/stack_tracer_enabled)\n"
 )
 
+# The function_graph tracer's files (6.1's words), listed before the stack tracer's.
+_README_GRAPH = (
+    "  set_graph_function\t- Trace the nested calls of a function (function_graph)\n"
+    "  set_graph_notrace\t- Do not trace the nested calls of a function (function_graph)\n"
+    "  max_graph_depth\t- Trace a limited depth of nested calls (0 is unlimited)\n"
+)
+
 README_TEXT = (
     "tracing mini-HOWTO:\n\n"
     "# echo 0 > tracing_on : stop recording into the buffer\n"
@@ -396,6 +403,9 @@ class _Root:
         if t.function_tracer is not None:
             at = readme.index("  available_events")
             readme = readme[:at] + _README_FUNCTIONS + readme[at:]
+        if t.graph_tracer is not None:
+            at = readme.index("  stack_trace\t")
+            readme = readme[:at] + _README_GRAPH + readme[at:]
         self.files.update({
             "README": _text_file(lambda: readme),
             "kprobe_events": _File(MODE_WRITE, read=t.probe_lines,
@@ -422,6 +432,22 @@ class _Root:
                 if t.trace_printk is not None else ""),
             "instances": _InstancesDir(t),
         })
+        if t.graph_tracer is not None:
+            graph = t.graph_tracer
+            self.files["set_graph_function"] = self._filter_file(graph.graph_filter)
+            self.files["set_graph_notrace"] = self._filter_file(graph.graph_notrace)
+            self.files["max_graph_depth"] = _File(
+                MODE_WRITE, read=graph.max_depth_text,
+                write=lambda d, p, c: self._locked_number(graph.set_max_depth, d))
+        if t.function_profiler is not None:
+            profiler = t.function_profiler
+            self.files["function_profile_enabled"] = _File(
+                MODE_WRITE, read=profiler.enabled_text,
+                write=lambda d, p, c: self._locked_number(
+                    lambda value: profiler.set_enabled(bool(value)), d))
+            self.files["trace_stat"] = Directory({
+                f"function{cpu}": _text_file(lambda cpu=cpu: profiler.stat_text(cpu))
+                for cpu in range(profiler.nr_cpus)})
         if t.stack_tracer is not None:
             stack = t.stack_tracer
             self.files["stack_trace"] = _text_file(stack.trace_text)
@@ -476,6 +502,14 @@ class _Root:
             setattr(owner, attr, _kstrtoul(data, 10) * 1000 & _U64_MAX)
             return len(data)
         return _File(MODE_WRITE, read=read, write=write)
+
+    def _locked_number(self, apply: Callable[[int], None], data: bytes) -> int:
+        """A file that takes one unsigned decimal (kstrtoul base 10), applied under the
+        event lock (it may patch ftrace sites)."""
+        value = _kstrtoul(data, 10)
+        with self.tracer.lock:
+            apply(value)
+        return len(data)
 
     def _write_cpumask(self, data: bytes, pid: int, comm: str) -> int:
         self.tr.set_tracing_cpumask(parse_cpumask(data, self.tr.nr_cpus))
@@ -543,19 +577,27 @@ class _Root:
 
     # ------------------------------------------------------------------- options
     def _options(self) -> dict[str, Any]:
-        return {name: _File(MODE_WRITE, read=self._option_reader(name),
-                            write=self._option_writer(name))
-                for name in sorted(OPTION_DEFAULTS)}
+        files = {name: _File(MODE_WRITE, read=self._option_reader(name),
+                             write=self._option_writer(name))
+                 for name in sorted(OPTION_DEFAULTS)}
+        for name, tracer in self.tr.tracer_flags().items():
+            files[name] = _File(MODE_WRITE, read=lambda t=tracer, n=name: f"{int(t.flags[n])}\n",
+                                write=self._option_writer(name, tracer))
+        return files
 
     def _option_reader(self, name: str):
         return lambda: f"{int(self.tr.options[name])}\n"
 
-    def _option_writer(self, name: str):
+    def _option_writer(self, name: str, tracer=None):
+        """options/NAME: 0 or 1; ``tracer``: one of that tracer's own options."""
         def write(data: bytes, pid: int, comm: str) -> int:
             value = _kstrtoul(data, 10)
             if value not in (0, 1):
                 raise OSError(errno.EINVAL, "option takes 0 or 1")
-            self.tr.set_option(name, bool(value))
+            if tracer is not None:
+                self.tr.set_tracer_flag(tracer, name, bool(value))
+            else:
+                self.tr.set_option(name, bool(value))
             return len(data)
         return write
 

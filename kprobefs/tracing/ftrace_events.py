@@ -2,8 +2,9 @@
 writes, described as Linux 6.1 describes them (kernel/trace/trace_entries.h), so that
 tools decoding ``trace_pipe_raw`` pages (trace-cmd record and report) can read them.
 
-The three record types this tracer writes are here, ``function`` (the function tracer),
-``kernel_stack`` (options/stacktrace) and ``print`` (trace_marker), and beside them the
+The record types this tracer writes are here, ``function`` (the function tracer),
+``funcgraph_entry`` and ``funcgraph_exit`` (the function_graph tracer), ``kernel_stack``
+(options/stacktrace) and ``print`` (trace_marker), and beside them the
 four that trace-cmd and libtraceevent look for among them (``user_stack``, ``bprint``,
 ``bputs``, ``raw_data``), numbered as 6.1 numbers its ``TRACE_*`` types.  As in
 Linux, they have no ``enable`` or ``filter`` file (only ``print``, trace_marker's
@@ -46,6 +47,18 @@ FTRACE_EVENTS: dict[str, FtraceEvent] = {e.name: e for e in (
            (RecordField("unsigned long", "ip", 8, 8, False),
             RecordField("unsigned long", "parent_ip", 16, 8, False)),
            '" %ps <-- %ps", (void *)REC->ip, (void *)REC->parent_ip'),
+    _event("funcgraph_entry", 11, False,
+           (RecordField("unsigned long", "func", 8, 8, False),
+            RecordField("int", "depth", 16, 4, True)),
+           '"--> %ps (%d)", (void *)REC->func, REC->depth'),
+    _event("funcgraph_exit", 10, False,
+           (RecordField("unsigned long", "func", 8, 8, False),
+            RecordField("int", "depth", 16, 4, True),
+            RecordField("unsigned int", "overrun", 20, 4, False),
+            RecordField("unsigned long long", "calltime", 24, 8, False),
+            RecordField("unsigned long long", "rettime", 32, 8, False)),
+           '"<-- %ps (%d) (start: %llx  end: %llx) over: %d", (void *)REC->func, '
+           'REC->depth, REC->calltime, REC->rettime, REC->depth'),
     _event("kernel_stack", 4, False,
            (RecordField("int", "size", 8, 4, True),
             # a fixed-length array: the format file shows its length

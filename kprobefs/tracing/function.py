@@ -65,7 +65,13 @@ class FunctionFilter:
         self._sites = sites
         self._empty_text = empty_text
         self._changed = changed
+        self._listeners: list[Callable[[], None]] = []
         self.selected: set[int] = set()
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Also call ``listener()`` after each change (another user of the same hash:
+        the function graph follows the top level's set_ftrace_filter)."""
+        self._listeners.append(listener)
 
     def text(self) -> str:
         """The file's content: one function per selected site, or the empty marker."""
@@ -100,8 +106,12 @@ class FunctionFilter:
 
     def _update(self, new: set[int]) -> None:
         old, self.selected = self.selected, new
-        if self._changed is not None and new != old:
+        if new == old:
+            return
+        if self._changed is not None:
             self._changed(new - old, old - new)
+        for listener in self._listeners:
+            listener()
 
 
 class _FunctionEvent:

@@ -616,8 +616,9 @@ class TraceArray:
         order = sorted(self.options, key=lambda name: (
             _OPTION_ORDER.index(name) if name in _OPTION_ORDER else len(_OPTION_ORDER),
             name))
-        return "".join(("" if self.options[name] else "no") + name + "\n"
-                       for name in order)
+        flags = self.current_tracer.flags
+        return "".join(("" if on else "no") + name + "\n" for name, on in (
+            *((name, self.options[name]) for name in order), *flags.items()))
 
     def write_trace_option(self, data: bytes) -> int:
         """A write to ``trace_options``: ``name`` sets one option, ``noname`` clears it;
@@ -628,10 +629,23 @@ class TraceArray:
         on = not name.startswith("no")
         if not on:
             name = name[2:]
-        if name not in self.options:
+        if name in self.options:
+            self.set_option(name, on)
+        elif name in self.current_tracer.flags:
+            self.set_tracer_flag(self.current_tracer, name, on)
+        else:
             raise OSError(errno.EINVAL, f"no option {name!r}")
-        self.set_option(name, on)
         return len(data)
+
+    def set_tracer_flag(self, tracer: TracerPlugin, name: str, on: bool) -> None:
+        """One of a tracer's own options (``options/NAME``, or ``trace_options`` while
+        it is current)."""
+        with self.lock:
+            tracer.set_flag(self, name, on)
+
+    def tracer_flags(self) -> dict[str, TracerPlugin]:
+        """Each tracer option offered here (options/), with the tracer it belongs to."""
+        return {name: tracer for tracer in self.tracers.values() for name in tracer.flags}
 
     def set_trace_clock(self, name: str) -> None:
         """Select a trace clock (clears the buffer); EINVAL for an unknown name."""

@@ -8,6 +8,9 @@ replaces it; ``print_header(tr, options)`` and ``print_trace(tr, pairs, options)
 ``trace`` text differs from the event lines (None: the array's default).  ``use_max_tr``
 says it keeps its maximum-latency trace in the array's snapshot buffer (Linux refuses
 ``snapshot`` writes then, EBUSY).  ``allow_instances`` says an instance offers it too.
+``flags`` are the tracer's own options (Linux's tracer_flags), name -> value in its
+order: each is a file in ``options/`` while the tracer is offered, and a line of
+``trace_options`` while it is current; ``set_flag(tr, name, on)`` changes one.
 
 The registry (``events.Tracer``) builds each array's tracers from a list of factories
 (``factory(registry, tr) -> tracer or None``), in registration order; ``available_tracers``
@@ -30,11 +33,18 @@ class TracerPlugin:
     use_max_tr = False
     allow_instances = True
 
+    #: No options of its own (a tracer that has some sets a dict per instance).
+    flags: dict[str, bool] = {}
+
     def init(self, tr) -> None:
         """Called with the array's lock held, after its buffer was reset."""
 
     def reset(self, tr) -> None:
         """Called with the array's lock held, before the next tracer's ``init``."""
+
+    def set_flag(self, tr, name: str, on: bool) -> None:
+        """Called with the array's lock held; ``name`` is one of ``flags``."""
+        self.flags[name] = on
 
     def print_header(self, tr, options: TraceOptions) -> str | None:
         return None
