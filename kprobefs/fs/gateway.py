@@ -214,6 +214,9 @@ class Gateway:
         self._closing = threading.Event()
         self._events: ProcessEvents | None = None
         self._events_lock = threading.Lock()
+        #: The scheduling mirror (schedwatch.SchedWatch), told when a process is inside
+        #: one of our requests; None: none.
+        self.sched = None
 
     def watch_host_processes(self, events: ProcessEvents | None) -> None:
         """Mirror the host's process events from now on (None: stop)."""
@@ -272,12 +275,18 @@ class Gateway:
     def _sys(self, caller: _Caller, name: str, *args, on_done=None) -> int:
         """Like _call, for a caller's task; a task that died meanwhile (oops) is forgotten
         and the request fails with EIO.  Negative results raise OSError."""
+        sched = self.sched
+        if sched is not None:
+            sched.enter(caller.pid)
         try:
             ret = self._call(caller.task, name, *args, on_done=on_done)
         except (ProcessExited, KernelOops) as e:
             self._forget(caller)
             how = "exited during" if isinstance(e, ProcessExited) else "oopsed in"
             raise OSError(errno.EIO, f"the task {how} {name}") from e
+        finally:
+            if sched is not None:
+                sched.leave(caller.pid)
         if -4095 <= ret < 0:
             raise OSError(-ret, os.strerror(-ret))
         return ret
@@ -331,6 +340,17 @@ class Gateway:
         caller.task.comm = comm
 
     # ---- host process events ---------------------------------------------------------
+    def mirror_host_processes(self) -> None:
+        """Applies the host process events queued so far and gives exec'd processes
+        their new comm now, not at their next request (the scheduling mirror calls it
+        before each sample)."""
+        self._sync_host_processes()
+        with self._lock:
+            execd = [c for c in self._callers.values() if c.exec_seen]
+        for caller in execd:
+            if caller.task.state != "dead":
+                self._rename(caller)
+
     def _sync_host_processes(self) -> None:
         """Applies every host process event queued so far, in order (see procwatch)."""
         if self._events is None:
