@@ -250,3 +250,40 @@ def test_an_rt_task_has_6_1s_rt_prio_and_setscheduler_is_a_real_syscall(real):
     assert re.search(r"sys_enter_sched_setscheduler: sys_sched_setscheduler\(pid: 0, "
                      r"policy: 1, ", trace), trace
     assert re.search(r"sched_wakeup: comm=sleep pid=\d+ prio=94 ", trace), trace
+
+
+# ---- the kernel's side -----------------------------------------------------------------
+EINVAL, ESRCH = 22, 3
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    from kprobefs.machine.kernel import Kernel
+    return Kernel(cpus=2, seed=0)
+
+
+def test_run_user_wakes_the_task_without_a_system_call_and_it_sleeps_again(kernel):
+    task = kernel.spawn("pinger")
+    assert kernel.wait(kernel.run_user(task, D), 30) == 0
+    assert kernel.wait(kernel.run_user(task), 30) == 0
+    assert task.state == "user"
+    assert kernel.syscall(task, "getpid") == task.pid  # system calls go on as before
+
+
+def test_setpriority_and_sched_setscheduler_check_their_arguments_as_linux(kernel):
+    task = kernel.spawn("prio")
+    param = lambda prio: prio.to_bytes(4, "little")  # noqa: E731
+    assert kernel.syscall(task, "setpriority", 0, 0, 5) == 0
+    assert kernel.syscall(task, "setpriority", 0, 0, 100) == 0       # clamped to 19
+    assert kernel.syscall(task, "setpriority", 3, 0, 0) == -EINVAL
+    assert kernel.syscall(task, "setpriority", 0, 4000000, 0) == -ESRCH
+    assert kernel.syscall(task, "sched_setscheduler", 0, SCHED_FIFO, param(5)) == 0
+    assert kernel.syscall(task, "sched_setscheduler", 0, SCHED_FIFO, param(0)) == -EINVAL
+    assert kernel.syscall(task, "sched_setscheduler", 0, SCHED_FIFO, param(100)) == -EINVAL
+    assert kernel.syscall(task, "sched_setscheduler", 0, SCHED_NORMAL, param(1)) == -EINVAL
+    assert kernel.syscall(task, "sched_setscheduler", 0, 4, param(0)) == -EINVAL
+    assert kernel.syscall(task, "sched_setscheduler", 0, SCHED_NORMAL, 0) == -EINVAL
+    assert kernel.syscall(task, "sched_setscheduler", -1, SCHED_NORMAL, param(0)) == -EINVAL
+    assert kernel.syscall(task, "sched_setscheduler", 4000000, SCHED_NORMAL,
+                          param(0)) == -ESRCH
+    assert kernel.syscall(task, "sched_setscheduler", 0, SCHED_NORMAL, param(0)) == 0
