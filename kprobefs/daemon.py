@@ -262,22 +262,26 @@ class Daemon:
         self._threads.append(t)
 
     def _start(self) -> None:
-        self.gateway.watch_host_processes(ProcessEvents.open())
+        events = ProcessEvents.open()
+        if events is not None:
+            events.start_reader()
+        self.gateway.watch_host_processes(events)
         # From here on only the machine thread runs emulated code; request threads wait.
         self.kernel.serve()
-        self._start_schedwatch()
+        self._start_schedwatch(events)
         self._spawn_thread("reaper", self._reap)
         if self.workload_rate > 0:
             self._spawn_thread("workload", self._start_workload)
         self._spawn_thread("ready", self._probe_ready)
 
-    def _start_schedwatch(self) -> None:
+    def _start_schedwatch(self, events: ProcessEvents | None) -> None:
         """Mirrors the host processes' sleeps, wake-ups and priorities into their tasks
         (fs/schedwatch.py); the host's process events are applied as it samples."""
         gateway = self.gateway
         self.schedwatch = SchedWatch(
             KernelMirror(self.kernel, timeout=min(5.0, self.request_timeout)),
-            gateway.tasks, before_sample=gateway.mirror_host_processes)
+            gateway.tasks, before_sample=gateway.mirror_host_processes,
+            wake=events.arrived if events is not None else None)
         gateway.sched = self.schedwatch
         self.schedwatch.start()
 

@@ -231,6 +231,15 @@ def test_a_sleeping_shell_child_sleeps_and_wakes_in_the_kernel(real):
                      r"next_prio=120$", trace, re.M), trace
 
 
+def test_a_short_command_exits_under_its_execd_comm(real):
+    # The exec's comm is read as its process event arrives.  (A command that exits
+    # within a fraction of a millisecond of its exec may be gone before that.)
+    t = f"{real}/tracing"
+    trace = _sched_trace(t, "sleep 0.02; sleep 0.02")
+    exits = re.findall(r"sched_process_exit: comm=(\S+) pid=\d+ ", trace)
+    assert exits.count("sleep") == 2, trace
+
+
 def test_nice_reaches_the_task_as_its_prio(real):
     t = f"{real}/tracing"
     trace = _sched_trace(t, "nice -n 5 sleep 0.2")

@@ -45,7 +45,7 @@ from typing import Callable, NamedTuple
 
 from ..errors import KernelError, KernelOops, KernelStuck, KernelWedged, MachineError
 from ..machine.kernel import ProcessExited, UserBuffer
-from .procwatch import EXEC, EXIT, FORK, ProcessEvent, ProcessEvents
+from .procwatch import COMM, EXEC, EXIT, FORK, ProcessEvent, ProcessEvents
 from .tree import HostFS
 
 __all__ = ["Gateway", "Caller", "Attributes", "host_comm", "host_start_time",
@@ -164,6 +164,7 @@ class _Caller:
     comm: str
     task: object
     exec_seen: bool = False  # the host process exec'd since its comm was last copied
+    comm_seen: str = ""      # its comm as its last COMM event gave it
 
 
 @dataclass(eq=False)
@@ -328,7 +329,9 @@ class Gateway:
         """Copies the host process's comm to its task after an exec (prctl PR_SET_NAME,
         the kernel's own rename)."""
         caller.exec_seen = False
-        comm = host_comm(caller.pid)
+        # A process gone already (it exec'd and exited between two drains) has the comm
+        # of its COMM event.
+        comm = host_comm(caller.pid) or caller.comm_seen
         if not comm or comm == caller.comm:
             return
         try:
@@ -384,15 +387,18 @@ class Gateway:
                                  task, exec_seen=True)
                 with self._lock:
                     self._callers[event.child] = caller
-        elif event.what == EXEC:
+        elif event.what in (EXEC, COMM):
             with self._lock:
                 caller = self._callers.get(event.pid)
             if caller is not None:
+                caller.comm_seen = event.comm or caller.comm_seen
                 caller.exec_seen = True
         elif event.what == EXIT:
             with self._lock:
                 caller = self._callers.get(event.pid)
             if caller is not None and caller.pid != os.getpid():
+                if caller.exec_seen:    # exec'd and gone within one batch of events
+                    self._rename(caller)
                 self._end(caller)
 
     def _spawn(self, comm: str, pid: int, parent=None):

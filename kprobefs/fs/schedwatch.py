@@ -134,18 +134,20 @@ class SchedWatch:
     ``mirror``: what acts on the kernel (:class:`KernelMirror`); ``read``: the /proc
     reader (:func:`read_host_sched`); ``before_sample``: run first in each pass (the
     gateway applies the host's queued process events there, so forks, execs and exits
-    are mirrored while the processes run, not at the next request).
+    are mirrored while the processes run, not at the next request); ``wake``: an event
+    (the process events' ``arrived``) that starts a pass at once.
     """
 
     def __init__(self, mirror, tasks: Callable[[], dict],
                  read: Callable[[int], HostSched | None] = read_host_sched,
                  before_sample: Callable[[], None] | None = None,
-                 interval: float = 0.005):
+                 interval: float = 0.005, wake: threading.Event | None = None):
         self.mirror = mirror
         self.tasks = tasks
         self.read = read
         self.before_sample = before_sample
         self.interval = interval
+        self.wake = wake
         self._lock = threading.Lock()
         self._watched: dict[int, _Watched] = {}
         self._busy: dict[int, int] = {}
@@ -249,8 +251,20 @@ class SchedWatch:
             thread.join(timeout=5)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._stop.is_set():
+            self._wait()
+            if self._stop.is_set():
+                return
             try:
                 self.sample()
             except Exception:
                 log.exception("sampling the host's scheduling failed")
+
+    def _wait(self) -> None:
+        """Until the next pass is due, or a process event came (its fork or exec is
+        mirrored at once)."""
+        if self.wake is None:
+            self._stop.wait(self.interval)
+            return
+        self.wake.wait(self.interval)
+        self.wake.clear()
