@@ -33,6 +33,7 @@ the host handle in the calling thread, never in the emulation.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import logging
 import os
@@ -276,21 +277,30 @@ class Gateway:
     def _sys(self, caller: _Caller, name: str, *args, on_done=None) -> int:
         """Like _call, for a caller's task; a task that died meanwhile (oops) is forgotten
         and the request fails with EIO.  Negative results raise OSError."""
-        sched = self.sched
-        if sched is not None:
-            sched.enter(caller.pid)
         try:
-            ret = self._call(caller.task, name, *args, on_done=on_done)
+            with self._serving(caller.pid):
+                ret = self._call(caller.task, name, *args, on_done=on_done)
         except (ProcessExited, KernelOops) as e:
             self._forget(caller)
             how = "exited during" if isinstance(e, ProcessExited) else "oopsed in"
             raise OSError(errno.EIO, f"the task {how} {name}") from e
-        finally:
-            if sched is not None:
-                sched.leave(caller.pid)
         if -4095 <= ret < 0:
             raise OSError(-ret, os.strerror(-ret))
         return ret
+
+    @contextlib.contextmanager
+    def _serving(self, pid: int):
+        """pid is inside one of our requests meanwhile: the scheduling mirror leaves it
+        alone (its task runs the request; its host process waits for us)."""
+        sched = self.sched
+        if sched is None:
+            yield
+            return
+        sched.enter(pid)
+        try:
+            yield
+        finally:
+            sched.leave(pid)
 
     # ==== tasks ==============================================================================
     def _caller(self, ctx: Caller) -> _Caller:
@@ -633,7 +643,8 @@ class Gateway:
                     return buf.data[:n]
                 if nonblock:
                     raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
-                self._block(fd)
+                with self._serving(fd.caller.pid):
+                    self._block(fd)
 
     def _block(self, fd: _Fd) -> None:
         """Waits for a blocking reader's handle to have data; OSError(EINTR) when the
