@@ -183,6 +183,21 @@ def test_the_daemons_own_pid_is_never_mirrored(world):
     assert mirror.calls == []
 
 
+def test_a_failing_mirror_is_logged_once_and_its_process_left_alone(world, caplog):
+    proc, mirror, tasks, watch = world
+    tasks[50] = FakeTask(50)
+    proc.set(50, "S", nvcsw=1)
+    watch.sample()
+
+    def broken(task, state):
+        raise RuntimeError("a bug")
+    mirror.ran = broken
+    for n in range(2, 5):
+        proc.set(50, "S", nvcsw=n)
+        watch.sample()
+    assert caplog.text.count("mirroring the scheduling of pid 50 failed") == 1
+
+
 def test_before_sample_runs_first(world):
     proc, mirror, tasks, _ = world
     order = []

@@ -126,6 +126,7 @@ class _Watched:
     last: HostSched | None = None   # the previous sample (None: none yet)
     busy: int = 0                   # our FUSE requests in progress
     resync: bool = False            # take the next sample as the baseline
+    broken: bool = False            # mirroring it failed unexpectedly: left alone
 
 
 class SchedWatch:
@@ -186,7 +187,8 @@ class SchedWatch:
                 if pid not in self._watched and pid != self._own_pid:
                     self._watched[pid] = _Watched(task)
             todo = [(pid, w) for pid, w in self._watched.items()
-                    if not self._busy.get(pid) and getattr(w.task, "state", "") != "dead"]
+                    if not self._busy.get(pid) and not w.broken
+                    and getattr(w.task, "state", "") != "dead"]
         for pid, watched in todo:
             self._sample_one(pid, watched)
 
@@ -221,6 +223,10 @@ class SchedWatch:
                     del self._watched[pid]
         except (KernelError, MachineError, OSError) as e:
             log.debug("scheduling of pid %d not mirrored: %s", pid, e)
+        except Exception:
+            # A bug, not the machine: said once, and this process is left alone.
+            log.exception("mirroring the scheduling of pid %d failed", pid)
+            watched.broken = True
 
     def _apply_prio(self, watched: _Watched, now: HostSched) -> None:
         have = watched.prio
