@@ -23,6 +23,7 @@ from typing import Callable
 
 from .fs.gateway import Gateway
 from .fs.procwatch import ProcessEvents
+from .fs.schedwatch import KernelMirror, SchedWatch
 from .fs.tree import build_tree
 from .health import status_text
 
@@ -210,6 +211,7 @@ class Daemon:
         self.tracer = None
         self.gateway: Gateway | None = None
         self.workload = None
+        self.schedwatch: SchedWatch | None = None
         self.on_ready: Callable[[], None] = lambda: None
         self.on_failure: Callable[[str], None] = lambda reason: None
         self.ready = threading.Event()
@@ -260,13 +262,28 @@ class Daemon:
         self._threads.append(t)
 
     def _start(self) -> None:
-        self.gateway.watch_host_processes(ProcessEvents.open())
+        events = ProcessEvents.open()
+        if events is not None:
+            events.start_reader()
+        self.gateway.watch_host_processes(events)
         # From here on only the machine thread runs emulated code; request threads wait.
         self.kernel.serve()
+        self._start_schedwatch(events)
         self._spawn_thread("reaper", self._reap)
         if self.workload_rate > 0:
             self._spawn_thread("workload", self._start_workload)
         self._spawn_thread("ready", self._probe_ready)
+
+    def _start_schedwatch(self, events: ProcessEvents | None) -> None:
+        """Mirrors the host processes' sleeps, wake-ups and priorities into their tasks
+        (fs/schedwatch.py); the host's process events are applied as it samples."""
+        gateway = self.gateway
+        self.schedwatch = SchedWatch(
+            KernelMirror(self.kernel, timeout=min(5.0, self.request_timeout)),
+            gateway.tasks, before_sample=gateway.mirror_host_processes,
+            wake=events.arrived if events is not None else None)
+        gateway.sched = self.schedwatch
+        self.schedwatch.start()
 
     def _start_workload(self) -> None:
         """Starts the background workload; the machine thread then pumps it."""
@@ -321,6 +338,8 @@ class Daemon:
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=5)
+        if self.schedwatch is not None:
+            self.schedwatch.close()
         if self.gateway is not None:
             try:
                 self.gateway.close()

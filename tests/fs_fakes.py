@@ -245,6 +245,19 @@ class FakeKernel:
         task.comm = bytes(arg).split(b"\0")[0].decode("utf-8", "replace")[:15]
         return 0
 
+    # The scheduling mirror's calls (fs/schedwatch.py): priorities are not modelled.
+    def run_user(self, task, sleep_state=1) -> SyscallRequest:
+        return self.submit(task, "user", sleep_state)
+
+    def sys_user(self, task, sleep_state):
+        return 0
+
+    def sys_setpriority(self, task, which, who, nice):
+        return 0
+
+    def sys_sched_setscheduler(self, task, pid, policy, param):
+        return 0
+
     def sys_read(self, task, fd, buf: UserBuffer, count):
         f = self._file(task, fd)
         if f["kind"] == "dir":

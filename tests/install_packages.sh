@@ -6,8 +6,10 @@
 # what depends on it.  libfuse2 and fuse3 install side by side.
 # trace-cmd, linux-perf and perf-tools-unstable: the unmodified tools tests/test_exec.py
 # runs through `kprobefs exec`.
+# iputils-ping: the ftracetest inter-event cases ping 127.0.0.1 to make a task sleep and
+# wake on the host (its wakeups are mirrored into the emulated kernel).
 set -euo pipefail
-PACKAGES=(gcc make binutils libfuse2 systemd trace-cmd linux-perf perf-tools-unstable)
+PACKAGES=(gcc make binutils libfuse2 systemd trace-cmd linux-perf perf-tools-unstable iputils-ping)
 if [ "${1:-}" = "--list" ]; then
     echo "${PACKAGES[*]}"
     exit 0

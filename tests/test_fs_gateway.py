@@ -200,6 +200,34 @@ def test_blocking_read_waits_for_data(setup):
     gateway.release(fh)
 
 
+class _Inside:
+    """A scheduling mirror's view of who is inside our requests."""
+
+    def __init__(self):
+        self.inside = {}
+
+    def enter(self, pid):
+        self.inside[pid] = self.inside.get(pid, 0) + 1
+
+    def leave(self, pid):
+        self.inside[pid] -= 1
+
+
+def test_a_reader_blocked_in_our_read_counts_as_inside_a_request(setup):
+    _, _, gateway = setup
+    gateway.sched = inside = _Inside()
+    fh = gateway.open("/tracing/trace_pipe", O_RDONLY, ME)
+    assert inside.inside == {ME.pid: 0}          # each system call entered and left
+    reader = threading.Thread(target=lambda: gateway.read(fh, 4096, 0, ME))
+    reader.start()
+    time.sleep(0.3)
+    assert reader.is_alive() and inside.inside[ME.pid] == 1    # waiting for data
+    _write(gateway, "/tracing/trace_marker", b"hello\n")
+    reader.join(5)
+    assert inside.inside[ME.pid] == 0
+    gateway.release(fh)
+
+
 def test_nonblocking_read_of_an_empty_pipe_is_eagain(setup):
     _, tracer, gateway = setup
     fh = gateway.open("/tracing/trace_pipe", O_RDONLY | os.O_NONBLOCK, ME)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kprobefs.fs.procwatch import EXEC, EXIT, FORK, ProcessEvents
+from kprobefs.fs.procwatch import COMM, EXEC, EXIT, FORK, ProcessEvents
 
 
 @pytest.fixture
@@ -37,3 +37,31 @@ def test_fork_exec_exit_of_a_child_arrive_in_order(events):
     kinds = [e.what for e in mine]
     # exec of sh, then it forks its subshell, execs `true`, and exits
     assert kinds[-3:] == [FORK, EXEC, EXIT]
+
+
+def test_the_reader_thread_queues_events_with_the_execd_comm_and_signals_them(events):
+    events.drain()
+    events.start_reader()
+    events.arrived.clear()
+    child = subprocess.Popen(["sleep", "0.3"])
+    try:
+        assert events.arrived.wait(5)
+        deadline = time.monotonic() + 5
+        seen = []
+        while time.monotonic() < deadline and not any(
+                e.what == EXEC and e.pid == child.pid for e in seen):
+            seen += events.drain()
+            time.sleep(0.01)
+    finally:
+        child.wait()
+    execs = [e for e in seen if e.what == EXEC and e.pid == child.pid]
+    assert execs and execs[0].comm == "sleep"
+
+
+def test_comm_events_carry_the_new_name():
+    import struct
+    from kprobefs.fs import procwatch as pw
+    body = struct.pack("<IIQ", COMM, 0, 0) + struct.pack("<ii16s", 42, 42, b"renamed\0")
+    cn = pw._CN_MSG.pack(pw.CN_IDX_PROC, pw.CN_VAL_PROC, 0, 0, len(body), 0) + body
+    msg = pw._NLMSGHDR.pack(pw._NLMSGHDR.size + len(cn), pw.NLMSG_DONE, 0, 0, 0) + cn
+    assert pw._parse(msg) == [pw.ProcessEvent(COMM, 42, 42, comm="renamed")]

@@ -1,9 +1,11 @@
 """The filesystem layer: a FUSE-free tree of nodes served to the emulated kernel through
 the hostfs hypercalls (:mod:`.tree`), the syscall gateway that runs each request of a host
-process as a system call of the emulated kernel (:mod:`.gateway`), and the thin FUSE
+process as a system call of the emulated kernel (:mod:`.gateway`), the mirror of the host
+processes' scheduling into their tasks (:mod:`.schedwatch`), and the thin FUSE
 adapter (:mod:`.fuse_ops`, the only module importing fusepy; import it explicitly)."""
 
 from .gateway import Attributes, Caller, Gateway
+from .schedwatch import KernelMirror, SchedWatch
 from .tree import (
     DEBUGFS_ROOT, PROC_ROOT, TRACEFS_ROOT, BoolKnob, Directory, HostFS, IntKnob, TextFile,
     build_tree, kstrtobool, kstrtol, kstrtoul,
@@ -12,5 +14,5 @@ from .tree import (
 __all__ = [
     "build_tree", "HostFS", "Directory", "TextFile", "BoolKnob", "IntKnob", "kstrtobool",
     "kstrtoul", "kstrtol", "DEBUGFS_ROOT", "TRACEFS_ROOT", "PROC_ROOT", "Gateway", "Caller",
-    "Attributes",
+    "Attributes", "SchedWatch", "KernelMirror",
 ]

@@ -33,6 +33,7 @@ the host handle in the calling thread, never in the emulation.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import logging
 import os
@@ -46,7 +47,7 @@ from typing import Callable, NamedTuple
 
 from ..errors import KernelError, KernelOops, KernelStuck, KernelWedged, MachineError
 from ..machine.kernel import ProcessExited, UserBuffer
-from .procwatch import EXEC, EXIT, FORK, ProcessEvent, ProcessEvents
+from .procwatch import COMM, EXEC, EXIT, FORK, ProcessEvent, ProcessEvents
 from .tree import HostFS
 
 __all__ = ["Gateway", "Caller", "Attributes", "host_comm", "host_start_time",
@@ -166,6 +167,7 @@ class _Caller:
     task: object
     exec_seen: bool = False  # the host process exec'd since its comm was last copied
     cwd: str | None = None   # its host working directory, as last followed
+    comm_seen: str = ""      # its comm as its last COMM event gave it
 
 
 @dataclass(eq=False)
@@ -216,6 +218,9 @@ class Gateway:
         self._closing = threading.Event()
         self._events: ProcessEvents | None = None
         self._events_lock = threading.Lock()
+        #: The scheduling mirror (schedwatch.SchedWatch), told when a process is inside
+        #: one of our requests; None: none.
+        self.sched = None
 
     def watch_host_processes(self, events: ProcessEvents | None) -> None:
         """Mirror the host's process events from now on (None: stop)."""
@@ -275,7 +280,8 @@ class Gateway:
         """Like _call, for a caller's task; a task that died meanwhile (oops) is forgotten
         and the request fails with EIO.  Negative results raise OSError."""
         try:
-            ret = self._call(caller.task, name, *args, on_done=on_done)
+            with self._serving(caller.pid):
+                ret = self._call(caller.task, name, *args, on_done=on_done)
         except (ProcessExited, KernelOops) as e:
             self._forget(caller)
             how = "exited during" if isinstance(e, ProcessExited) else "oopsed in"
@@ -283,6 +289,20 @@ class Gateway:
         if -4095 <= ret < 0:
             raise OSError(-ret, os.strerror(-ret))
         return ret
+
+    @contextlib.contextmanager
+    def _serving(self, pid: int):
+        """pid is inside one of our requests meanwhile: the scheduling mirror leaves it
+        alone (its task runs the request; its host process waits for us)."""
+        sched = self.sched
+        if sched is None:
+            yield
+            return
+        sched.enter(pid)
+        try:
+            yield
+        finally:
+            sched.leave(pid)
 
     # ==== tasks ==============================================================================
     def _caller(self, ctx: Caller) -> _Caller:
@@ -352,7 +372,9 @@ class Gateway:
         """Copies the host process's comm to its task after an exec (prctl PR_SET_NAME,
         the kernel's own rename)."""
         caller.exec_seen = False
-        comm = host_comm(caller.pid)
+        # A process gone already (it exec'd and exited between two drains) has the comm
+        # of its COMM event.
+        comm = host_comm(caller.pid) or caller.comm_seen
         if not comm or comm == caller.comm:
             return
         try:
@@ -364,6 +386,17 @@ class Gateway:
         caller.task.comm = comm
 
     # ---- host process events ---------------------------------------------------------
+    def mirror_host_processes(self) -> None:
+        """Applies the host process events queued so far and gives exec'd processes
+        their new comm now, not at their next request (the scheduling mirror calls it
+        before each sample)."""
+        self._sync_host_processes()
+        with self._lock:
+            execd = [c for c in self._callers.values() if c.exec_seen]
+        for caller in execd:
+            if caller.task.state != "dead":
+                self._rename(caller)
+
     def _sync_host_processes(self) -> None:
         """Applies every host process event queued so far, in order (see procwatch)."""
         if self._events is None:
@@ -397,15 +430,18 @@ class Gateway:
                                  task, exec_seen=True, cwd=parent.cwd)
                 with self._lock:
                     self._callers[event.child] = caller
-        elif event.what == EXEC:
+        elif event.what in (EXEC, COMM):
             with self._lock:
                 caller = self._callers.get(event.pid)
             if caller is not None:
+                caller.comm_seen = event.comm or caller.comm_seen
                 caller.exec_seen = True
         elif event.what == EXIT:
             with self._lock:
                 caller = self._callers.get(event.pid)
             if caller is not None and caller.pid != os.getpid():
+                if caller.exec_seen:    # exec'd and gone within one batch of events
+                    self._rename(caller)
                 self._end(caller)
 
     def _spawn(self, comm: str, pid: int, parent=None):
@@ -640,7 +676,8 @@ class Gateway:
                     return buf.data[:n]
                 if nonblock:
                     raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
-                self._block(fd)
+                with self._serving(fd.caller.pid):
+                    self._block(fd)
 
     def _block(self, fd: _Fd) -> None:
         """Waits for a blocking reader's handle to have data; OSError(EINTR) when the

@@ -17,14 +17,17 @@ knows a process only from its first request.
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import os
+import select
 import socket
 import struct
+import threading
 from typing import NamedTuple
 
-__all__ = ["ProcessEvents", "ProcessEvent", "FORK", "EXEC", "EXIT"]
+__all__ = ["ProcessEvents", "ProcessEvent", "FORK", "EXEC", "COMM", "EXIT"]
 
 log = logging.getLogger("kprobefs.fs.procwatch")
 
@@ -38,6 +41,7 @@ NLMSG_DONE = 3
 #: enum proc_cn_event (include/uapi/linux/cn_proc.h)
 FORK = 0x00000001
 EXEC = 0x00000002
+COMM = 0x00000200     # a new comm: after an exec, or prctl(PR_SET_NAME)
 EXIT = 0x80000000
 
 _NLMSGHDR = struct.Struct("<IHHII")          # len, type, flags, seq, pid
@@ -46,28 +50,44 @@ _EVENT_HEADER = struct.Struct("<IIQ")        # what, cpu, timestamp_ns
 _FORK = struct.Struct("<iiii")               # parent pid, tgid, child pid, tgid
 _EXEC = struct.Struct("<ii")                 # process pid, tgid
 _EXIT = struct.Struct("<ii")                 # process pid, tgid (then code, signal)
+_COMM = struct.Struct("<ii16s")              # process pid, tgid, comm
 _EVENT_DATA = _NLMSGHDR.size + _CN_MSG.size + _EVENT_HEADER.size
 
 
 class ProcessEvent(NamedTuple):
-    """One host process event.  ``pid`` is the thread that forked, exec'd or exited
-    (``tgid`` its process); for FORK, ``child``/``child_tgid`` are the new thread."""
+    """One host process event.  ``pid`` is the thread that forked, exec'd, was renamed
+    or exited (``tgid`` its process); for FORK, ``child``/``child_tgid`` are the new
+    thread; for COMM, ``comm`` is the new name, for EXEC the comm read as the event was
+    received ("" when the process was gone already: the host sends no COMM event for
+    an exec)."""
 
     what: int
     pid: int
     tgid: int
     child: int = 0
     child_tgid: int = 0
+    comm: str = ""
 
 
 class ProcessEvents:
-    """A listening process-connector socket.  :meth:`drain` never blocks."""
+    """A listening process-connector socket.  :meth:`drain` never blocks.
+
+    With :meth:`start_reader`, a thread takes the events off the socket as they come
+    (an EXEC's comm is read then, while a short command still lives) and sets
+    ``arrived``; :meth:`drain` hands over what it queued, in order.
+    """
 
     RECV_SIZE = 1 << 16
 
     def __init__(self, sock: socket.socket):
         self._sock = sock
         self.lost = 0       # times the socket overflowed (events were dropped)
+        #: Set when the reader queued events (whoever applies them may clear it).
+        self.arrived = threading.Event()
+        self._lock = threading.Lock()
+        self._queue: collections.deque = collections.deque()
+        self._reader: threading.Thread | None = None
+        self._closed = False
 
     @classmethod
     def open(cls) -> "ProcessEvents | None":
@@ -92,7 +112,36 @@ class ProcessEvents:
         return cls(sock)
 
     def drain(self) -> list[ProcessEvent]:
-        """Every FORK/EXEC/EXIT event queued now, oldest first."""
+        """Every FORK/EXEC/COMM/EXIT event queued now, oldest first."""
+        with self._lock:
+            events = list(self._queue)
+            self._queue.clear()
+            events.extend(self._read())
+        return events
+
+    def start_reader(self) -> None:
+        """Read the socket on a thread of its own from now on.  Idempotent."""
+        if self._reader is None:
+            self._reader = threading.Thread(target=self._read_loop, daemon=True,
+                                            name="kprobefs-procwatch")
+            self._reader.start()
+
+    def _read_loop(self) -> None:
+        while not self._closed:
+            try:
+                ready, _, _ = select.select([self._sock], [], [], 0.2)
+            except (OSError, ValueError):
+                return
+            if not ready:
+                continue
+            with self._lock:
+                got = self._read()
+                self._queue.extend(got)
+            if got:
+                self.arrived.set()
+
+    def _read(self) -> list[ProcessEvent]:
+        """What the socket holds now (caller holds _lock)."""
         events: list[ProcessEvent] = []
         while True:
             try:
@@ -108,9 +157,12 @@ class ProcessEvents:
                     continue
                 log.error("reading host process events failed: %s", e)
                 return events
-            events.extend(_parse(data))
+            events.extend(_with_exec_comm(e) for e in _parse(data))
 
     def close(self) -> None:
+        self._closed = True
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout=2)
         try:
             self._sock.send(_control(PROC_CN_MCAST_IGNORE))
         except OSError:
@@ -119,6 +171,19 @@ class ProcessEvents:
 
     def fileno(self) -> int:
         return self._sock.fileno()
+
+
+def _with_exec_comm(event: ProcessEvent) -> ProcessEvent:
+    """An EXEC event with the new comm, read now: a short command (``/bin/true``) may be
+    gone by the time the event is applied."""
+    if event.what != EXEC:
+        return event
+    try:
+        with open(f"/proc/{event.pid}/comm", "rb") as f:
+            comm = f.read().rstrip(b"\n").decode("utf-8", "replace")
+    except OSError:
+        return event
+    return event._replace(comm=comm)
 
 
 def _control(op: int) -> bytes:
@@ -148,6 +213,10 @@ def _parse(data: bytes) -> list[ProcessEvent]:
             out.append(ProcessEvent(FORK, *_FORK.unpack_from(msg, body)))
         elif what == EXEC and len(msg) >= body + _EXEC.size:
             out.append(ProcessEvent(EXEC, *_EXEC.unpack_from(msg, body)))
+        elif what == COMM and len(msg) >= body + _COMM.size:
+            pid, tgid, comm = _COMM.unpack_from(msg, body)
+            comm = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
+            out.append(ProcessEvent(COMM, pid, tgid, comm=comm))
         elif what == EXIT and len(msg) >= body + _EXIT.size:
             out.append(ProcessEvent(EXIT, *_EXIT.unpack_from(msg, body)))
     return out

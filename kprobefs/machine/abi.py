@@ -4,7 +4,8 @@ __all__ = [
     "SYSCALLS", "AT_FDCWD", "AT_REMOVEDIR", "O_RDONLY", "O_WRONLY", "O_RDWR", "O_CREAT",
     "O_EXCL", "O_TRUNC", "O_APPEND", "O_NONBLOCK", "O_DIRECTORY", "PR_SET_NAME",
     "PR_GET_NAME", "AF_INET", "SOCK_STREAM", "HC", "IDLE_WAKE_TASK",
-    "IDLE_UPCALL", "S_IFDIR", "S_IFREG", "S_IFLNK",
+    "IDLE_UPCALL", "TASK_INTERRUPTIBLE", "TASK_UNINTERRUPTIBLE", "NO_SYSCALL",
+    "S_IFDIR", "S_IFREG", "S_IFLNK",
 ]
 
 #: x86_64 system call numbers the kernel implements.
@@ -13,6 +14,7 @@ SYSCALLS = {
     "socket": 41, "accept": 43, "bind": 49, "listen": 50, "clone": 56, "fork": 57,
     "exit": 60, "wait4": 61, "uname": 63, "getcwd": 79, "chdir": 80, "mkdir": 83,
     "rmdir": 84, "unlink": 87, "symlink": 88, "readlink": 89, "getppid": 110,
+    "setpriority": 141, "sched_setscheduler": 144,
     "prctl": 157, "gettid": 186, "getdents64": 217, "exit_group": 231, "openat": 257,
     "mkdirat": 258, "newfstatat": 262, "unlinkat": 263, "symlinkat": 266,
     "readlinkat": 267, "accept4": 288, "clone3": 435,
@@ -28,6 +30,10 @@ O_APPEND = 0o2000
 O_NONBLOCK = 0o4000
 O_DIRECTORY = 0o200000
 PR_SET_NAME, PR_GET_NAME = 15, 16
+#: Task states a task sleeps in (include/sched.h).
+TASK_INTERRUPTIBLE, TASK_UNINTERRUPTIBLE = 0x1, 0x2
+#: orig_ax of a wake-up that carries no system call (user_mode_loop).
+NO_SYSCALL = -1
 AF_INET, SOCK_STREAM = 2, 1
 S_IFDIR, S_IFREG, S_IFLNK = 0o040000, 0o100000, 0o120000
 

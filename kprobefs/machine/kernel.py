@@ -866,6 +866,21 @@ class Kernel:
         self._post(lambda: self._accept(req))
         return req
 
+    def run_user(self, task: Task, sleep_state: int = abi.TASK_INTERRUPTIBLE
+                 ) -> SyscallRequest:
+        """Mirror one run of task's host process: the task, asleep between system calls,
+        is woken (try_to_wake_up), runs, and sleeps again in sleep_state
+        (TASK_INTERRUPTIBLE or TASK_UNINTERRUPTIBLE), all through the kernel's own
+        scheduler and without a system call (user_mode_loop).  Queued like a system
+        call, after the task's pending ones; wait() on the request returns 0."""
+        if task.state == "dead":
+            raise ProcessExited(task.pid, task.exit_code)
+        if self.stuck is not None:
+            raise KernelStuck(f"the machine is stuck: {self.stuck}")
+        req = SyscallRequest(task, abi.NO_SYSCALL, "user", (sleep_state,))
+        self._post(lambda: self._accept(req))
+        return req
+
     def _accept(self, req: SyscallRequest) -> None:
         task = req.task
         if task.state == "dead":

@@ -26,6 +26,15 @@ struct pt_regs {
 #define PF_KTHREAD 0x00200000
 #define PF_IDLE 0x00000002
 
+#define SCHED_NORMAL 0
+#define SCHED_FIFO 1
+#define SCHED_RR 2
+#define SCHED_BATCH 3
+#define SCHED_IDLE 5
+#define MAX_RT_PRIO 100
+#define DEFAULT_PRIO 120
+#define NICE_TO_PRIO(nice) ((nice) + DEFAULT_PRIO)
+
 struct thread_struct {
 	unsigned long sp;		/* saved kernel stack pointer while switched out */
 };
@@ -63,7 +72,11 @@ struct task_struct {
 	int exit_code;
 	int exit_signal;
 	char comm[TASK_COMM_LEN];
-	int prio;		/* 120: every task is SCHED_NORMAL at nice 0 */
+	int prio;		/* what the scheduler and the sched events use */
+	int static_prio;	/* 120 + nice */
+	int normal_prio;	/* static_prio, or 99 - rt_priority for SCHED_FIFO/RR */
+	unsigned int policy;
+	unsigned int rt_priority;
 	struct thread_struct thread;
 	struct mm_struct *mm;
 	struct files_struct *files;
@@ -141,6 +154,8 @@ void free_pid(struct task_struct *tsk);
 pid_t kernel_thread(int (*fn)(void *), void *arg, const char *name);
 int wake_up_process(struct task_struct *p);
 void wake_up_new_task(struct task_struct *p);
+void set_user_nice(struct task_struct *p, long nice);
+int sched_setscheduler_nocheck(struct task_struct *p, int policy, int rt_priority);
 struct task_struct *__switch_to(struct task_struct *prev, struct task_struct *next);
 struct task_struct *find_task_by_vpid(pid_t pid);
 void __noreturn do_exit(long code);

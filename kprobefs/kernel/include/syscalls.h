@@ -28,6 +28,8 @@
 #define __NR_symlink 88
 #define __NR_readlink 89
 #define __NR_getppid 110
+#define __NR_setpriority 141
+#define __NR_sched_setscheduler 144
 #define __NR_prctl 157
 #define __NR_gettid 186
 #define __NR_getdents64 217

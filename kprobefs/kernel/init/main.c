@@ -29,7 +29,9 @@ struct task_struct init_task __section(".data.init_task") = {
 	.on_cpu = 1,
 	.pid = 0,
 	.comm = "swapper/0",
-	.prio = 120,
+	.prio = DEFAULT_PRIO,
+	.static_prio = DEFAULT_PRIO,
+	.normal_prio = DEFAULT_PRIO,
 	.run_list = LIST_HEAD_INIT(init_task.run_list),
 	.children = LIST_HEAD_INIT(init_task.children),
 	.sibling = LIST_HEAD_INIT(init_task.sibling),
@@ -55,7 +57,7 @@ static void init_idle(struct task_struct *idle, int cpu, void *stack)
 	idle->cpu = cpu;
 	idle->on_cpu = 1;
 	idle->flags = PF_KTHREAD | PF_IDLE;
-	idle->prio = 120;
+	idle->prio = idle->static_prio = idle->normal_prio = DEFAULT_PRIO;
 	idle->__state = TASK_RUNNING;
 	snprintf(idle->comm, sizeof(idle->comm), "swapper/%d", cpu);
 	INIT_LIST_HEAD(&idle->run_list);

@@ -39,20 +39,34 @@ long do_syscall_64(struct pt_regs *regs, int nr)
 	return regs->ax;
 }
 
-/* A fresh user task (its fork returns 0 here) and every task between system calls. */
+/* A fresh user task (its fork returns 0 here) and every task between system calls.
+ *
+ * The task sleeps here while its host process runs on the host or waits there.  The
+ * host wakes it for a system call (orig_ax = its number), or with orig_ax = -1 and no
+ * call when it mirrors the host process's own scheduling: the process was woken and
+ * ran on the host, and has blocked again, interruptibly or not (di = the state it
+ * sleeps in, TASK_INTERRUPTIBLE or TASK_UNINTERRUPTIBLE). */
 void __noreturn user_mode_loop(void)
 {
 	long ret = 0;
+	unsigned int sleep_state = TASK_INTERRUPTIBLE;
 
 	for (;;) {
 		struct pt_regs *regs = task_pt_regs(current);
 
-		set_current_state(TASK_INTERRUPTIBLE);
+		set_current_state(sleep_state);
 		/* Non-zero: the host already put the next call in regs; no need to sleep. */
 		if (hypercall(HC_SYSCALL_DONE, ret, current->pid, regs, 0))
 			set_current_state(TASK_RUNNING);
 		else
 			schedule();
+		sleep_state = TASK_INTERRUPTIBLE;
+		if ((long)regs->orig_ax < 0) {
+			if (regs->di == TASK_UNINTERRUPTIBLE)
+				sleep_state = TASK_UNINTERRUPTIBLE;
+			ret = 0;
+			continue;
+		}
 		ret = do_syscall_64(regs, (int)regs->orig_ax);
 	}
 }

@@ -48,7 +48,12 @@ static noinline struct task_struct *dup_task_struct(struct task_struct *orig)
 		return NULL;
 	}
 	memcpy(tsk->comm, orig->comm, TASK_COMM_LEN);
-	tsk->prio = orig->prio;
+	/* sched_fork(): the child keeps its parent's policy and nice, not a boost. */
+	tsk->prio = orig->normal_prio;
+	tsk->static_prio = orig->static_prio;
+	tsk->normal_prio = orig->normal_prio;
+	tsk->policy = orig->policy;
+	tsk->rt_priority = orig->rt_priority;
 	tsk->flags = orig->flags & ~(PF_IDLE | PF_EXITING);
 	INIT_LIST_HEAD(&tsk->run_list);
 	INIT_LIST_HEAD(&tsk->children);

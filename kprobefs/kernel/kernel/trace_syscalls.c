@@ -72,6 +72,9 @@ SYSCALL_METADATA(__NR_symlink, symlink, 2, const char __user *, oldname,
 SYSCALL_METADATA(__NR_readlink, readlink, 3, const char __user *, path, char __user *, buf,
 		 int, bufsiz)
 SYSCALL_METADATA(__NR_getppid, getppid, 0)
+SYSCALL_METADATA(__NR_setpriority, setpriority, 3, int, which, int, who, int, niceval)
+SYSCALL_METADATA(__NR_sched_setscheduler, sched_setscheduler, 3, pid_t, pid, int, policy,
+		 struct sched_param __user *, param)
 SYSCALL_METADATA(__NR_prctl, prctl, 5, int, option, unsigned long, arg2, unsigned long, arg3,
 		 unsigned long, arg4, unsigned long, arg5)
 SYSCALL_METADATA(__NR_gettid, gettid, 0)
