@@ -7,7 +7,7 @@ set_current_tracer` switches between them).  A tracer is anything with the shape
 replaces it; ``print_header(tr, options)`` and ``print_trace(tr, pairs, options)`` where its
 ``trace`` text differs from the event lines (None: the array's default).  ``use_max_tr``
 says it keeps its maximum-latency trace in the array's snapshot buffer (Linux refuses
-``snapshot`` writes then, EBUSY).  ``allow_instances`` says an instance offers it too.
+``snapshot`` writes then, EBUSY); ``print_max`` that ``trace`` shows that buffer.  ``allow_instances`` says an instance offers it too.
 
 The registry (``events.Tracer``) builds each array's tracers from a list of factories
 (``factory(registry, tr) -> tracer or None``), in registration order; ``available_tracers``
@@ -28,6 +28,7 @@ class TracerPlugin:
 
     name = ""
     use_max_tr = False
+    print_max = False
     allow_instances = True
 
     def init(self, tr) -> None:
