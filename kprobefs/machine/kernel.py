@@ -63,6 +63,10 @@ __all__ = ["Kernel", "Task", "UserBuffer", "SyscallRequest", "Cpu", "ProcessExit
 log = logging.getLogger("kprobefs.machine")
 
 MSR_EFER = 0xC0000080
+#: RFLAGS a CPU starts with: interrupts enabled (IF), as a booted kernel runs; no
+#: interrupt ever comes, but local_irq_save() sees them on, so the irqsoff tracers
+#: see its sections begin and end.
+_RFLAGS_BOOT = 0x202
 _U64 = 0xFFFFFFFFFFFFFFFF
 _QWORD, _PID = struct.Struct("<Q"), struct.Struct("<i")
 _VECTOR_STUB = {0: "asm_exc_divide_error", 1: "asm_exc_debug", 2: "asm_exc_nmi",
@@ -222,7 +226,7 @@ class Kernel:
         uc.reg_write(UC_X86_REG_CR4, uc.reg_read(UC_X86_REG_CR4) | (1 << 5))
         uc.reg_write(UC_X86_REG_CR0, uc.reg_read(UC_X86_REG_CR0) | (1 << 31) | (1 << 16) | 1)
         uc.msr_write(MSR_EFER, uc.msr_read(MSR_EFER) | EFER_NXE)
-        uc.reg_write(UC_X86_REG_RFLAGS, 0x2)
+        uc.reg_write(UC_X86_REG_RFLAGS, _RFLAGS_BOOT)
         add_intr_hook(uc, self._on_interrupt)
         uc.hook_add(UC_HOOK_INSN_INVALID, self._on_invalid_insn)
         self._pcpu_area = self._sym("pcpu_area")
@@ -254,7 +258,7 @@ class Kernel:
         uc.reg_write(UC_X86_REG_GS_BASE, cpu.gs_base)
         uc.reg_write(UC_X86_REG_RSP, stack_top - 8)
         uc.reg_write(UC_X86_REG_RIP, entry)
-        uc.reg_write(UC_X86_REG_RFLAGS, 0x2)
+        uc.reg_write(UC_X86_REG_RFLAGS, _RFLAGS_BOOT)
         cpu.ctx = uc.context_save()
         self._loaded_cpu = cpu
         cpu.state = "running"

@@ -236,7 +236,9 @@ class Tracer:
         """The function tracer (each array's) and the stack tracer, on the engine's
         ftrace sites."""
         from kprobefs.kprobes import FtraceOps
+        from kprobefs.tracing.latency_tracers import latency_tracer_factories
         self.tracer_factories.append(self._function_tracer_for)
+        self.tracer_factories.extend(latency_tracer_factories(self, ftrace, FtraceOps))
         self.stack_tracer = StackTracer(
             ftrace, FtraceOps, self.symbols.ftrace_site_names, read=self.kernel.read,
             is_call_return=lambda value: is_call_return(self.kernel, self.symbols, value),

@@ -703,13 +703,17 @@ class TraceArray:
                     max_tr.follow_resize(cpu)
                 else:
                     self.alloc_snapshot()
-                self._update_max_tr(cpu)
+                self.update_max_tr(cpu)
             elif max_tr.allocated:
                 max_tr.clear(cpu)
 
-    def _update_max_tr(self, cpu: int | None = None) -> None:
+    def tracing_stopped(self) -> bool:
+        """is_tracing_stopped: a reader paused tracing (options/pause-on-trace)."""
+        return bool(self._stop_count)
+
+    def update_max_tr(self, cpu: int | None = None) -> None:
         """Swap the buffers (update_max_tr, update_max_tr_single for one CPU); not
-        while tracing is stopped (pause-on-trace readers: tr->stop_count)."""
+        while tracing is stopped."""
         if not self._stop_count:
             self.max_tr.swap(cpu)
 
@@ -731,7 +735,7 @@ class TraceArray:
         update = max_tr.cond_update
         if update is not None and not update(cond):
             return
-        self._update_max_tr()
+        self.update_max_tr()
 
     def _puts(self, *lines: str) -> None:
         """trace_array_puts from tracing_snapshot_instance_cond: print records."""
