@@ -130,7 +130,7 @@ def latency_header(tracer: str, release: str, entries: int, total: int, nr_cpus:
     d = max_data
     out += (f"# {tracer} latency trace v1.1.5 on {release}\n"
             "# --------------------------------------------------------------------\n"
-            f"# latency: {(d.latency_ns + 500) // 1000} us, #{entries}/{total}, "
+            f"# latency: {d.latency_ns // 1000} us, #{entries}/{total}, "
             f"CPU#{d.cpu} | (M:desktop VP:0, KP:0, SP:0 HP:0 #P:{nr_cpus})\n"
             "#    -----------------\n"
             f"#    | task: {d.comm[:16]}-{d.pid} (uid:{d.uid} nice:{d.nice} "
