@@ -860,15 +860,9 @@ class _TraceFile:
                        t.unpause if paused else None)
 
 
-class _SnapshotFile:
+class _SnapshotFile(_TraceFile):
     """``snapshot`` (or ``per_cpu/cpuN/snapshot``): the snapshot buffer's trace, made
     at open; a write of a number frees, swaps or clears it (TraceArray.write_snapshot)."""
-
-    mode = MODE_WRITE
-
-    def __init__(self, tracer: TraceArray, cpu: int | None):
-        self.tracer = tracer
-        self.cpu = cpu
 
     def open(self, flags: int, pid: int, comm: str) -> FileHandle:
         t = self.tracer
