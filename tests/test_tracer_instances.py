@@ -272,7 +272,11 @@ def test_an_instance_runs_the_function_tracer_on_its_own():
     from test_tracer_native import make, workload
     kernel, tracer, root = make(True)
     node(root, "instances").mkdir("foo", 0o755)
-    assert cat(root, "instances/foo/available_tracers") == "function nop\n"
+    # the latency tracers that allow instances too (irqsoff and kin are the top's only)
+    assert cat(root, "instances/foo/available_tracers") == \
+        "wakeup_dl wakeup_rt wakeup function nop\n"
+    assert cat(root, "available_tracers") == ("wakeup_dl wakeup_rt wakeup preemptirqsoff "
+                                              "preemptoff irqsoff function nop\n")
     echo(root, "instances/foo/set_ftrace_filter", "vfs_read")
     assert cat(root, "instances/foo/set_ftrace_filter") == "vfs_read\n"
     assert cat(root, "set_ftrace_filter").startswith("#### all functions enabled")
