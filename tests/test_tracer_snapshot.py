@@ -183,3 +183,43 @@ def test_an_instance_has_its_own_snapshot(t):
     echo(t.root, "instances/i/snapshot", "1")
     assert marker_texts(cat(t.root, "instances/i/snapshot")) == ["inst"]
     assert "# * Snapshot is freed *" in cat(t.root, "snapshot")
+
+
+class _Stage:
+    """A kernel recorder's stage, as RingBuffer sees it: records staged per CPU."""
+
+    def __init__(self):
+        self.staged = {0: [], 1: []}
+        self.synced = {}
+
+    def take(self, cpu):
+        from kprobefs.tracing.ring_buffer import Chunk
+        recs, self.staged[cpu] = self.staged[cpu], []
+        if not recs:
+            return None
+        return [Chunk(b"", len(recs), lambda _data, recs=recs: recs)], 8 * len(recs), recs[-1][0]
+
+    def sync(self, cpu, used, last_ts, overwrite):
+        self.synced[cpu] = (used, last_ts)
+
+    def pending(self, cpu):
+        return bool(self.staged[cpu])
+
+    def set_waiters(self, waiting):
+        pass
+
+
+def test_a_swap_takes_the_staged_records_along_and_the_stage_goes_on_in_the_new_page():
+    from kprobefs.tracing.ring_buffer import RingBuffer
+    main, snap = RingBuffer(2), RingBuffer(2)
+    stage = _Stage()
+    main.attach_stage(stage)
+    stage.staged[1] = [(10, 1, 0, None), (11, 1, 0, None)]
+    main.swap(snap, 1)
+    assert [rec[0] for _cpu, rec in snap.snapshot()] == [10, 11]
+    assert main.is_empty()
+    assert stage.synced[1] == (0, None)              # the stage writes the empty page now
+    stage.staged[0] = [(12, 1, 0, None)]
+    main.swap(snap)
+    assert [rec[0] for _cpu, rec in main.snapshot()] == [10, 11]
+    assert [rec[0] for _cpu, rec in snap.snapshot()] == [12]
