@@ -482,3 +482,43 @@ def test_module_scenario_through_the_shims(mount):
     assert r.stdout.endswith(
         "p:kprobes/p_trace_printk_trace_printk_irq_work_0 trace_printk:trace_printk_irq_work\n"
         "p:kprobes/event2 trace_printk:trace_printk_irq_work\n")
+
+
+# ==== module parameters ===================================================================
+DELAY_MOD = "preemptirq_delay_test"
+
+
+def _param_values(kernel):
+    mod = kernel.modules.get(DELAY_MOD)
+    mode = kernel.read(mod.symbol_address("test_mode"), 12).split(b"\0")[0].decode()
+    delay = struct.unpack("<Q", kernel.read(mod.symbol_address("delay"), 8))[0]
+    burst = struct.unpack("<I", kernel.read(mod.symbol_address("burst_size"), 4))[0]
+    return mode, delay, burst
+
+
+def test_module_parameters_reach_the_variables_before_init(kernel):
+    kernel.modules.load(DELAY_MOD, params=("test_mode=preempt", "delay=7",
+                                           "burst-size=0x2", "bogus=1"))
+    assert _param_values(kernel) == ("preempt", 7, 2)
+    kernel.modules.unload(DELAY_MOD)
+    kernel.modules.load(DELAY_MOD)
+    assert _param_values(kernel) == ("irq", 100, 1)          # the defaults again
+    kernel.modules.unload(DELAY_MOD)
+
+
+@pytest.mark.parametrize("param, err", [("delay=x", errno.EINVAL), ("delay", errno.EINVAL),
+                                        ("cpu_affinity=-5000000000", errno.EINVAL),
+                                        ("test_mode=" + "a" * 12, errno.ENOSPC)])
+def test_a_bad_module_parameter_fails_the_load(kernel, param, err):
+    with pytest.raises(KernelError) as e:
+        kernel.modules.load(DELAY_MOD, params=(param,))
+    assert e.value.errno == err
+    assert kernel.modules.get(DELAY_MOD) is None
+
+
+def test_module_parameter_types_in_modinfo():
+    from kprobefs.machine.module import ModuleObject
+    obj = ModuleObject(Kernel(cpus=1, seed=0).modules.find(DELAY_MOD))
+    assert obj.params == {"delay": ("ulong", "delay"), "test_mode": ("string", "test_mode"),
+                          "burst_size": ("uint", "burst_size"),
+                          "cpu_affinity": ("int", "cpu_affinity")}

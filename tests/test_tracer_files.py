@@ -37,7 +37,8 @@ def test_tree_layout_and_modes(t):
         assert children[name].mode == 0o750
     assert set(node(root, "per_cpu").children()) == {"cpu0", "cpu1"}
     assert set(node(root, "per_cpu/cpu0").children()) == {
-        "trace", "trace_pipe", "trace_pipe_raw", "stats", "buffer_size_kb"}
+        "trace", "trace_pipe", "trace_pipe_raw", "stats", "buffer_size_kb", "snapshot",
+        "snapshot_raw"}
     echo(root, "kprobe_events", "p:ev vfs_read")
     assert set(node(root, "events/kprobes").children()) == {"enable", "filter", "ev"}
     files = node(root, "events/kprobes/ev").children()

@@ -389,7 +389,7 @@ def test_onmax_save(t):
 
 def test_onchange_snapshot(t):
     taken = []
-    t.tracer.trigger_host.snapshot_hook = lambda: taken.append(1)
+    t.tracer.top.take_snapshot = lambda cond=None: taken.append(1)
     echo(t.root, EV + "trigger", "hist:keys=arg1:v=sz:onchange($v).snapshot()")
     for sz in (1, 1, 2, 2, 1):
         hit(t, 0, sz=sz)

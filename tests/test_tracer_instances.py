@@ -16,7 +16,7 @@ INSTANCE_FILES = {
     "available_events", "set_event", "error_log", "options", "per_cpu", "events",
     # init_tracer_tracefs and create_event_toplevel_files give every instance these too
     "trace_options", "tracing_cpumask", "timestamp_mode", "tracing_max_latency",
-    "set_event_pid", "set_event_notrace_pid",
+    "set_event_pid", "set_event_notrace_pid", "snapshot",
 }
 
 
@@ -51,7 +51,8 @@ def test_mkdir_makes_an_instance_with_its_own_files(t):
         assert top_only not in files
     assert node(t.root, "instances/foo").mode == 0o750
     assert set(node(t.root, "instances/foo/per_cpu/cpu1").children()) == {
-        "trace", "trace_pipe", "trace_pipe_raw", "stats", "buffer_size_kb"}
+        "trace", "trace_pipe", "trace_pipe_raw", "stats", "buffer_size_kb", "snapshot",
+        "snapshot_raw"}
     assert set(node(t.root, "instances/foo/events/kprobes/ev").children()) == {
         "enable", "filter", "format", "id", "trigger", "hist"}
     assert cat(t.root, "instances/foo/events/kprobes/ev/id") == \
@@ -271,7 +272,11 @@ def test_an_instance_runs_the_function_tracer_on_its_own():
     from test_tracer_native import make, workload
     kernel, tracer, root = make(True)
     node(root, "instances").mkdir("foo", 0o755)
-    assert cat(root, "instances/foo/available_tracers") == "function nop\n"
+    # the latency tracers that allow instances too (irqsoff and kin are the top's only)
+    assert cat(root, "instances/foo/available_tracers") == \
+        "wakeup_dl wakeup_rt wakeup function nop\n"
+    assert cat(root, "available_tracers") == ("wakeup_dl wakeup_rt wakeup preemptirqsoff "
+                                              "preemptoff irqsoff function nop\n")
     echo(root, "instances/foo/set_ftrace_filter", "vfs_read")
     assert cat(root, "instances/foo/set_ftrace_filter") == "vfs_read\n"
     assert cat(root, "set_ftrace_filter").startswith("#### all functions enabled")

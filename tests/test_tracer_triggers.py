@@ -96,9 +96,9 @@ def test_triggers_list_newest_first_and_hist_last(t):
         "hist:keys=arg1:vals=hitcount:sort=hitcount:size=2048 [active]\n")
 
 
-def test_snapshot_trigger_calls_the_snapshot_hook(t):
+def test_snapshot_trigger_counts_down(t):
     taken = []
-    t.tracer.trigger_host.snapshot_hook = lambda: taken.append(1)
+    t.tracer.top.take_snapshot = lambda cond=None: taken.append(1)
     echo(t.root, EV + "trigger", "snapshot:2")
     for _ in range(3):
         t.engine.hit(VFS_READ)

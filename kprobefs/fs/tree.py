@@ -732,7 +732,8 @@ def modules_control_dir(modules) -> Directory:
 
     ``modules`` loads and unloads the kernel's modules, as the ``modprobe``/``rmmod``
     shims do (tests/conformance_bin): each ``write()`` holds commands, one per line,
-    ``load NAME`` or ``unload NAME`` (``-`` and ``_`` alike in NAME), applied in order;
+    ``load NAME [PARAM=VALUE...]`` or ``unload NAME`` (``-`` and ``_`` alike in NAME;
+    the parameters are set before the module's init runs), applied in order;
     the first failing one fails the write with the errno Linux's init_module/
     delete_module give (ENOENT no such module or not loaded, EEXIST already loaded,
     EBUSY cannot unload now, init's own errno); a malformed command is EINVAL.  A read
@@ -744,10 +745,11 @@ def modules_control_dir(modules) -> Directory:
             words = line.split()
             if not words:
                 continue
-            if len(words) != 2 or words[0] not in ("load", "unload"):
+            if len(words) < 2 or words[0] not in ("load", "unload") or (
+                    words[0] == "unload" and len(words) != 2):
                 raise OSError(errno.EINVAL, "Invalid argument")
             if words[0] == "load":
-                modules.load(words[1])
+                modules.load(words[1], params=tuple(words[2:]))
             else:
                 modules.unload(words[1])
         return len(data)

@@ -46,6 +46,7 @@ from elftools.elf.relocation import RelocationSection
 from ..errors import KernelError
 from .image import FENTRY_NOP, Symbol
 from .memory import PAGE
+from .module_params import apply_module_params, module_params
 
 __all__ = ["ModuleLoader", "Module", "ModuleObject", "MODULES_VADDR", "MODULES_END",
            "MODULE_STATE_LIVE", "MODULE_STATE_COMING", "MODULE_STATE_GOING",
@@ -141,6 +142,7 @@ class ModuleObject:
             raise KernelError(errno.ENOEXEC, f"{self.path}: not an x86_64 relocatable object")
         self.sections: dict[int, _Section] = {}
         self.info: dict[str, str] = {}
+        modinfo: list[tuple[str, str]] = []
         self.symbols: list[_ElfSymbol] = []
         self.relocations: list[_Rela] = []
         rela_sections = []
@@ -150,6 +152,7 @@ class ModuleObject:
                     key, sep, value = item.decode("utf-8", "replace").partition("=")
                     if sep:
                         self.info[key] = value
+                        modinfo.append((key, value))
                 continue
             if isinstance(sec, RelocationSection):
                 rela_sections.append(sec)
@@ -163,6 +166,8 @@ class ModuleObject:
                 self.sections[index] = _Section(
                     index, sec.name, sec["sh_flags"], sec["sh_size"],
                     max(1, sec["sh_addralign"]), b"" if nobits else sec.data())
+        #: NAME -> (TYPE, VARIABLE) of its parameters (module_param)
+        self.params = module_params(modinfo)
         for sec in rela_sections:
             target = sec["sh_info"]
             if target not in self.sections:
@@ -289,12 +294,14 @@ class ModuleLoader:
         return "".join(m.proc_modules_line() for m in reversed(self.modules.values()))
 
     # ---- load -----------------------------------------------------------------------------
-    def load(self, name: str, path: str | Path | None = None) -> Module:
-        """Load a module by name (from the module directory) or from path; returns it,
-        live (or COMING, its init queued for the system call being served, whose result
-        is then init's errno on failure).  KernelError: ENOENT (no such module, or an
-        unknown symbol), EEXIST (already loaded), ENOEXEC (not a module object), ENOMEM,
-        or init's errno."""
+    def load(self, name: str, path: str | Path | None = None,
+             params: tuple[str, ...] = ()) -> Module:
+        """Load a module by name (from the module directory) or from path, with its
+        ``params`` (``NAME=VALUE`` words, set before init); returns it, live (or
+        COMING, its init queued for the system call being served, whose result is then
+        init's errno on failure).  KernelError: ENOENT (no such module, or an unknown
+        symbol), EEXIST (already loaded), ENOEXEC (not a module object), ENOMEM, EINVAL
+        or ENOSPC (a bad parameter value), or init's errno."""
         kernel = self.kernel
         obj = ModuleObject(path if path is not None else self.find(name),
                            normalize_module_name(name))
@@ -304,6 +311,7 @@ class ModuleLoader:
             mod, where = self._layout(obj)
             try:
                 self._relocate(obj, mod, where)
+                self._set_params(obj, mod, where, params)
                 self._map(mod, where)
                 self._ftrace_init(obj, mod, where)
             except BaseException:
@@ -471,6 +479,25 @@ class ModuleLoader:
                 raise KernelError(errno.ENOEXEC, f"{mod.name}: Invalid relocation target, "
                                                  f"existing value is nonzero for type {r.type}")
             image[off:off + size] = packed
+
+    def _set_params(self, obj: ModuleObject, mod: Module, where: "_Placement",
+                    params: tuple[str, ...]) -> None:
+        """Write the parameters' values into their variables in the image."""
+        def variable(name: str):
+            for s in obj.symbols:
+                if s.name == name and s.kind == "STT_OBJECT" and \
+                        isinstance(s.shndx, int) and s.shndx in where.bases:
+                    return where.bases[s.shndx] + s.value - mod.start, s.size
+            return None
+
+        def size_of(name: str) -> int | None:
+            found = variable(name)
+            return None if found is None else found[1]
+
+        def store(name: str, data: bytes) -> None:
+            off, _size = variable(name)
+            mod.image[off:off + len(data)] = data
+        apply_module_params(mod.name, params, obj.params, store, size_of)
 
     def _map(self, mod: Module, where: "_Placement") -> None:
         """Back the core area with fresh pages holding the image; text and read-only

@@ -268,7 +268,9 @@ class Tracer:
         """The function tracer (each array's) and the stack tracer, on the engine's
         ftrace sites."""
         from kprobefs.kprobes import FtraceOps
+        from kprobefs.tracing.latency_tracers import latency_tracer_factories
         self.tracer_factories.append(self._function_tracer_for)
+        self.tracer_factories.extend(latency_tracer_factories(self, ftrace, FtraceOps))
         if self._fgraph is not None:
             self.tracer_factories.append(self._graph_tracer_for)
         self.stack_tracer = StackTracer(

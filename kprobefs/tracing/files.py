@@ -305,6 +305,9 @@ README_TEXT = (
     "  trace_clock\t\t- the clock that stamps records: local global counter\n"
     "\t\t\t  uptime perf mono mono_raw boot tai x86-tsc\n"
     "  trace_marker\t\t- text written here is recorded as a trace line\n"
+    "  snapshot\t\t- Like 'trace' but shows the content of the static\n"
+    "\t\t\t  snapshot buffer. Read the contents for more\n"
+    "\t\t\t  information\n"
     "  options/\t\t- one file per output or recording option (0 or 1)\n"
     "  available_filter_functions - functions with an ftrace site\n"
     "  available_events\t- every event as <group>:<event>\n"
@@ -351,6 +354,7 @@ class _Root:
         self.files: dict[str, Any] = {
             "trace": _TraceFile(tr, None),
             "trace_pipe": _TracePipeFile(tr, None),
+            "snapshot": _SnapshotFile(tr, None),
             "tracing_on": _File(MODE_WRITE, read=lambda: f"{int(tr.tracing_on)}\n",
                                 write=self._write_tracing_on),
             "trace_marker": _File(MODE_WRITE_ONLY,
@@ -607,6 +611,8 @@ class _Root:
             "trace": _TraceFile(self.tr, cpu),
             "trace_pipe": _TracePipeFile(self.tr, cpu),
             "trace_pipe_raw": _TracePipeRawFile(self.tr, cpu),
+            "snapshot": _SnapshotFile(self.tr, cpu),
+            "snapshot_raw": _TracePipeRawFile(self.tr, cpu, snapshot=True),
             "stats": _text_file(self._cpu_stats(cpu)),
             "buffer_size_kb": _File(MODE_WRITE, read=self._cpu_size(cpu),
                                     write=self._cpu_size_writer(cpu)),
@@ -888,7 +894,7 @@ class _TraceFile:
             if self.cpu is None:
                 t.clear_trace()
             else:
-                t.buffer.reset_cpu(self.cpu)
+                t.trace_buffer().reset_cpu(self.cpu)
         readable = (flags & os.O_ACCMODE) != os.O_WRONLY
         paused = readable and t.options["pause-on-trace"]
         if paused:
@@ -896,10 +902,28 @@ class _TraceFile:
         if not readable:
             return _Handle(None, lambda data: len(data))
         options = t.trace_options()
-        header = t.trace_header(options, self.cpu)
-        pairs = t.buffer.snapshot(self.cpu)
+        buffer = t.trace_buffer()
+        header = t.trace_header(options, self.cpu, buffer)
+        pairs = buffer.snapshot(self.cpu)
         return _Handle(lambda: header + t.render(pairs, options), lambda data: len(data),
                        t.unpause if paused else None)
+
+
+class _SnapshotFile(_TraceFile):
+    """``snapshot`` (or ``per_cpu/cpuN/snapshot``): the snapshot buffer's trace, made
+    at open; a write of a number frees, swaps or clears it (TraceArray.write_snapshot)."""
+
+    def open(self, flags: int, pid: int, comm: str) -> FileHandle:
+        t = self.tracer
+        cpu = self.cpu
+
+        def write(data: bytes) -> int:
+            t.write_snapshot(_kstrtoul(data, 10), cpu)
+            return len(data)
+        if (flags & os.O_ACCMODE) == os.O_WRONLY:
+            return _Handle(None, write)
+        text = t.snapshot_text(t.trace_options(), cpu)
+        return _Handle(lambda: text, write)
 
 
 class _TracePipeFile:
@@ -957,21 +981,29 @@ class _TracePipeRawFile:
     """``per_cpu/cpuN/trace_pipe_raw``: whole ring-buffer pages in Linux's binary layout
     (:mod:`raw_page`), consumed.  As 6.1's tracing_buffers_read, a handle keeps the last
     page it took and hands it out across reads until all of its 4096 bytes are gone; only
-    then does it take the next one, which removes that page's records from the buffer."""
+    then does it take the next one, which removes that page's records from the buffer.
+    With ``snapshot`` it is ``snapshot_raw``: the pages of the snapshot buffer, EBUSY
+    to open while a latency tracer owns that buffer."""
 
     mode = MODE_READ
 
-    def __init__(self, tracer: TraceArray, cpu: int):
+    def __init__(self, tracer: TraceArray, cpu: int, snapshot: bool = False):
         self.tracer = tracer
         self.cpu = cpu
+        self.snapshot = snapshot
 
     def open(self, flags: int, pid: int, comm: str) -> FileHandle:
-        return _TracePipeRawHandle(self.tracer, self.cpu)
+        t = self.tracer
+        if not self.snapshot:
+            return _TracePipeRawHandle(t.buffer, self.cpu)
+        if t.current_tracer.use_max_tr:
+            raise OSError(errno.EBUSY, "the latency tracer owns the snapshot")
+        return _TracePipeRawHandle(t.max_tr.buffer, self.cpu)
 
 
 class _TracePipeRawHandle:
-    def __init__(self, tracer: TraceArray, cpu: int):
-        self.tracer = tracer
+    def __init__(self, buffer, cpu: int):
+        self.buffer = buffer
         self.cpu = cpu
         self._page = b""
         self._read = 0
@@ -982,7 +1014,7 @@ class _TracePipeRawHandle:
         if not size:
             return b""
         if self._read >= len(self._page):
-            page = self.tracer.buffer.read_page(self.cpu, _raw_record)
+            page = self.buffer.read_page(self.cpu, _raw_record)
             if page is None:
                 return b""
             self._page, self._read = page, 0
@@ -997,7 +1029,7 @@ class _TracePipeRawHandle:
         """Block until a page can be read (True) or ``timeout`` seconds pass (False)."""
         if self._read < len(self._page):
             return True
-        return self.tracer.buffer.wait(timeout, self.cpu)
+        return self.buffer.wait(timeout, self.cpu)
 
     def release(self) -> None:
         self._page = b""

@@ -623,7 +623,17 @@ def _apply(triggers: EventTriggers, trig: "HistTrigger", remove: bool) -> None:
         trig.data = named.data
     if data.enable_timestamps and not triggers.host.set_clock(attrs.clock):
         _fail("SET_CLOCK_FAIL", attrs.clock)
-    triggers.register(trig, append=True)
+    host = triggers.host
+    if named is None and any(a.action == "snapshot" for a in data.actions):
+        # tracing_snapshot_cond_enable: hist.py decides each snapshot itself
+        host.cond_snapshot_enable(data, lambda cond: True)
+        data.on_release.append(lambda: host.cond_snapshot_disable(data))
+    try:
+        triggers.register(trig, append=True)
+    except OSError:
+        if named is None:
+            host.cond_snapshot_disable(data)
+        raise
 
 
 def _find_named(triggers: EventTriggers, name: str) -> HistTrigger | None:

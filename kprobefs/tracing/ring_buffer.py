@@ -418,6 +418,31 @@ class RingBuffer:
     def size_kb(self, cpu: int) -> int:
         return self.cpus[cpu].size_bytes >> 10
 
+    def copy_sizes(self, other: "RingBuffer", cpu: int | None = None) -> None:
+        """Give one CPU (``None``: every CPU) of this buffer the size ``other`` has
+        there (resize_buffer_duplicate_size: the snapshot buffer follows the main)."""
+        with self.lock:
+            self.expanded = other.expanded
+            for buf in self._bufs(cpu):
+                buf.resize(other.cpus[buf.cpu].nr_pages)
+
+    def swap(self, other: "RingBuffer", cpu: int | None = None) -> None:
+        """Exchange the records of every CPU (``None``) or of one with ``other``
+        (ring_buffer_swap_cpu; update_max_tr swaps the buffers themselves).  This
+        buffer keeps its stage: what the kernel staged is taken in first, so it goes
+        with the records it follows, and the stage then goes on in the page taken
+        over.  The caller orders the locks: this buffer's, then ``other``'s."""
+        with self.lock, other.lock:
+            mine, theirs = self._bufs(cpu), other._bufs(cpu)
+            for a, b in zip(mine, theirs):
+                self.cpus[a.cpu], other.cpus[b.cpu] = b, a
+            self._sync(self._bufs(cpu))
+            other._sync(other._bufs(cpu))
+            self.generation += 1
+            other.generation += 1
+            self._cond.notify_all()
+            other._cond.notify_all()
+
     # ----------------------------------------------------------------- counters
     def counts(self, cpu: int | None = None) -> tuple[int, int]:
         """Return (entries in buffer, entries written) for one CPU or all."""

@@ -36,6 +36,7 @@ from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.ring_buffer import (
     DEFAULT_BUFFER_BYTES, MAX_TOTAL_BUFFER_KB, RingBuffer,
 )
+from kprobefs.tracing.snapshot import MaxTrace, snapshot_help
 from kprobefs.tracing.tracers import NopTracer, TracerPlugin
 from kprobefs.tracing.trigger import TriggerHit
 from kprobefs.tracing.trigger_host import TracerTriggerHost
@@ -111,11 +112,14 @@ class _PrintEvent:
         return raw_common(self.id, record[2], record[1]) + _QWORD.pack(0) + text
 
     def render(self, record: tuple, tr: "TraceArray", options: TraceOptions) -> str:
+        """``FUNC: text``: FUNC is trace_marker's writer, or the function a record the
+        tracer wrote itself names (``record[5]``: trace_array_puts's caller)."""
         text = record[4]
         nul = text.find(b"\0")
         if nul >= 0:
             text = text[:nul]
-        return "tracing_mark_write: " + text.decode("utf-8", "replace")
+        func = record[5] if len(record) > 5 else "tracing_mark_write"
+        return f"{func}: " + text.decode("utf-8", "replace")
 
 
 class _StackEvent:
@@ -191,6 +195,8 @@ class TraceArray:
         self.nr_cpus = registry.nr_cpus
         self.function_tracer = function_tracer
         self.buffer = RingBuffer(self.nr_cpus)
+        #: The snapshot buffer (max_tr), allocated on demand.
+        self.max_tr = MaxTrace(self.buffer)
         self.error_log = ErrorLog(registry.clock)
         self.options = dict(OPTION_DEFAULTS)
         #: current_tracer's choices (tracers.py), in registration order.
@@ -247,7 +253,9 @@ class TraceArray:
 
     # ================================================================ buffer size
     def buffer_total_kb(self) -> int:
-        return sum(self.buffer.size_kb(cpu) for cpu in range(self.nr_cpus))
+        """KiB of this array's buffers: the main one and an allocated snapshot."""
+        return (sum(self.buffer.size_kb(cpu) for cpu in range(self.nr_cpus))
+                + self.max_tr.total_kb())
 
     def _check_room(self, total_kb: int) -> None:
         """OSError(ENOMEM) when this array's buffers at ``total_kb`` and every other
@@ -263,16 +271,20 @@ class TraceArray:
         (tracing_update_buffers); ENOMEM when the arrays' buffers have no room for it."""
         with self.lock:
             if not self.buffer.expanded:
-                self._check_room((DEFAULT_BUFFER_BYTES >> 10) * self.nr_cpus)
-            self.buffer.expand()
+                self._check_room((DEFAULT_BUFFER_BYTES >> 10) * self.nr_cpus
+                                 * (2 if self.max_tr.allocated else 1))
+                self.buffer.expand()
+                self.max_tr.follow_resize(None)
 
     def resize_kb(self, kb: int, cpu: int | None = None) -> None:
         """Set ``buffer_size_kb`` of one CPU or (``None``) all; ENOMEM, nothing changed,
         past the bound (this array's alone, or all arrays' together)."""
         with self.lock:
             self._check_room(sum(kb if cpu is None or c == cpu else self.buffer.size_kb(c)
-                                 for c in range(self.nr_cpus)))
+                                 for c in range(self.nr_cpus))
+                             * (2 if self.max_tr.allocated else 1))
             self.buffer.resize_kb(kb, cpu)
+            self.max_tr.follow_resize(cpu)
 
     # ================================================================ enable
     def set_enabled(self, event, on: bool) -> None:
@@ -514,6 +526,7 @@ class TraceArray:
         the buffer) unless tracing is off here, the file soft disabled or the record
         filtered out, then run the post triggers (traceoff, stacktrace)."""
         triggers = ef.triggers
+        reserved = self.buffer.cpus[hit.cpu]
         posts = triggers.call(raw, hit)
         flt = ef.filter
         if self.recording and not ef.soft_disabled and (
@@ -521,12 +534,13 @@ class TraceArray:
             pid, cache = hit.pid, self.comm_cache
             if (pid not in cache.names or pid in cache.stale) and self.options["record-cmd"]:
                 cache.save(pid, hit.comm())
+            buffer = self._reserved_in(hit.cpu, reserved)
             if self.stacktrace:
                 stack = hit.stack()
-                self.buffer.write_many(hit.cpu, ((rec, size), (
+                buffer.write_many(hit.cpu, ((rec, size), (
                     (rec[0], pid, rec[2], STACK_EVENT, stack), 16 + 8 * len(stack))))
             else:
-                self.buffer.write(hit.cpu, rec, size)
+                buffer.write(hit.cpu, rec, size)
         if posts:
             triggers.post_call(posts, hit)
 
@@ -553,6 +567,14 @@ class TraceArray:
             cache.save(hit.pid, hit.comm())
         self.buffer.write(hit.cpu, rec, size)
 
+    def _reserved_in(self, cpu: int, reserved) -> RingBuffer:
+        """The buffer that now holds ``reserved``, the CPU's page set an event was
+        reserved in before its triggers ran: Linux commits the event where it was
+        reserved, so a ``snapshot`` trigger that swapped meanwhile sends it into the
+        snapshot."""
+        max_buffer = self.max_tr.buffer
+        return max_buffer if max_buffer.cpus[cpu] is reserved else self.buffer
+
     def write_stack(self, hit: TriggerHit) -> None:
         """A stacktrace trigger fired: the hit's kernel stack into this buffer."""
         if self.recording:
@@ -567,7 +589,8 @@ class TraceArray:
 
     # ================================================================ buffer control
     def clear_trace(self) -> None:
-        self.buffer.reset()
+        """``echo > trace``: the buffer ``trace`` shows is emptied."""
+        self.trace_buffer().reset()
 
     def set_tracing_on(self, on: bool) -> None:
         with self.lock:
@@ -594,6 +617,7 @@ class TraceArray:
             self.options[name] = on
             self.stacktrace = self.options["stacktrace"]
             self.buffer.overwrite = self.options["overwrite"]
+            self.max_tr.buffer.overwrite = self.options["overwrite"]
             if name == "record-tgid":
                 self.registry.record_tgid_changed()
             self.registry.array_changed(self)       # stack traces are taken by the host
@@ -605,6 +629,7 @@ class TraceArray:
         with self.lock:
             self.buffer.record_disabled = frozenset(
                 cpu for cpu in range(self.nr_cpus) if not mask >> cpu & 1)
+            self.max_tr.buffer.record_disabled = self.buffer.record_disabled
             self.registry.array_changed(self)
 
     def tracing_cpumask(self) -> int:
@@ -657,6 +682,7 @@ class TraceArray:
             self.now = clock.read
             self.registry.clock_changed(self, clock)
             self.buffer.reset()                 # what the kernel staged goes too
+            self.max_tr.buffer.reset()
             self.registry.array_changed(self)   # the kernel stamps with TSC clocks only
 
     def add_tracer(self, tracer: TracerPlugin) -> None:
@@ -674,12 +700,126 @@ class TraceArray:
             if tracer is self.current_tracer:
                 return
             self.current_tracer.reset(self)
+            had_max_tr = self.current_tracer.use_max_tr
             self.tracer_name = "nop"
             self.current_tracer = self.tracers["nop"]
             self.buffer.reset()
+            if had_max_tr and not tracer.use_max_tr:
+                self.max_tr.free()
+            if tracer.use_max_tr:
+                self.alloc_snapshot()
             tracer.init(self)
             self.tracer_name = name
             self.current_tracer = tracer
+
+    # ================================================================ snapshot
+    def alloc_snapshot(self) -> None:
+        """tracing_alloc_snapshot_instance: ENOMEM past the buffers' bound."""
+        with self.lock:
+            if not self.max_tr.allocated:
+                self._check_room(2 * sum(self.buffer.size_kb(cpu)
+                                         for cpu in range(self.nr_cpus)))
+                self.max_tr.alloc()
+
+    def write_snapshot(self, value: int, cpu: int | None = None) -> None:
+        """A write of ``value`` to ``snapshot`` (``cpu``: per_cpu/cpuN/snapshot),
+        as tracing_snapshot_write: EBUSY while a latency tracer or a hist
+        ``snapshot()`` owns the buffer; 0 frees it (EINVAL per CPU), 1 allocates it
+        if needed and swaps, anything else empties it."""
+        self.update_buffers()
+        with self.lock:
+            max_tr = self.max_tr
+            if self.current_tracer.use_max_tr or max_tr.cond_owner is not None:
+                raise OSError(errno.EBUSY, "snapshot in use")
+            if value == 0:
+                if cpu is not None:
+                    raise OSError(errno.EINVAL, "per-CPU snapshot cannot be freed")
+                if max_tr.allocated:
+                    max_tr.free()
+            elif value == 1:
+                if max_tr.allocated:
+                    max_tr.follow_resize(cpu)
+                else:
+                    self.alloc_snapshot()
+                self.update_max_tr(cpu)
+            elif max_tr.allocated:
+                max_tr.clear(cpu)
+
+    def tracing_stopped(self) -> bool:
+        """is_tracing_stopped: a reader paused tracing (options/pause-on-trace)."""
+        return bool(self._stop_count)
+
+    def update_max_tr(self, cpu: int | None = None) -> None:
+        """Swap the buffers (update_max_tr, update_max_tr_single for one CPU); not
+        while tracing is stopped."""
+        if not self._stop_count:
+            self.max_tr.swap(cpu)
+
+    def take_snapshot(self, cond=None) -> None:
+        """tracing_snapshot_instance_cond (the ``snapshot`` trigger, a hist
+        ``snapshot()`` action, ``func:snapshot``; the hit path): swap the buffers.
+        Unallocated, it says so in the trace and stops tracing; a latency tracer's
+        buffer is not taken.  With a conditional snapshot set, the owner's update
+        decides on ``cond`` (the hit's data) whether to swap."""
+        max_tr = self.max_tr
+        if not max_tr.allocated:
+            self._puts("*** SNAPSHOT NOT ALLOCATED ***\n", "*** stopping trace here!   ***\n")
+            self.set_tracing_on_hit(False)
+            return
+        if self.current_tracer.use_max_tr:
+            self._puts("*** LATENCY TRACER ACTIVE ***\n",
+                       "*** Can not use snapshot (sorry) ***\n")
+            return
+        update = max_tr.cond_update
+        if update is not None and not update(cond):
+            return
+        self.update_max_tr()
+
+    def _puts(self, *lines: str) -> None:
+        """trace_array_puts from tracing_snapshot_instance_cond: print records."""
+        if not self.recording:
+            return
+        cpu_obj = getattr(self.registry.kernel, "cpu", None)
+        cpu = cpu_obj.index if cpu_obj is not None else 0
+        kernel = self.registry.kernel
+        pid = kernel.current_pid() if callable(getattr(kernel, "current_pid", None)) else 0
+        if self.options["record-cmd"] and callable(getattr(kernel, "current_comm", None)):
+            self.comm_cache.save(pid, kernel.current_comm())
+        for line in lines:
+            text = line.encode()
+            self.buffer.write(cpu, (self.now(), pid, FLAGS_NONE, PRINT_EVENT, text,
+                                    "tracing_snapshot_instance_cond"), 16 + len(text) + 2)
+
+    def cond_snapshot_enable(self, owner, update) -> None:
+        """A hist ``snapshot()`` action takes the snapshot over (EBUSY if taken)."""
+        with self.lock:
+            self.alloc_snapshot()
+            self.max_tr.cond_enable(owner, update, self.current_tracer.use_max_tr)
+
+    def cond_snapshot_disable(self, owner) -> None:
+        with self.lock:
+            self.max_tr.cond_disable(owner)
+
+    def snapshot_text(self, options: TraceOptions, cpu: int | None = None) -> str:
+        """What ``snapshot`` (or ``per_cpu/cpuN/snapshot``) reads: the snapshot
+        buffer's trace, or the help when it holds nothing there."""
+        buffer = self.max_tr.buffer
+        if buffer.is_empty(cpu):
+            return (f"# tracer: {self.tracer_name}\n#\n"
+                    + snapshot_help(self.max_tr.allocated, cpu is not None))
+        return self.trace_text(options, cpu, buffer)
+
+    def trace_text(self, options: TraceOptions, cpu: int | None = None,
+                   buffer: RingBuffer | None = None) -> str:
+        """The header and lines of ``buffer`` (default: the buffer ``trace`` shows)."""
+        buffer = buffer or self.trace_buffer()
+        header = self.trace_header(options, cpu, buffer)
+        return header + self.render(buffer.snapshot(cpu), options)
+
+    def trace_buffer(self) -> RingBuffer:
+        """What ``trace`` shows: the main buffer, or the snapshot where the current
+        tracer keeps its maximum there (print_max: the latency tracers)."""
+        return self.max_tr.buffer if self.current_tracer.print_max else self.buffer
 
     def available_tracers(self) -> list[str]:
         """Newest registered first, as Linux lists them."""
@@ -709,13 +849,15 @@ class TraceArray:
         ef = self.files.get(("ftrace", "print"))
         triggers = ef.triggers if ef is not None and ef.event is PRINT_EVENT else None
         posts = hit = None
+        reserved = self.buffer.cpus[cpu]
         if triggers is not None and triggers.items:
             # the triggers see the text as written, NUL-terminated, before the newline
             raw = (raw_common(PRINT_EVENT.id, FLAGS_NONE, pid) + _QWORD.pack(0)
                    + bytes(data[:count]) + b"\0")
             hit = TriggerHit(cpu, pid, ts, lambda: comm[:15])
             posts = triggers.call(raw, hit)
-        self.buffer.write(cpu, (ts, pid, FLAGS_NONE, PRINT_EVENT, text), 16 + count + 2)
+        self._reserved_in(cpu, reserved).write(cpu, (ts, pid, FLAGS_NONE, PRINT_EVENT, text),
+                                               16 + count + 2)
         if posts:
             triggers.post_call(posts, hit)
         return count
@@ -736,9 +878,11 @@ class TraceArray:
         return TraceFormatter(self.comm_cache.find, options, compile_text).render(
             pairs, lambda rec: rec[3].render(rec, self, options))
 
-    def trace_header(self, options: TraceOptions, cpu: int | None = None) -> str:
+    def trace_header(self, options: TraceOptions, cpu: int | None = None,
+                     buffer: RingBuffer | None = None) -> str:
+        buffer = buffer or self.trace_buffer()
         header = self.current_tracer.print_header(self, options)
         if header is not None:
             return header
-        entries, written = self.buffer.counts(None)
+        entries, written = buffer.counts(None)
         return format_header(self.tracer_name, entries, written, self.nr_cpus, options)

@@ -7,7 +7,8 @@ set_current_tracer` switches between them).  A tracer is anything with the shape
 replaces it; ``print_header(tr, options)`` and ``print_trace(tr, pairs, options)`` where its
 ``trace`` text differs from the event lines (None: the array's default).  ``use_max_tr``
 says it keeps its maximum-latency trace in the array's snapshot buffer (Linux refuses
-``snapshot`` writes then, EBUSY).  ``allow_instances`` says an instance offers it too.
+``snapshot`` writes then, EBUSY); ``print_max`` that ``trace`` shows that buffer.
+``allow_instances`` says an instance offers it too.
 ``flags`` are the tracer's own options (Linux's tracer_flags), name -> value in its
 order: each is a file in ``options/`` while the tracer is offered, and a line of
 ``trace_options`` while it is current; ``set_flag(tr, name, on)`` changes one.
@@ -31,6 +32,7 @@ class TracerPlugin:
 
     name = ""
     use_max_tr = False
+    print_max = False
     allow_instances = True
 
     #: No options of its own (a tracer that has some sets a dict per instance).

@@ -14,7 +14,6 @@ not take the registry's lock (Linux's triggers do not take event_mutex either).
 
 from __future__ import annotations
 
-import logging
 import struct
 from typing import Any
 
@@ -26,7 +25,6 @@ from kprobefs.tracing.trigger import EventTriggers, TriggerHit
 
 __all__ = ["TracerTriggerHost"]
 
-_log = logging.getLogger("kprobefs.tracing")
 _SYNTH_HEADER = 8
 #: How deep synthetic events may generate synthetic events within one hit (Linux's
 #: trace recursion protection drops deeper ones).
@@ -51,9 +49,6 @@ class TracerTriggerHost:
         registry = tr.registry
         top = getattr(registry, "top", None)
         self._shared = top.trigger_host._shared if top is not None else _Shared()
-        #: Called for the ``snapshot`` trigger and ``snapshot()`` actions; the buffer
-        #: swap belongs to the snapshot work, which sets this.
-        self.snapshot_hook = None
 
     def new_triggers(self, ef: Any) -> EventTriggers:
         event = ef.event
@@ -68,11 +63,10 @@ class TracerTriggerHost:
     def set_tracing_on(self, on: bool) -> None:
         self.tr.set_tracing_on_hit(on)
 
-    def snapshot(self) -> None:
-        if self.snapshot_hook is not None:
-            self.snapshot_hook()
-        else:
-            _log.debug("snapshot trigger fired: no snapshot buffer here")
+    def snapshot(self, cond: Any = None) -> None:
+        """The ``snapshot`` trigger or a ``snapshot()`` action (``cond``: the data
+        a conditional snapshot's owner decides on)."""
+        self.tr.take_snapshot(cond)
 
     def stack_trace(self, hit: TriggerHit) -> None:
         self.tr.write_stack(hit)
@@ -132,6 +126,17 @@ class TracerTriggerHost:
         return None if name == "sys_ni_syscall" else name     # no metadata: unknown
 
     # ------------------------------------------------------------ control path
+    def alloc_snapshot(self) -> None:
+        """A ``snapshot`` trigger is registered: the snapshot buffer is allocated."""
+        self.tr.alloc_snapshot()
+
+    def cond_snapshot_enable(self, owner: Any, update: Any) -> None:
+        """A hist ``snapshot()`` action owns the snapshot (EBUSY when taken)."""
+        self.tr.cond_snapshot_enable(owner, update)
+
+    def cond_snapshot_disable(self, owner: Any) -> None:
+        self.tr.cond_snapshot_disable(owner)
+
     def parse_hist(self, triggers: EventTriggers, command: str, rest: str | None) -> None:
         """The ``hist`` command (registered here, as Linux registers it apart from the
         generic triggers): trigger.py knows no histograms."""

@@ -19,12 +19,12 @@ kprobefs_control() {
     return 1
 }
 
-# kprobefs_module_cmd CMD NAME: prints nothing on success; on failure prints the
-# strerror text of the failed write (e.g. "No such file or directory") and returns 1.
+# kprobefs_module_cmd CMD NAME [PARAM...]: prints nothing on success; on failure prints
+# the strerror text of the failed write (e.g. "No such file or directory") and returns 1.
 kprobefs_module_cmd() {
     local ctl err
     ctl=$(kprobefs_control) || { echo "no kprobefs mount"; return 1; }
-    err=$( { printf '%s %s\n' "$1" "$2" > "$ctl"; } 2>&1 ) && return 0
+    err=$( { printf '%s\n' "$*" > "$ctl"; } 2>&1 ) && return 0
     case "$err" in
         *"write error: "*) err=${err##*write error: } ;;
         *": "*) err=${err##*: } ;;

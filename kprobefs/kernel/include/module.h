@@ -23,5 +23,20 @@
 #define MODULE_LICENSE(s) __MODULE_INFO(license, license, s)
 #define MODULE_AUTHOR(s) __MODULE_INFO(author, author, s)
 #define MODULE_DESCRIPTION(s) __MODULE_INFO(description, description, s)
+#define MODULE_PARM_DESC(name, s) __MODULE_INFO(parm, name##_parm, #name ":" s)
+
+/* Module parameters: "parmtype=NAME:TYPE" in .modinfo, as Linux's modinfo has it, and
+ * "parmvar=NAME:VARIABLE" naming the variable the loader writes NAME=VALUE into before
+ * init runs (Linux keeps a __param table of kernel_params instead).  TYPE is int,
+ * uint, long, ulong, bool or string (module_param_string: a char array, the value
+ * NUL-terminated in it; ENOSPC when it does not fit).  The pointer kept beside them
+ * takes the variable's address, so gcc keeps it a variable even if nothing writes it. */
+#define __module_param(name, var, type) \
+	__MODULE_INFO(parmtype, name##_type, #name ":" type); \
+	__MODULE_INFO(parmvar, name##_var, #name ":" #var); \
+	static void *__used __param_##name = &(var)
+#define module_param_named(name, var, type, perm) __module_param(name, var, #type)
+#define module_param(name, type, perm) module_param_named(name, name, type, perm)
+#define module_param_string(name, string, len, perm) __module_param(name, string, "string")
 
 #endif

@@ -10,6 +10,11 @@ struct pcpu pcpu_area[NR_CPUS] __aligned(64);
 int nr_cpu_ids = 1;
 static DEFINE_SPINLOCK(rq_lock);
 
+/* The wakeup latency tracers' hooks beside the sched tracepoints (trace_preemptirq.c) */
+void tracer_sched_wakeup(struct task_struct *p, int prio, int cpu, int curr_prio);
+void tracer_sched_switch(struct task_struct *prev, struct task_struct *next, int prev_prio,
+			 int next_prio, int next_cpu);
+
 static void enqueue_task(struct pcpu *rq, struct task_struct *p)
 {
 	p->on_rq = 1;
@@ -89,6 +94,7 @@ static void __schedule(void)
 	else
 		prev->nvcsw++;
 	trace_sched_switch(false, prev, next);	/* CONFIG_PREEMPT=n: never preempted */
+	tracer_sched_switch(prev, next, prev->prio, next->prio, rq->cpu_number);
 	prev = context_switch(rq, prev, next);
 	finish_task_switch(prev);
 }
@@ -116,6 +122,7 @@ static int try_to_wake_up(struct task_struct *p, unsigned int state)
 		enqueue_task(rq, p);
 	}
 	trace_sched_wakeup(p);
+	tracer_sched_wakeup(p, p->prio, p->cpu, current->prio);
 out:
 	spin_unlock(&rq_lock);
 	return woken;
@@ -137,6 +144,7 @@ void wake_up_new_task(struct task_struct *p)
 	p->cpu = rq->cpu_number;
 	enqueue_task(rq, p);
 	trace_sched_wakeup_new(p);
+	tracer_sched_wakeup(p, p->prio, p->cpu, current->prio);
 	spin_unlock(&rq_lock);
 }
 
