@@ -359,6 +359,7 @@ struct filename *getname_flags(const char __user *filename, int flags, int *empt
 struct filename *getname_kernel(const char *filename);
 void putname(struct filename *name);
 int kern_path(const char *name, unsigned int flags, struct path *path);
+int filename_lookup(int dfd, struct filename *name, unsigned flags, struct path *path);
 int user_path_at_empty(int dfd, const char __user *name, unsigned flags, struct path *path,
 		       int *empty);
 static inline void path_get(const struct path *p) { dget(p->dentry); }

@@ -24,4 +24,12 @@
 #define MODULE_AUTHOR(s) __MODULE_INFO(author, author, s)
 #define MODULE_DESCRIPTION(s) __MODULE_INFO(description, description, s)
 
+/* What the module events report of a module; the host's loader keeps the module
+ * itself and hands these to kernel/module.c. */
+struct module_trace {
+	const char *name;
+	unsigned int taints;
+	int refcnt;
+};
+
 #endif

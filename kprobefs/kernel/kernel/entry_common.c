@@ -44,16 +44,27 @@ void __noreturn user_mode_loop(void)
 {
 	long ret = 0;
 
+	bool done = true;	/* a call has completed: ret is its result */
+
 	for (;;) {
 		struct pt_regs *regs = task_pt_regs(current);
 
+		exit_to_user_mode();
+		/* The host writes orig_ax with the next call: still -1 after a wakeup means
+		 * a signal woke the task, not a call.  (Only after a call: after a signal's
+		 * wakeup the host may have loaded the next call meanwhile.) */
+		if (done)
+			regs->orig_ax = -1;
 		set_current_state(TASK_INTERRUPTIBLE);
-		/* Non-zero: the host already put the next call in regs; no need to sleep. */
-		if (hypercall(HC_SYSCALL_DONE, ret, current->pid, regs, 0))
+		/* Non-zero: the host already put the next call in regs; no need to sleep.
+		 * done == false: no call completed, the host's call in flight is not this. */
+		if (hypercall(HC_SYSCALL_DONE, ret, current->pid, regs, !done))
 			set_current_state(TASK_RUNNING);
 		else
 			schedule();
-		ret = do_syscall_64(regs, (int)regs->orig_ax);
+		done = (long)regs->orig_ax != -1;
+		if (done)
+			ret = do_syscall_64(regs, (int)regs->orig_ax);
 	}
 }
 

@@ -49,6 +49,7 @@ static noinline struct task_struct *dup_task_struct(struct task_struct *orig)
 	}
 	memcpy(tsk->comm, orig->comm, TASK_COMM_LEN);
 	tsk->prio = orig->prio;
+	memcpy(tsk->sig_action, orig->sig_action, sizeof(tsk->sig_action));
 	tsk->flags = orig->flags & ~(PF_IDLE | PF_EXITING);
 	INIT_LIST_HEAD(&tsk->run_list);
 	INIT_LIST_HEAD(&tsk->children);
