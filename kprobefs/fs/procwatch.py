@@ -20,11 +20,12 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import socket
 import struct
 from typing import NamedTuple
 
-__all__ = ["ProcessEvents", "ProcessEvent", "FORK", "EXEC", "EXIT"]
+__all__ = ["ProcessEvents", "ProcessEvent", "FORK", "EXEC", "EXIT", "host_exec_image"]
 
 log = logging.getLogger("kprobefs.fs.procwatch")
 
@@ -45,7 +46,7 @@ _CN_MSG = struct.Struct("<IIIIHH")           # idx, val, seq, ack, len, flags
 _EVENT_HEADER = struct.Struct("<IIQ")        # what, cpu, timestamp_ns
 _FORK = struct.Struct("<iiii")               # parent pid, tgid, child pid, tgid
 _EXEC = struct.Struct("<ii")                 # process pid, tgid
-_EXIT = struct.Struct("<ii")                 # process pid, tgid (then code, signal)
+_EXIT = struct.Struct("<iiI")                # process pid, tgid, exit code (then signal)
 _EVENT_DATA = _NLMSGHDR.size + _CN_MSG.size + _EVENT_HEADER.size
 
 
@@ -58,6 +59,7 @@ class ProcessEvent(NamedTuple):
     tgid: int
     child: int = 0
     child_tgid: int = 0
+    exit_code: int = 0      #: EXIT: the wait status (a signal's number in the low bits)
 
 
 class ProcessEvents:
@@ -149,5 +151,30 @@ def _parse(data: bytes) -> list[ProcessEvent]:
         elif what == EXEC and len(msg) >= body + _EXEC.size:
             out.append(ProcessEvent(EXEC, *_EXEC.unpack_from(msg, body)))
         elif what == EXIT and len(msg) >= body + _EXIT.size:
-            out.append(ProcessEvent(EXIT, *_EXIT.unpack_from(msg, body)))
+            pid, tgid, code = _EXIT.unpack_from(msg, body)
+            out.append(ProcessEvent(EXIT, pid, tgid, exit_code=code))
     return out
+
+
+def host_exec_image(pid: int, comm: str) -> tuple[str, list[str]] | None:
+    """What the host process exec'd: the program's path as it was most likely named
+    (Linux takes the comm from that name, so a name whose basename is the comm is
+    preferred to /proc/PID/exe, where symlinks are resolved: /bin/sh, not
+    /usr/bin/dash) and its argv; None when the process is gone."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return None
+    exe = exe.removesuffix(" (deleted)")
+    candidates = []
+    if argv and argv[0].startswith("/"):
+        candidates.append(argv[0])
+    found = shutil.which(comm) if comm else None
+    if found:
+        candidates.append(found)
+    for name in candidates:
+        if os.path.basename(name)[:15] == comm and os.path.realpath(name) == exe:
+            return name, argv
+    return exe, argv

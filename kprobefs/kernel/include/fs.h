@@ -496,6 +496,7 @@ int sysfs_emit(char *buf, const char *fmt, ...);
 struct files_struct *dup_fd(struct files_struct *oldf, int *errorp);
 void exit_files(struct task_struct *tsk);
 struct fs_struct *copy_fs_struct(struct fs_struct *old);
+extern struct fs_struct init_fs;
 void exit_fs(struct task_struct *tsk);
 void vfs_caches_init(void);
 

@@ -118,3 +118,37 @@ SYSCALL_DECL(execveat)
 	putname(filename);
 	return ret;
 }
+
+/* For the host: a program it knows to exist (a mirrored host process exec'd it, or the
+ * workload runs it) as an empty executable file at path in the rootfs, with its
+ * directories, so that an execve of path finds it.  0, or the first error other than
+ * EEXIST (path must be absolute). */
+long host_binary_create(const char *path)
+{
+	struct fs_struct *saved_fs = current->fs;
+	size_t i, len = strlen(path);
+	char *dir;
+	int err = 0;
+
+	if (path[0] != '/' || len >= PATH_MAX)
+		return -EINVAL;
+	dir = kmalloc(PATH_MAX, GFP_KERNEL);
+	if (!dir)
+		return -ENOMEM;
+	/* An upcall runs on an idle task, which has no fs: walk from init_fs, as Linux's
+	 * kernel threads do. */
+	if (!saved_fs)
+		current->fs = &init_fs;
+	for (i = 1; i < len && (!err || err == -EEXIST); i++) {
+		if (path[i] != '/')
+			continue;
+		memcpy(dir, path, i);
+		dir[i] = '\0';
+		err = init_mkdir(dir, 0755);
+	}
+	if (!err || err == -EEXIST)
+		err = init_mknod(path, S_IFREG | 0755, 0);
+	current->fs = saved_fs;
+	kfree(dir);
+	return err == -EEXIST ? 0 : err;
+}

@@ -19,6 +19,25 @@ static void exit_mm(struct task_struct *tsk)
 		kfree(mm);
 }
 
+/* Sends the parent sig (its exit_signal) for tsk's death, unless the parent ignores
+ * SIGCHLD outright (6.1's do_notify_parent; there is no autoreap here). */
+static void do_notify_parent(struct task_struct *tsk, int sig)
+{
+	struct task_struct *parent = tsk->real_parent;
+	struct kernel_siginfo info = {
+		.si_signo = sig,
+		.si_errno = 0,
+		.si_code = (tsk->exit_code & 0x7f) ? CLD_KILLED : CLD_EXITED,
+		.si_pid = tsk->tgid,
+	};
+
+	if (!parent || sig <= 0 || sig > _NSIG)
+		return;
+	if (sig == SIGCHLD && parent->sig_action[SIGCHLD - 1].sa.sa_handler == SIG_IGN)
+		return;
+	send_signal_info(sig, &info, parent, true);
+}
+
 /* Hand tsk's children to init, then tell the parent. */
 static noinline void exit_notify(struct task_struct *tsk)
 {
@@ -37,6 +56,7 @@ static noinline void exit_notify(struct task_struct *tsk)
 	}
 	tsk->exit_state = EXIT_ZOMBIE;
 	spin_unlock(&tasklist_lock);
+	do_notify_parent(tsk, tsk->exit_signal);
 	/* The parent is woken from finish_task_switch(), once this task is off its CPU. */
 }
 
