@@ -4,7 +4,8 @@ opensnoop use them: enable the events, run commands with `sh -c`, read `trace`."
 import re
 from pathlib import Path
 
-from test_fs_mount import _need_fuse, real, sh  # noqa: F401  (fixtures)
+from test_fs_mount import (REAL_CLI, _need_fuse, mnt, mount, real, sh,  # noqa: F401
+                           wait_for)
 
 
 def _trace(t):
@@ -157,3 +158,29 @@ def test_killsnoop_sees_a_childs_death_reported_to_its_parent(real):
         sh(f"echo > {t}/set_event")
     assert re.search(rf"^\s*\S+-{child} .*signal_generate: sig=17 errno=0 code=1 "
                      rf"comm=sh pid={parent} grp=1 res=1$", trace, re.M), trace
+
+
+def test_killsnoop_sees_the_workloads_kills(mnt):
+    """The background workload's signals through a mount: sys_enter_kill and
+    signal_generate in the sender, signal_deliver in the target."""
+    mount(REAL_CLI, mnt, "--workload", "300", "--seed", "5")
+    t = f"{mnt}/tracing"
+    _enable(t, "syscalls:sys_enter_kill signal:signal_generate signal:signal_deliver")
+
+    def killed():
+        trace = _trace(t)
+        return "sys_enter_kill:" in trace and "signal_deliver: sig=15 " in trace
+
+    try:
+        assert wait_for(killed, timeout=60.0), _trace(t)
+        trace = _trace(t)
+    finally:
+        sh(f"echo > {t}/set_event")
+    kill = re.search(r"^\s*(kworker-load\d)-(\d+) .* sys_enter_kill: "
+                     r"sys_kill\(pid: ([0-9a-f]+), sig: f\)$", trace, re.M)
+    assert kill, trace
+    sender, target = kill.group(2), int(kill.group(3), 16)
+    assert re.search(rf"^\s*\S+-{sender} .* signal_generate: sig=15 errno=0 code=0 "
+                     rf"comm=\S+ pid={target} grp=1 res=0$", trace, re.M), trace
+    assert re.search(rf"^\s*\S+-{target} .* signal_deliver: sig=15 errno=0 code=0 "
+                     r"sa_handler=0 sa_flags=0$", trace, re.M), trace
