@@ -71,25 +71,32 @@ def _enable(t, events):
     assert r.returncode == 0, r.stderr
 
 
+def _session(t, events, script, probe=""):
+    """Enables events (after defining the kprobe event probe, if any), runs script with
+    sh and returns its stdout's words and the trace; the events and probe go again."""
+    if probe:
+        assert sh(f"echo '{probe}' > {t}/kprobe_events").returncode == 0
+    _enable(t, events)
+    try:
+        r = sh(script)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split(), _trace(t)
+    finally:
+        sh(f"echo > {t}/set_event; echo > {t}/kprobe_events")
+
+
 def test_execsnoop_sees_the_shells_own_fork_and_exec(real):
     """execsnoop's events: the shell forks a child that execs cat (a host exec, from
     the process connector, mirrored as the task's execve): sched_process_fork,
     sys_enter_execve with the filename as a user string (a kprobe's ustring on the
     system call's pt_regs), sched_process_exec with the program's path and pid."""
     t = f"{real}/tracing"
-    probe = "p:execsnoop __x64_sys_execve filename=+0(+112(%di)):ustring"
-    assert sh(f"echo '{probe}' > {t}/kprobe_events").returncode == 0
-    _enable(t, "sched:sched_process_fork sched:sched_process_exec "
-               "syscalls:sys_enter_execve kprobes:execsnoop")
-    try:
-        r = sh(f"echo $$ > {real}/tmp/execsnooped; "
-               f"cat {real}/tmp/execsnooped > /dev/null & echo $! ; wait")
-        assert r.returncode == 0, r.stderr
-        child = int(r.stdout.split()[0])
-        trace = _trace(t)
-    finally:
-        sh(f"echo > {t}/set_event; echo > {t}/kprobe_events")
-    cat = Path("/proc/self/exe").resolve().parent / "cat"
+    words, trace = _session(
+        t, "sched:sched_process_fork sched:sched_process_exec syscalls:sys_enter_execve "
+        "kprobes:execsnoop", f"echo $$ > {real}/tmp/execsnooped; "
+        f"cat {real}/tmp/execsnooped > /dev/null & echo $! ; wait",
+        "p:execsnoop __x64_sys_execve filename=+0(+112(%di)):ustring")
+    child = int(words[0])
     mine = [l for l in trace.splitlines() if f"-{child} " in l or f"child_pid={child}" in l]
     assert any(re.search(rf"sched_process_fork: comm=sh pid=\d+ child_comm=sh "
                          rf"child_pid={child}$", l) for l in mine), trace
@@ -100,21 +107,17 @@ def test_execsnoop_sees_the_shells_own_fork_and_exec(real):
     execs = [l for l in mine if "sched_process_exec:" in l]
     assert execs and re.search(rf"filename=(\S+) pid={child} old_pid={child}$", execs[0])
     path = re.search(r"filename=(\S+) ", execs[0]).group(1)
-    assert Path(path).name == "cat" and names == [path], (names, execs, str(cat))
+    assert Path(path).name == "cat" and names == [path], (names, execs)
     assert re.match(rf"\s*cat-{child} ", execs[0]), execs[0]
 
 
 def test_exec_in_place_keeps_the_pid(real):
     """`sh -c '... ; exec cat ...'`: the shell itself becomes cat, pid unchanged."""
     t = f"{real}/tracing"
-    _enable(t, "sched:sched_process_exec")
-    try:
-        r = sh(f"sh -c 'echo $$ > {real}/tmp/inplace; exec cat {real}/tmp/inplace'")
-        assert r.returncode == 0, r.stderr
-        pid = int(r.stdout)
-        trace = _trace(t)
-    finally:
-        sh(f"echo > {t}/set_event")
+    words, trace = _session(
+        t, "sched:sched_process_exec",
+        f"sh -c 'echo $$ > {real}/tmp/inplace; exec cat {real}/tmp/inplace'")
+    pid = int(words[0])
     assert re.search(rf"^\s*cat-{pid} .*sched_process_exec: filename=\S*/cat pid={pid} "
                      rf"old_pid={pid}$", trace, re.M), trace
 
@@ -123,17 +126,12 @@ def test_opensnoop_reads_the_opened_name_through_the_user_string(real):
     """opensnoop's view: sys_enter_openat has the name as a user pointer; a kprobe on
     do_sys_openat2 reads it as a ustring: the shell's child's own file."""
     t = f"{real}/tracing"
-    probe = "p:opensnoop do_sys_openat2 filename=+0(%si):ustring"
-    assert sh(f"echo '{probe}' > {t}/kprobe_events").returncode == 0
-    _enable(t, "syscalls:sys_enter_openat kprobes:opensnoop")
-    try:
-        r = sh(f"echo x > {real}/tmp/opensnooped; "
-               f"cat {real}/tmp/opensnooped > /dev/null & echo $! ; wait")
-        assert r.returncode == 0, r.stderr
-        child = int(r.stdout.split()[0])
-        trace = _trace(t)
-    finally:
-        sh(f"echo > {t}/set_event; echo > {t}/kprobe_events")
+    words, trace = _session(
+        t, "syscalls:sys_enter_openat kprobes:opensnoop",
+        f"echo x > {real}/tmp/opensnooped; "
+        f"cat {real}/tmp/opensnooped > /dev/null & echo $! ; wait",
+        "p:opensnoop do_sys_openat2 filename=+0(%si):ustring")
+    child = int(words[0])
     mine = [l for l in trace.splitlines() if f"-{child} " in l]
     assert any("sys_enter_openat:" in l for l in mine), trace
     assert any(l.endswith('filename="/tmp/opensnooped"') and "opensnoop:" in l
@@ -146,16 +144,12 @@ def test_killsnoop_sees_a_childs_death_reported_to_its_parent(real):
     (mirrored as the task's exit) and its parent is sent SIGCHLD (sig=17, code=1:
     CLD_EXITED) by the kernel, with signal_generate."""
     t = f"{real}/tracing"
-    _enable(t, "signal:signal_generate syscalls:sys_enter_kill")
-    try:
-        r = sh(f"echo $$ > {real}/tmp/killsnooped; "
-               f"(cat {real}/tmp/killsnooped > /dev/null; exit 3) & echo $! $$; wait; "
-               f"cat {real}/tmp/killsnooped > /dev/null")
-        assert r.returncode == 0, r.stderr
-        child, parent = map(int, r.stdout.split()[:2])
-        trace = _trace(t)
-    finally:
-        sh(f"echo > {t}/set_event")
+    words, trace = _session(
+        t, "signal:signal_generate syscalls:sys_enter_kill",
+        f"echo $$ > {real}/tmp/killsnooped; "
+        f"(cat {real}/tmp/killsnooped > /dev/null; exit 3) & echo $! $$; wait; "
+        f"cat {real}/tmp/killsnooped > /dev/null")
+    child, parent = map(int, words[:2])
     assert re.search(rf"^\s*\S+-{child} .*signal_generate: sig=17 errno=0 code=1 "
                      rf"comm=sh pid={parent} grp=1 res=1$", trace, re.M), trace
 

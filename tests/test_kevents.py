@@ -8,17 +8,15 @@ import struct
 
 import pytest
 
-from kprobefs import Kernel
 from kprobefs.machine.abi import AT_FDCWD, O_CREAT, O_RDWR
 from kprobefs.machine.module import module_taints
 from kprobefs.machine.workload import Workload
-from kprobefs.tracing import Tracer
 
-from test_trace_events import COMMON, lines_of
+from test_trace_events import COMMON, lines_of, traced  # noqa: F401  (fixture)
 from test_tracer_e2e import read, write
 
 ENOENT, ESRCH, EACCES, EFAULT, EINVAL = 2, 3, 13, 14, 22
-SIGKILL, SIGUSR1, SIGTERM, SIGCHLD = 9, 10, 15, 17
+SIGKILL, SIGUSR1, SIGTERM = 9, 10, 15
 _SIG_IGN = 1
 
 _REFCNT = """\
@@ -148,13 +146,6 @@ print fmt: "sig: 0x%08lx, act: 0x%08lx, oact: 0x%08lx, sigsetsize: 0x%08lx", \
 ((unsigned long)(REC->sigsetsize))
 """,
 }
-
-
-@pytest.fixture
-def traced():
-    kernel = Kernel(cpus=2, seed=0)
-    tracer = Tracer(kernel.kprobes, kernel)
-    return kernel, tracer, tracer.tracefs_root()
 
 
 @pytest.mark.parametrize("system,event", sorted(SIX_ONE))
