@@ -46,9 +46,14 @@ def test_an_exec_image_is_named_as_the_process_named_it():
     """/bin/sh runs dash on Debian: /proc/PID/exe says /usr/bin/dash, but the comm is
     "sh", so the name the process was exec'd by (argv[0], or the PATH's) is kept."""
     proc = subprocess.Popen(["/bin/sh", "-c", "read x"], stdin=subprocess.PIPE)
-    try:     # Popen returns once the child has exec'd
-        with open(f"/proc/{proc.pid}/comm") as f:
-            comm = f.read().strip()
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:      # until the child has exec'd
+            with open(f"/proc/{proc.pid}/comm") as f:
+                comm = f.read().strip()
+            if comm == "sh":
+                break
+            time.sleep(0.01)
         filename, argv = host_exec_image(proc.pid, comm)
     finally:
         proc.communicate(b"\n")
