@@ -69,7 +69,6 @@ void __noreturn do_exit(long code)
 	hypercall(HC_TASK_EXIT, tsk->pid, code, 0, 0);
 	exit_mm(tsk);
 	trace_sched_process_exit(tsk);
-	trace_event_pid_exit(tsk);
 	exit_files(tsk);
 	exit_fs(tsk);
 	exit_notify(tsk);
@@ -94,6 +93,9 @@ static noinline void release_task(struct task_struct *p)
 	free_pid(p);
 	p->exit_state = EXIT_DEAD;
 	trace_sched_process_free(p);
+	/* After the free, as 6.1's pid-list probe on sched_process_free: a dying task's
+	 * last events (its SIGCHLD to the parent) are still filtered by its pid. */
+	trace_event_pid_exit(p);
 	trace_native_task_free(p);
 	put_task_stack(p);
 	kfree(p);
