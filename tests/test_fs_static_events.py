@@ -154,6 +154,23 @@ def test_killsnoop_sees_a_childs_death_reported_to_its_parent(real):
                      rf"comm=sh pid={parent} grp=1 res=1$", trace, re.M), trace
 
 
+def test_a_host_process_killed_by_a_signal_dies_of_it(real):
+    """A host shell killed by SIGTERM: its kill(2) is invisible to the daemon (no
+    signal_generate for it), but its death by the signal is: the task exits with it
+    and its parent hears CLD_KILLED (code=2)."""
+    t = f"{real}/tracing"
+    words, trace = _session(
+        t, "signal:signal_generate sched:sched_process_exit",
+        f"echo $$ > {real}/tmp/killed; "
+        f"sh -c 'cat {real}/tmp/killed > /dev/null; echo $$; kill -TERM $$'; "
+        f"echo $? $$; cat {real}/tmp/killed > /dev/null")
+    child, status, parent = map(int, words[:3])
+    assert status == 128 + 15
+    assert re.search(rf"^\s*\S+-{child} .*signal_generate: sig=17 errno=0 code=2 "
+                     rf"comm=sh pid={parent} grp=1 res=1$", trace, re.M), trace
+    assert "signal_generate: sig=15 " not in trace
+
+
 def test_killsnoop_sees_the_workloads_kills(mnt):
     """The background workload's signals through a mount: sys_enter_kill and
     signal_generate in the sender, signal_deliver in the target."""

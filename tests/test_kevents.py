@@ -9,6 +9,7 @@ import struct
 import pytest
 
 from kprobefs.machine.abi import AT_FDCWD, O_CREAT, O_RDWR
+from kprobefs.machine.kernel import ProcessExited
 from kprobefs.machine.module import module_taints
 from kprobefs.machine.workload import Workload
 
@@ -241,6 +242,30 @@ def test_handled_ignored_and_pending_signals(traced):
     assert kernel.syscall(t, "kill", 31999, SIGUSR1) == -ESRCH
     assert kernel.syscall(t, "tgkill", t.pid + 1000, t.pid, SIGUSR1) == -ESRCH
     assert kernel.syscall(t, "kill", t.pid, 0) == 0
+
+
+def test_a_host_process_killed_by_a_signal_ends_its_task_with_it(traced):
+    """host_task_killed: the task exits with the host's wait status (no more calls run,
+    no signal generated or delivered), its parent hears CLD_KILLED or CLD_DUMPED."""
+    kernel, _tracer, root = traced
+    parent = kernel.spawn("parent")
+    child = kernel.tasks[kernel.syscall(parent, "fork")]
+    dumped = kernel.tasks[kernel.syscall(parent, "fork")]
+    write(root, "set_event", "signal:* syscalls:sys_enter_exit")
+    assert kernel.upcall("host_task_killed", child.pid, SIGTERM) == 0
+    with pytest.raises(ProcessExited) as e:
+        kernel.syscall(child, "exit", 0)
+    assert e.value.exit_code == SIGTERM
+    assert kernel.upcall("host_task_killed", dumped.pid, 0x80 | 6) == 0
+    with pytest.raises(ProcessExited):
+        kernel.syscall(dumped, "exit", 0)
+    assert [l.split("signal_generate: ", 1)[1] for l in lines_of(root, "signal_generate")] == [
+        f"sig=17 errno=0 code=2 comm=parent pid={parent.pid} grp=1 res=1",
+        f"sig=17 errno=0 code=3 comm=parent pid={parent.pid} grp=1 res=1"]
+    assert "sys_enter_exit" not in read(root, "trace")
+    assert "signal_deliver" not in read(root, "trace")
+    assert kernel.upcall("host_task_killed", child.pid, SIGTERM) == -ESRCH
+    assert kernel.upcall("host_task_killed", parent.pid, 0) == -EINVAL
 
 
 def test_modules_load_and_free_with_their_taints(traced):

@@ -458,17 +458,23 @@ class Gateway:
         return len(gone)
 
     def _end(self, caller: _Caller, status: int = 0) -> None:
-        """Ends the caller's task with the host process's exit code.  A process killed
-        by a signal ends with code 0: who sent the signal is not known here (the host's
-        kill(2) makes no process event), and the kernel is not told a lie about it."""
+        """Ends the caller's task with the host process's wait status: an exit code
+        through the exit system call; a death by a signal through host_task_killed, so
+        that the task dies of the same signal (its parent hears CLD_KILLED) without a
+        signal_generate: who sent it is not known here (the host's kill(2) makes no
+        process event)."""
         self._forget(caller)
         if caller.task.state == "dead":
             return
+        upcall = getattr(self.kernel, "upcall", None)
         try:
+            if status & 0x7f and upcall is not None:
+                upcall("host_task_killed", caller.task.pid, status, timeout=self.timeout)
+            # After a kill this call never runs: it fails as the task exits.
             self._call(caller.task, "exit", (status >> 8) & 0xff)
         except (ProcessExited, KernelOops):
             pass  # the expected outcome: the task is gone
-        except OSError as e:
+        except (OSError, KernelError, MachineError) as e:
             log.warning("task of pid %d did not exit: %s", caller.pid, e)
         else:
             log.warning("exit returned for pid %d", caller.pid)

@@ -29,6 +29,7 @@
 #define SI_TKILL (-6)
 #define CLD_EXITED 1
 #define CLD_KILLED 2
+#define CLD_DUMPED 3
 
 /* The user's struct sigaction, as x86_64's rt_sigaction takes it. */
 struct sigaction {
@@ -55,6 +56,7 @@ struct kernel_siginfo {
 /* What a task has pending: one entry per signal (the legacy, non-queueing kind). */
 struct sigpending {
 	u64 signal;
+	int host_exit;		/* the host's process died of a signal: this wait status */
 	struct kernel_siginfo info[_NSIG];
 };
 
@@ -63,4 +65,9 @@ int send_signal_info(int sig, struct kernel_siginfo *info, struct task_struct *t
 		     bool group);
 void flush_signal_handlers(struct task_struct *t);
 void exit_to_user_mode(void);
+long host_task_killed(pid_t pid, int status);
+static inline bool host_exit_pending(const struct sigpending *pending)
+{
+	return pending->host_exit != 0;
+}
 #endif

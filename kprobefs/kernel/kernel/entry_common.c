@@ -63,7 +63,8 @@ void __noreturn user_mode_loop(void)
 		else
 			schedule();
 		done = (long)regs->orig_ax != -1;
-		if (done)
+		/* A task whose host process is dead runs no more calls (they fail). */
+		if (done && !host_exit_pending(&current->pending))
 			ret = do_syscall_64(regs, (int)regs->orig_ax);
 	}
 }

@@ -27,7 +27,8 @@ static void do_notify_parent(struct task_struct *tsk, int sig)
 	struct kernel_siginfo info = {
 		.si_signo = sig,
 		.si_errno = 0,
-		.si_code = (tsk->exit_code & 0x7f) ? CLD_KILLED : CLD_EXITED,
+		.si_code = (tsk->exit_code & 0x80) ? CLD_DUMPED :
+			   (tsk->exit_code & 0x7f) ? CLD_KILLED : CLD_EXITED,
 		.si_pid = tsk->tgid,
 	};
 

@@ -207,12 +207,31 @@ static int next_signal(struct sigpending *pending)
 	return pending->signal ? __builtin_ctzll(pending->signal) + 1 : 0;
 }
 
+/* For the host: the process that task pid mirrors died of a signal, whose sender it
+ * cannot know (a kill(2) on the host makes no process event).  The task follows it
+ * on its way back to user mode, without running another call: it exits with status
+ * (the signal, and 0x80 for a core dump), and its parent hears CLD_KILLED or
+ * CLD_DUMPED.  No signal is generated or delivered here: that part was the host's. */
+long host_task_killed(pid_t pid, int status)
+{
+	struct task_struct *t = find_task_by_vpid(pid);
+
+	if (!t || t->exit_state || !(status & 0x7f))
+		return !t || t->exit_state ? -ESRCH : -EINVAL;
+	t->pending.host_exit = status & 0xff;
+	if (t->__state == TASK_INTERRUPTIBLE)
+		wake_up_process(t);
+	return 0;
+}
+
 /* Takes every pending signal (6.1's get_signal): a fatal one ends the task. */
 static noinline void get_signal(void)
 {
 	struct task_struct *t = current;
 	int sig;
 
+	if (host_exit_pending(&t->pending))
+		do_exit(t->pending.host_exit);
 	while ((sig = next_signal(&t->pending))) {
 		struct k_sigaction *ka = &t->sig_action[sig - 1];
 		struct kernel_siginfo info = t->pending.info[sig - 1];
@@ -236,6 +255,6 @@ static noinline void get_signal(void)
 /* On the way back to user mode: deliver what is pending. */
 void exit_to_user_mode(void)
 {
-	if (unlikely(current->pending.signal))
+	if (unlikely(current->pending.signal || host_exit_pending(&current->pending)))
 		get_signal();
 }
