@@ -16,7 +16,7 @@ from kprobefs.machine.workload import Workload
 from test_trace_events import COMMON, lines_of, traced  # noqa: F401  (fixture)
 from test_tracer_e2e import read, write
 
-ENOENT, ESRCH, EACCES, EFAULT, EINVAL = 2, 3, 13, 14, 22
+ENOENT, ESRCH, EACCES, EFAULT, EINVAL, ELOOP = 2, 3, 13, 14, 22, 40
 SIGKILL, SIGUSR1, SIGTERM = 9, 10, 15
 _SIG_IGN = 1
 
@@ -191,6 +191,13 @@ def test_execve_finds_the_file_renames_the_task_and_records_the_exec(traced):
     assert kernel.syscall(t, "execveat", dfd, "prog-with-a-long-name", ["p"], [], 0) == 0
     assert lines_of(root, "sched_process_exec")[-1].endswith(
         f"filename=/dev/fd/{dfd}/prog-with-a-long-name pid={t.pid} old_pid={t.pid}")
+    # AT_SYMLINK_NOFOLLOW on a symlink: ELOOP; followed, it runs the program.
+    assert kernel.syscall(t, "symlink", "/tmp/prog-with-a-long-name", "/tmp/link") == 0
+    assert kernel.syscall(t, "execveat", AT_FDCWD, "/tmp/link", ["l"], [], 0x100) == -ELOOP
+    assert kernel.syscall(t, "execveat", AT_FDCWD, "/tmp/link", ["l"], [], 0x1234) == -EINVAL
+    assert kernel.syscall(t, "execve", "/tmp/link", ["l"], []) == 0
+    assert lines_of(root, "sched_process_exec")[-1].endswith(
+        f"filename=/tmp/link pid={t.pid} old_pid={t.pid}")
 
 
 def test_a_fatal_signal_ends_the_task_with_it(traced):
@@ -240,6 +247,7 @@ def test_handled_ignored_and_pending_signals(traced):
     assert deliver.endswith("sig=10 errno=0 code=-6 sa_handler=401000 sa_flags=4000000")
     assert kernel.syscall(t, "kill", t.pid, 65) == -EINVAL
     assert kernel.syscall(t, "kill", 31999, SIGUSR1) == -ESRCH
+    assert kernel.syscall(t, "kill", 31999, 65) == -ESRCH     # looked up first, as 6.1
     assert kernel.syscall(t, "tgkill", t.pid + 1000, t.pid, SIGUSR1) == -ESRCH
     assert kernel.syscall(t, "kill", t.pid, 0) == 0
 

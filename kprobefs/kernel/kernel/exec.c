@@ -9,8 +9,6 @@
 #include "syscalls.h"
 #include "uaccess.h"
 
-#define ENOEXEC 8
-#define MAX_ARG_STRINGS 0x7FFFFFFF
 /* This kernel's own bound on the strings walked: a task's user window is 16 MiB. */
 #define EXEC_ARG_LIMIT (1 << 16)
 
@@ -68,6 +66,9 @@ static noinline int do_execveat_common(int fd, struct filename *filename,
 	if (retval)
 		return retval;
 	inode = d_inode(path.dentry);
+	retval = -ELOOP;	/* AT_SYMLINK_NOFOLLOW and the name is a symlink */
+	if (inode && S_ISLNK(inode->i_mode))
+		goto out;
 	retval = -EACCES;
 	if (!inode || !S_ISREG(inode->i_mode) || !(inode->i_mode & 0111))
 		goto out;

@@ -103,15 +103,21 @@ void flush_signal_handlers(struct task_struct *t)
 	}
 }
 
+static bool valid_signal(int sig)
+{
+	return sig >= 0 && sig <= _NSIG;
+}
+
+/* The target is looked up before the signal is checked, as 6.1 does: a bad signal
+ * to no one is ESRCH. */
 static int kill_task_info(int sig, struct kernel_siginfo *info, pid_t pid, bool group)
 {
-	struct task_struct *t;
+	struct task_struct *t = find_task_by_vpid(pid);
 
-	if (sig < 0 || sig > _NSIG)
-		return -EINVAL;
-	t = find_task_by_vpid(pid);
 	if (!t || t->exit_state)
 		return -ESRCH;
+	if (!valid_signal(sig))
+		return -EINVAL;
 	/* Everyone runs as root: every sender may signal every task. */
 	if (!sig)
 		return 0;
@@ -122,7 +128,7 @@ static int kill_task_info(int sig, struct kernel_siginfo *info, pid_t pid, bool 
 static int kill_all(int sig, struct kernel_siginfo *info)
 {
 	struct task_struct *p, *victims[64];
-	int n = 0, i, err = -ESRCH;
+	int n = 0, i;
 
 	spin_lock(&tasklist_lock);
 	list_for_each_entry(p, &task_list_head, tasks) {
@@ -131,9 +137,13 @@ static int kill_all(int sig, struct kernel_siginfo *info)
 			victims[n++] = p;
 	}
 	spin_unlock(&tasklist_lock);
-	for (i = 0; i < n; i++)
-		err = sig ? __send_signal(sig, info, victims[i], true) : 0;
-	return err;
+	if (!n)
+		return -ESRCH;
+	if (!valid_signal(sig))
+		return -EINVAL;
+	for (i = 0; sig && i < n; i++)
+		__send_signal(sig, info, victims[i], true);
+	return 0;
 }
 
 SYSCALL_DECL(kill)
@@ -144,8 +154,6 @@ SYSCALL_DECL(kill)
 		.si_signo = sig, .si_errno = 0, .si_code = SI_USER, .si_pid = current->tgid,
 	};
 
-	if (sig < 0 || sig > _NSIG)
-		return -EINVAL;
 	if (pid > 0)
 		return kill_task_info(sig, &info, pid, true);
 	if (pid == -1)
