@@ -122,6 +122,22 @@ def test_exec_in_place_keeps_the_pid(real):
                      rf"old_pid={pid}$", trace, re.M), trace
 
 
+def test_a_command_run_in_the_mount_is_seen_exec_d(real):
+    """`cd MNT/tmp; sh -c 'ls'`: the shell that cd'd is known, so its child shell and the
+    ls it runs are followed: sh's exec of sh, then of ls, in the pids the host gave."""
+    t = f"{real}/tracing"
+    words, trace = _session(
+        t, "sched:sched_process_exec",
+        f"cd {real}/tmp && sh -c 'echo $$; exec ls -a' > {real}/tmp/listing; "
+        f"head -n 1 {real}/tmp/listing")
+    pid = int(words[0])
+    execs = [l for l in trace.splitlines() if f"-{pid} " in l]
+    assert re.search(rf"sched_process_exec: filename=\S*/sh pid={pid} old_pid={pid}$",
+                     execs[0]), trace
+    assert re.search(rf"^\s*ls-{pid} .*sched_process_exec: filename=\S*/ls pid={pid} "
+                     rf"old_pid={pid}$", execs[1]), trace
+
+
 def test_opensnoop_reads_the_opened_name_through_the_user_string(real):
     """opensnoop's view: sys_enter_openat has the name as a user pointer; a kprobe on
     do_sys_openat2 reads it as a ustring: the shell's child's own file."""
