@@ -77,6 +77,8 @@ DIR_BUFFER = 32 * 1024
 DEBUGFS_PATH = "/sys/kernel/debug"
 TRACEFS_PATH = "/sys/kernel/tracing"
 PROC_PATH = "/proc"
+#: Kernel directories where no host program is made for a mirrored exec.
+_NO_PROGRAMS = ("/proc", "/sys", "/dev")
 #: Top-level names the mount root shows beside debugfs' own entries, and the kernel
 #: directories they are.
 ROOT_DIRS = {"proc": PROC_PATH, "dev": "/dev", "tmp": "/tmp"}
@@ -390,6 +392,8 @@ class Gateway:
         if image is None or upcall is None:
             return
         filename, argv = image
+        if any(filename.startswith(d + "/") for d in _NO_PROGRAMS):
+            return      # the kernel's own mounts: no file is made there
         try:
             if upcall("host_binary_create", filename, timeout=self.timeout) < 0:
                 return
