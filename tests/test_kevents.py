@@ -8,10 +8,12 @@ import struct
 
 import pytest
 
+from kprobefs import Kernel
 from kprobefs.machine.abi import AT_FDCWD, O_CREAT, O_RDWR
 from kprobefs.machine.kernel import ProcessExited
 from kprobefs.machine.module import module_taints
 from kprobefs.machine.workload import Workload
+from kprobefs.tracing import Tracer
 
 from test_trace_events import COMMON, lines_of, traced  # noqa: F401  (fixture)
 from test_tracer_e2e import read, write
@@ -250,6 +252,23 @@ def test_handled_ignored_and_pending_signals(traced):
     assert kernel.syscall(t, "kill", 31999, 65) == -ESRCH     # looked up first, as 6.1
     assert kernel.syscall(t, "tgkill", t.pid + 1000, t.pid, SIGUSR1) == -ESRCH
     assert kernel.syscall(t, "kill", t.pid, 0) == 0
+
+
+def test_a_signal_already_pending_is_not_queued_again():
+    """Two SIGUSR1 before the target runs (one CPU: the sender's calls run back to
+    back): the second is res=2 (ALREADY_PENDING), and one is delivered."""
+    kernel = Kernel(cpus=1, seed=0)
+    root = Tracer(kernel.kprobes, kernel).tracefs_root()
+    target, sender = kernel.spawn("target"), kernel.spawn("sender")
+    action = struct.pack("<4Q", 0x401000, 0x04000000, 0x401100, 0)
+    assert kernel.syscall(target, "rt_sigaction", SIGUSR1, action, 0, 8) == 0
+    write(root, "set_event", "signal:*")
+    with kernel.lock:
+        reqs = [kernel.submit(sender, "kill", target.pid, SIGUSR1) for _ in range(2)]
+    assert [kernel.wait(r) for r in reqs] == [0, 0]
+    assert [l.rsplit(" ", 1)[1] for l in lines_of(root, "signal_generate")] == [
+        "res=0", "res=2"]
+    assert len(lines_of(root, "signal_deliver")) == 1
 
 
 def test_a_host_process_killed_by_a_signal_ends_its_task_with_it(traced):
