@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kprobefs.fs.procwatch import COMM, EXEC, EXIT, FORK, ProcessEvents
+from kprobefs.fs.procwatch import COMM, EXEC, EXIT, FORK, ProcessEvents, host_exec_image
 
 
 @pytest.fixture
@@ -22,7 +22,8 @@ def events():
 
 def test_fork_exec_exit_of_a_child_arrive_in_order(events):
     events.drain()
-    child = subprocess.run(["sh", "-c", "(true); exec true"], check=True)
+    child = subprocess.run(["sh", "-c", "(true); exec sh -c 'exit 7'"])
+    assert child.returncode == 7
     del child
     deadline = time.monotonic() + 5
     seen = []
@@ -37,6 +38,8 @@ def test_fork_exec_exit_of_a_child_arrive_in_order(events):
     kinds = [e.what for e in mine]
     # exec of sh, then it forks its subshell, execs `true`, and exits
     assert kinds[-3:] == [FORK, EXEC, EXIT]
+    # the exit carries the wait status
+    assert mine[-1].exit_code == 7 << 8
 
 
 def test_the_reader_thread_queues_events_with_the_execd_comm_and_signals_them(events):
@@ -65,3 +68,24 @@ def test_comm_events_carry_the_new_name():
     cn = pw._CN_MSG.pack(pw.CN_IDX_PROC, pw.CN_VAL_PROC, 0, 0, len(body), 0) + body
     msg = pw._NLMSGHDR.pack(pw._NLMSGHDR.size + len(cn), pw.NLMSG_DONE, 0, 0, 0) + cn
     assert pw._parse(msg) == [pw.ProcessEvent(COMM, 42, 42, comm="renamed")]
+
+
+def test_an_exec_image_is_named_as_the_process_named_it():
+    """/bin/sh runs dash on Debian: /proc/PID/exe says /usr/bin/dash, but the comm is
+    "sh", so the name the process was exec'd by (argv[0], or the PATH's) is kept."""
+    proc = subprocess.Popen(["/bin/sh", "-c", "read x"], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:      # until the child has exec'd
+            with open(f"/proc/{proc.pid}/comm") as f:
+                comm = f.read().strip()
+            if comm == "sh":
+                break
+            time.sleep(0.01)
+        filename, argv = host_exec_image(proc.pid, comm)
+    finally:
+        proc.communicate(b"\n")
+    assert os.path.basename(filename) == comm == "sh"
+    assert os.path.realpath(filename) == os.path.realpath("/bin/sh")
+    assert argv == ["/bin/sh", "-c", "read x"]
+    assert host_exec_image(proc.pid, comm) is None      # gone

@@ -275,8 +275,9 @@ def test_an_instance_runs_the_function_tracer_on_its_own():
     # the latency tracers that allow instances too (irqsoff and kin are the top's only)
     assert cat(root, "instances/foo/available_tracers") == \
         "wakeup_dl wakeup_rt wakeup function nop\n"
-    assert cat(root, "available_tracers") == ("wakeup_dl wakeup_rt wakeup preemptirqsoff "
-                                              "preemptoff irqsoff function nop\n")
+    assert cat(root, "available_tracers") == ("function_graph wakeup_dl wakeup_rt wakeup "
+                                              "preemptirqsoff preemptoff irqsoff function "
+                                              "nop\n")
     echo(root, "instances/foo/set_ftrace_filter", "vfs_read")
     assert cat(root, "instances/foo/set_ftrace_filter") == "vfs_read\n"
     assert cat(root, "set_ftrace_filter").startswith("#### all functions enabled")

@@ -6,7 +6,9 @@ A pid seen for the first time becomes a task through ``kernel.spawn(comm, pid=ho
 the task of its host parent when that one is known.  With the host's process events
 (:mod:`.procwatch`), the forks, execs and exits of known processes are mirrored as they
 happen: a fork becomes the emulated parent's ``kernel_clone`` even when the child never
-makes a request, an exec renames the task, an exit runs ``do_exit``.  open is
+makes a request, an exec is the task's ``execve`` of the same program (which the
+emulated rootfs then holds, as an empty file), an exit runs ``do_exit`` with the
+process's exit status.  open is
 ``openat``, read is ``lseek`` + ``read``, write is ``lseek`` + ``write``, release is
 ``close``, readdir is ``getdents64``, getattr is ``newfstatat``.  Tasks whose host process
 has gone exit through the ``exit`` system call (do_exit) when :meth:`Gateway.reap` runs.
@@ -47,7 +49,7 @@ from typing import Callable, NamedTuple
 
 from ..errors import KernelError, KernelOops, KernelStuck, KernelWedged, MachineError
 from ..machine.kernel import ProcessExited, UserBuffer
-from .procwatch import COMM, EXEC, EXIT, FORK, ProcessEvent, ProcessEvents
+from .procwatch import COMM, EXEC, EXIT, FORK, ProcessEvent, ProcessEvents, host_exec_image
 from .tree import HostFS
 
 __all__ = ["Gateway", "Caller", "Attributes", "host_comm", "host_start_time",
@@ -77,6 +79,8 @@ DIR_BUFFER = 32 * 1024
 DEBUGFS_PATH = "/sys/kernel/debug"
 TRACEFS_PATH = "/sys/kernel/tracing"
 PROC_PATH = "/proc"
+#: Kernel directories where no host program is made for a mirrored exec.
+_NO_PROGRAMS = ("/proc", "/sys", "/dev")
 #: Top-level names the mount root shows beside debugfs' own entries, and the kernel
 #: directories they are.
 ROOT_DIRS = {"proc": PROC_PATH, "dev": "/dev", "tmp": "/tmp"}
@@ -435,14 +439,43 @@ class Gateway:
                 caller = self._callers.get(event.pid)
             if caller is not None:
                 caller.comm_seen = event.comm or caller.comm_seen
-                caller.exec_seen = True
+                if caller.task.state != "dead":
+                    self._exec(caller)
         elif event.what == EXIT:
             with self._lock:
                 caller = self._callers.get(event.pid)
             if caller is not None and caller.pid != os.getpid():
                 if caller.exec_seen:    # exec'd and gone within one batch of events
                     self._rename(caller)
-                self._end(caller)
+                self._end(caller, event.exit_code)
+
+    def _exec(self, caller: _Caller) -> None:
+        """Mirrors a host exec as the task's execve of the program the process runs now
+        (made in the emulated rootfs first, so that the kernel's lookup finds it):
+        sys_enter_execve and sched_process_exec show it, and the kernel takes the comm
+        from its name.  When that cannot be done (the process is gone, the path is not
+        one the rootfs can hold), the task is renamed at its next request instead."""
+        caller.exec_seen = True
+        comm = caller.comm_seen or host_comm(caller.pid)
+        image = host_exec_image(caller.pid, comm) if comm else None
+        upcall = getattr(self.kernel, "upcall", None)
+        if image is None or upcall is None:
+            return
+        filename, argv = image
+        if any(filename.startswith(d + "/") for d in _NO_PROGRAMS):
+            return      # the kernel's own mounts: no file is made there
+        try:
+            if upcall("host_binary_create", filename, timeout=self.timeout) < 0:
+                return
+            ret = self._call(caller.task, "execve", filename, argv, [])
+        except (ProcessExited, KernelOops, KernelError, MachineError, OSError) as e:
+            log.debug("mirroring the exec of pid %d failed: %s", caller.pid, e)
+            return
+        if ret < 0:
+            log.debug("execve of %s for pid %d failed: %d", filename, caller.pid, ret)
+            return
+        caller.exec_seen = False
+        caller.comm = caller.task.comm = os.path.basename(filename)[:15]
 
     def _spawn(self, comm: str, pid: int, parent=None):
         # the parent only when there is one: kernel.spawn forks from init by default
@@ -498,15 +531,24 @@ class Gateway:
             self._end(caller)
         return len(gone)
 
-    def _end(self, caller: _Caller) -> None:
+    def _end(self, caller: _Caller, status: int = 0) -> None:
+        """Ends the caller's task with the host process's wait status: an exit code
+        through the exit system call; a death by a signal through host_task_killed, so
+        that the task dies of the same signal (its parent hears CLD_KILLED) without a
+        signal_generate: who sent it is not known here (the host's kill(2) makes no
+        process event)."""
         self._forget(caller)
         if caller.task.state == "dead":
             return
+        upcall = getattr(self.kernel, "upcall", None)
         try:
-            self._call(caller.task, "exit", 0)
+            if status & 0x7f and upcall is not None:
+                upcall("host_task_killed", caller.task.pid, status, timeout=self.timeout)
+            # After a kill this call never runs: it fails as the task exits.
+            self._call(caller.task, "exit", (status >> 8) & 0xff)
         except (ProcessExited, KernelOops):
             pass  # the expected outcome: the task is gone
-        except OSError as e:
+        except (OSError, KernelError, MachineError) as e:
             log.warning("task of pid %d did not exit: %s", caller.pid, e)
         else:
             log.warning("exit returned for pid %d", caller.pid)

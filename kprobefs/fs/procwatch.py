@@ -22,12 +22,13 @@ import errno
 import logging
 import os
 import select
+import shutil
 import socket
 import struct
 import threading
 from typing import NamedTuple
 
-__all__ = ["ProcessEvents", "ProcessEvent", "FORK", "EXEC", "COMM", "EXIT"]
+__all__ = ["ProcessEvents", "ProcessEvent", "FORK", "EXEC", "COMM", "EXIT", "host_exec_image"]
 
 log = logging.getLogger("kprobefs.fs.procwatch")
 
@@ -49,7 +50,7 @@ _CN_MSG = struct.Struct("<IIIIHH")           # idx, val, seq, ack, len, flags
 _EVENT_HEADER = struct.Struct("<IIQ")        # what, cpu, timestamp_ns
 _FORK = struct.Struct("<iiii")               # parent pid, tgid, child pid, tgid
 _EXEC = struct.Struct("<ii")                 # process pid, tgid
-_EXIT = struct.Struct("<ii")                 # process pid, tgid (then code, signal)
+_EXIT = struct.Struct("<iiI")                # process pid, tgid, exit code (then signal)
 _COMM = struct.Struct("<ii16s")              # process pid, tgid, comm
 _EVENT_DATA = _NLMSGHDR.size + _CN_MSG.size + _EVENT_HEADER.size
 
@@ -67,6 +68,7 @@ class ProcessEvent(NamedTuple):
     child: int = 0
     child_tgid: int = 0
     comm: str = ""
+    exit_code: int = 0      #: EXIT: the wait status (a signal's number in the low bits)
 
 
 class ProcessEvents:
@@ -218,5 +220,30 @@ def _parse(data: bytes) -> list[ProcessEvent]:
             comm = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
             out.append(ProcessEvent(COMM, pid, tgid, comm=comm))
         elif what == EXIT and len(msg) >= body + _EXIT.size:
-            out.append(ProcessEvent(EXIT, *_EXIT.unpack_from(msg, body)))
+            pid, tgid, code = _EXIT.unpack_from(msg, body)
+            out.append(ProcessEvent(EXIT, pid, tgid, exit_code=code))
     return out
+
+
+def host_exec_image(pid: int, comm: str) -> tuple[str, list[str]] | None:
+    """What the host process exec'd: the program's path as it was most likely named
+    (Linux takes the comm from that name, so a name whose basename is the comm is
+    preferred to /proc/PID/exe, where symlinks are resolved: /bin/sh, not
+    /usr/bin/dash) and its argv; None when the process is gone."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return None
+    exe = exe.removesuffix(" (deleted)")
+    candidates = []
+    if argv and argv[0].startswith("/"):
+        candidates.append(argv[0])
+    found = shutil.which(comm) if comm else None
+    if found:
+        candidates.append(found)
+    for name in candidates:
+        if os.path.basename(name)[:15] == comm and os.path.realpath(name) == exe:
+            return name, argv
+    return exe, argv

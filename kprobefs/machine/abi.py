@@ -10,14 +10,15 @@ __all__ = [
 
 #: x86_64 system call numbers the kernel implements.
 SYSCALLS = {
-    "read": 0, "write": 1, "open": 2, "close": 3, "stat": 4, "lseek": 8, "getpid": 39,
-    "socket": 41, "accept": 43, "bind": 49, "listen": 50, "clone": 56, "fork": 57,
-    "exit": 60, "wait4": 61, "uname": 63, "getcwd": 79, "chdir": 80, "mkdir": 83,
-    "rmdir": 84, "unlink": 87, "symlink": 88, "readlink": 89, "getppid": 110,
-    "setpriority": 141, "sched_setscheduler": 144,
-    "prctl": 157, "gettid": 186, "getdents64": 217, "exit_group": 231, "openat": 257,
+    "read": 0, "write": 1, "open": 2, "close": 3, "stat": 4, "lseek": 8,
+    "rt_sigaction": 13, "getpid": 39, "socket": 41, "accept": 43, "bind": 49,
+    "listen": 50, "clone": 56, "fork": 57, "execve": 59, "exit": 60, "wait4": 61,
+    "kill": 62, "uname": 63, "getcwd": 79, "chdir": 80, "mkdir": 83, "rmdir": 84,
+    "unlink": 87, "symlink": 88, "readlink": 89, "getppid": 110,
+    "setpriority": 141, "sched_setscheduler": 144, "prctl": 157,
+    "gettid": 186, "getdents64": 217, "exit_group": 231, "tgkill": 234, "openat": 257,
     "mkdirat": 258, "newfstatat": 262, "unlinkat": 263, "symlinkat": 266,
-    "readlinkat": 267, "accept4": 288, "clone3": 435,
+    "readlinkat": 267, "accept4": 288, "execveat": 322, "clone3": 435,
 }
 
 AT_FDCWD = -100
@@ -32,8 +33,9 @@ O_DIRECTORY = 0o200000
 PR_SET_NAME, PR_GET_NAME = 15, 16
 #: Task states a task sleeps in (include/sched.h).
 TASK_INTERRUPTIBLE, TASK_UNINTERRUPTIBLE = 0x1, 0x2
-#: orig_ax of a wake-up that carries no system call (user_mode_loop).
-NO_SYSCALL = -1
+#: orig_ax of a wake-up for a run of the host process, no system call (HOST_RUN in
+#: include/kernel.h; -1 means no call at all: user_mode_loop).
+NO_SYSCALL = -2
 AF_INET, SOCK_STREAM = 2, 1
 S_IFDIR, S_IFREG, S_IFLNK = 0o040000, 0o100000, 0o120000
 

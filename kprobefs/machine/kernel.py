@@ -803,12 +803,14 @@ class Kernel:
         return self.mem.read_cstring(t + self.kabi["task.comm"], 16).decode("utf-8", "replace")
 
     def _hc_syscall_done(self):
-        ret, pid, regs_ptr = self._args()[:3]
+        ret, pid, regs_ptr, no_call = self._args()[:4]
         task = self.tasks.get(_signed(pid))
         if task is None:
             return 0
         task.regs_ptr = regs_ptr
-        if task.active is not None:
+        if no_call and task.active is not None:
+            return 1    # a signal woke the task, and its next call is loaded meanwhile
+        if task.active is not None and not no_call:
             req, task.active = task.active, None
             req.result = _signed(ret)
             self._copy_out(req)

@@ -69,6 +69,27 @@ _R_NONE, _R_64, _R_PC32, _R_PLT32, _R_32, _R_32S, _R_PC64 = 0, 1, 2, 4, 10, 11, 
 #: Sections a module carries for the loader only: read, never mapped.
 _NOT_MAPPED = (".modinfo",)
 
+#: The taint bits a module may set (include/linux/panic.h's TAINT_* numbers).
+TAINT_PROPRIETARY_MODULE, TAINT_CRAP, TAINT_OOT_MODULE, TAINT_UNSIGNED_MODULE = 0, 10, 12, 13
+#: The licenses 6.1's license_is_gpl_compatible() accepts.
+_GPL_COMPATIBLE = frozenset({"GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL",
+                             "Dual MIT/GPL", "Dual MPL/GPL"})
+
+
+def module_taints(info: dict) -> int:
+    """struct module's taints for a module with these .modinfo strings, as a kernel
+    with module signatures (not enforced, Debian's 6.1) sets them: proprietary without a
+    GPL-compatible license, out-of-tree without intree=Y, staging with staging=Y, and
+    unsigned always (this loader takes no signatures)."""
+    taints = 1 << TAINT_UNSIGNED_MODULE
+    if info.get("license") not in _GPL_COMPATIBLE:
+        taints |= 1 << TAINT_PROPRIETARY_MODULE
+    if info.get("intree") != "Y":
+        taints |= 1 << TAINT_OOT_MODULE
+    if info.get("staging") == "Y":
+        taints |= 1 << TAINT_CRAP
+    return taints
+
 
 def default_module_dir() -> Path:
     """The modules bundled with the package (``kprobefs/kernel/modules``)."""
@@ -321,6 +342,8 @@ class ModuleLoader:
             kernel.image.add_module(mod)
             self._hold_trace_printk_formats(mod)
             self._notify(MODULE_STATE_COMING, mod)
+            # module:module_load, before init runs (6.1's load_module)
+            kernel.call_in_process("module_trace_load", mod.name, module_taints(mod.info))
             if mod.init is None:
                 self._init_done(mod, 0)
                 return mod
@@ -552,6 +575,7 @@ class ModuleLoader:
         """GOING, then freed (after exit has run, or a failed init)."""
         mod.state = MODULE_STATE_GOING
         self._notify(MODULE_STATE_GOING, mod)
+        self.kernel.call_in_process("module_trace_free", mod.name)   # module:module_free
         self.kernel.image.remove_module(mod.name)
         self.modules.pop(mod.name, None)
         self._free(mod)

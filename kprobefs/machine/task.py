@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import struct
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
@@ -96,17 +97,30 @@ def check_syscall_args(args) -> None:
     """TypeError for an argument a system call cannot take (checked before it is queued:
     marshalling happens later, on the machine's thread)."""
     for a in args:
-        if not isinstance(a, _ARG_TYPES + (UserBuffer,)):
+        if isinstance(a, (list, tuple)):
+            if not all(isinstance(s, (str, bytes)) for s in a):
+                raise TypeError("a string array holds str or bytes only")
+        elif not isinstance(a, _ARG_TYPES + (UserBuffer,)):
             raise TypeError(f"cannot pass {type(a).__name__} to a system call")
 
 
 def marshal(mem, task: Task, req: SyscallRequest) -> list[int]:
     """Copy req's arguments into the task's user window (str as NUL-terminated strings,
-    bytes as buffers, UserBuffer as output buffers); returns the register values.
-    KernelError(E2BIG) when they do not fit."""
+    bytes as buffers, UserBuffer as output buffers, a list or tuple of strings as a
+    NULL-ended array of string pointers, as execve's argv); returns the register
+    values.  KernelError(E2BIG) when they do not fit."""
     cursor = task.window + PAGE
     out = []
     for a in req.args:
+        if isinstance(a, (list, tuple)):
+            pointers = []
+            for s in a:
+                data = (s.encode() if isinstance(s, str) else bytes(s)) + b"\0"
+                mem.ensure_user_pages(cursor, len(data))
+                mem.write(cursor, data)
+                pointers.append(cursor)
+                cursor += (len(data) + 15) & ~15
+            a = struct.pack(f"<{len(pointers) + 1}Q", *pointers, 0)
         if isinstance(a, str):
             a = a.encode() + b"\0"
         if isinstance(a, (bytes, bytearray, memoryview)):

@@ -1,5 +1,6 @@
 """A background workload: tasks that keep the kernel busy the way a real system is, with
-file I/O, directories, links, forks and exits, and TCP connections arriving from the NIC.
+file I/O, directories, links, forks, execs, signals and exits, and TCP connections
+arriving from the NIC.
 
 Each worker is a generator that yields system calls ``(name, *args)`` and receives their
 results; a seeded random generator picks what they do, so a run is reproducible.
@@ -18,6 +19,12 @@ from .kernel import Kernel, ProcessExited, SyscallRequest, Task, UserBuffer
 __all__ = ["Workload", "tcp_syn_packet", "inet_checksum"]
 
 Step = Generator[tuple, int, None]
+
+#: Programs the workload's children exec (made in the emulated rootfs at start).
+PROGRAMS = ("/usr/bin/true", "/usr/bin/sleep", "/bin/sh")
+SIGUSR1, SIGTERM = 10, 15
+#: A handler's address for rt_sigaction (no user code runs: delivering is all).
+_HANDLER, _RESTORER, _SA_RESTORER = 0x401000, 0x401100, 0x04000000
 
 
 def inet_checksum(data: bytes) -> int:
@@ -62,6 +69,8 @@ class Workload:
         self._unlimited = False
         self._budget_left: int | None = None
         self._listener_port = 8000 + self.rng.randrange(1000)
+        for program in PROGRAMS:
+            kernel.upcall("host_binary_create", program)
         self._tasks = [kernel.spawn(f"kworker-load{i}") for i in range(workers)]
         self._gens = {t.pid: self._worker(t, i) for i, t in enumerate(self._tasks)}
         self._ready: dict[int, tuple] = {t.pid: next(self._gens[t.pid]) for t in self._tasks}
@@ -130,7 +139,8 @@ class Workload:
         n = 0
         while True:
             n += 1
-            kind = rng.choice(("file", "file", "dir", "link", "fork", "stat"))
+            kind = rng.choice(("file", "file", "dir", "link", "fork", "stat", "exec",
+                               "signal"))
             yield from getattr(self, f"_do_{kind}")(task, rng, f"/tmp/w{task.pid}-{n}")
 
     def _do_file(self, task: Task, rng: random.Random, path: str) -> Step:
@@ -172,6 +182,41 @@ class Workload:
                 except ProcessExited:
                     pass
             yield ("wait4", child, UserBuffer(4), 0, 0)
+
+    def _in_child(self, child: int, *calls: tuple) -> None:
+        """Queues calls for the child task, in order (it may be gone already)."""
+        kid = self.kernel.tasks.get(child)
+        if kid is None:
+            return
+        try:
+            for call in calls:
+                self.kernel.submit(kid, *call)
+        except ProcessExited:
+            pass
+
+    def _do_exec(self, task: Task, rng: random.Random, path: str) -> Step:
+        """A child execs a program, then exits."""
+        child = yield ("fork",)
+        if child > 0:
+            program = rng.choice(PROGRAMS)
+            self._in_child(child, ("execve", program, [program.rsplit("/", 1)[1]],
+                                   ["PATH=/usr/bin:/bin"]),
+                           ("exit", 0))
+            yield ("wait4", child, UserBuffer(4), 0, 0)
+
+    def _do_signal(self, task: Task, rng: random.Random, path: str) -> Step:
+        """A child is sent SIGTERM (its default action ends it), or installs a SIGUSR1
+        handler and raises it (delivered, then it exits)."""
+        child = yield ("fork",)
+        if child <= 0:
+            return
+        if rng.random() < 0.5:
+            yield ("kill", child, SIGTERM)
+        else:
+            action = struct.pack("<4Q", _HANDLER, _SA_RESTORER, _RESTORER, 0)
+            self._in_child(child, ("rt_sigaction", SIGUSR1, action, 0, 8),
+                           ("tgkill", child, child, SIGUSR1), ("exit", 0))
+        yield ("wait4", child, UserBuffer(4), 0, 0)
 
     def _listener(self, task: Task, rng: random.Random) -> Step:
         """Worker 0 listens on a port; packets for it arrive from the NIC."""

@@ -454,7 +454,7 @@ static int path_lookupat(struct nameidata *nd, unsigned flags, struct path *path
 	return err;
 }
 
-static int filename_lookup(int dfd, struct filename *name, unsigned flags, struct path *path)
+int filename_lookup(int dfd, struct filename *name, unsigned flags, struct path *path)
 {
 	struct nameidata nd;
 

@@ -359,6 +359,7 @@ struct filename *getname_flags(const char __user *filename, int flags, int *empt
 struct filename *getname_kernel(const char *filename);
 void putname(struct filename *name);
 int kern_path(const char *name, unsigned int flags, struct path *path);
+int filename_lookup(int dfd, struct filename *name, unsigned flags, struct path *path);
 int user_path_at_empty(int dfd, const char __user *name, unsigned flags, struct path *path,
 		       int *empty);
 static inline void path_get(const struct path *p) { dget(p->dentry); }
@@ -495,6 +496,7 @@ int sysfs_emit(char *buf, const char *fmt, ...);
 struct files_struct *dup_fd(struct files_struct *oldf, int *errorp);
 void exit_files(struct task_struct *tsk);
 struct fs_struct *copy_fs_struct(struct fs_struct *old);
+extern struct fs_struct init_fs;
 void exit_fs(struct task_struct *tsk);
 void vfs_caches_init(void);
 

@@ -303,6 +303,10 @@ char *kstrdup(const char *s, gfp_t gfp);
 void mem_init(unsigned long start_pa, unsigned long end_pa);
 extern unsigned long totalram_pages, nr_free_pages_count;
 
+/* orig_ax of a task's pt_regs when the host wakes it for a run of its host process,
+ * with no system call (kprobefs/machine/kernel.py: run_user); -1 is "no call". */
+#define HOST_RUN (-2L)
+
 /* ---- ftrace direct calls (kernel/ftrace.c) ------------------------------------------ */
 int register_ftrace_direct(unsigned long ip, unsigned long addr);
 int unregister_ftrace_direct(unsigned long ip, unsigned long addr);

@@ -39,4 +39,12 @@
 #define module_param(name, type, perm) module_param_named(name, name, type, perm)
 #define module_param_string(name, string, len, perm) __module_param(name, string, "string")
 
+/* What the module events report of a module; the host's loader keeps the module
+ * itself and hands these to kernel/module.c. */
+struct module_trace {
+	const char *name;
+	unsigned int taints;
+	int refcnt;
+};
+
 #endif

@@ -2,6 +2,7 @@
 #ifndef _KPF_SCHED_H
 #define _KPF_SCHED_H
 #include "kernel.h"
+#include "signal.h"
 
 #define NR_CPUS 8
 #define TASK_COMM_LEN 16
@@ -88,6 +89,8 @@ struct task_struct {
 	unsigned long start_time;
 	int syscall_nr;
 	int oops;
+	struct sigpending pending;		/* kernel/signal.c */
+	struct k_sigaction sig_action[_NSIG];
 };
 
 /* Per-CPU block, addressed through %gs like Linux's per-CPU area. */

@@ -9,6 +9,7 @@
 #define __NR_close 3
 #define __NR_stat 4
 #define __NR_lseek 8
+#define __NR_rt_sigaction 13
 #define __NR_getpid 39
 #define __NR_socket 41
 #define __NR_accept 43
@@ -18,6 +19,7 @@
 #define __NR_fork 57
 #define __NR_execve 59
 #define __NR_exit 60
+#define __NR_kill 62
 #define __NR_wait4 61
 #define __NR_uname 63
 #define __NR_getcwd 79
@@ -34,6 +36,7 @@
 #define __NR_gettid 186
 #define __NR_getdents64 217
 #define __NR_exit_group 231
+#define __NR_tgkill 234
 #define __NR_openat 257
 #define __NR_mkdirat 258
 #define __NR_newfstatat 262
@@ -41,6 +44,7 @@
 #define __NR_symlinkat 266
 #define __NR_readlinkat 267
 #define __NR_accept4 288
+#define __NR_execveat 322
 #define __NR_clone3 435
 #define NR_syscalls 436
 

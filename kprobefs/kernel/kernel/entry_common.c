@@ -49,25 +49,40 @@ long do_syscall_64(struct pt_regs *regs, int nr)
 void __noreturn user_mode_loop(void)
 {
 	long ret = 0;
+	bool done = true;	/* a call has completed: ret is its result */
 	unsigned int sleep_state = TASK_INTERRUPTIBLE;
 
 	for (;;) {
 		struct pt_regs *regs = task_pt_regs(current);
 
+		exit_to_user_mode();
+		/* The host writes orig_ax with the next call: still -1 after a wakeup means
+		 * a signal woke the task, not a call.  (Only after a call: after a signal's
+		 * wakeup the host may have loaded the next call meanwhile.) */
+		if (done)
+			regs->orig_ax = -1;
 		set_current_state(sleep_state);
-		/* Non-zero: the host already put the next call in regs; no need to sleep. */
-		if (hypercall(HC_SYSCALL_DONE, ret, current->pid, regs, 0))
+		/* Non-zero: the host already put the next call in regs; no need to sleep.
+		 * done == false: no call completed, the host's call in flight is not this. */
+		if (hypercall(HC_SYSCALL_DONE, ret, current->pid, regs, !done))
 			set_current_state(TASK_RUNNING);
 		else
 			schedule();
 		sleep_state = TASK_INTERRUPTIBLE;
-		if ((long)regs->orig_ax < 0) {
+		done = (long)regs->orig_ax != -1;
+		if (!done)
+			continue;
+		/* HOST_RUN: the host process ran (kprobefs/fs/schedwatch.py), no call; the
+		 * task sleeps again in the state di names. */
+		if ((long)regs->orig_ax == HOST_RUN) {
 			if (regs->di == TASK_UNINTERRUPTIBLE)
 				sleep_state = TASK_UNINTERRUPTIBLE;
 			ret = 0;
 			continue;
 		}
-		ret = do_syscall_64(regs, (int)regs->orig_ax);
+		/* A task whose host process is dead runs no more calls (they fail). */
+		if (!host_exit_pending(&current->pending))
+			ret = do_syscall_64(regs, (int)regs->orig_ax);
 	}
 }
 

@@ -19,6 +19,26 @@ static void exit_mm(struct task_struct *tsk)
 		kfree(mm);
 }
 
+/* Sends the parent sig (its exit_signal) for tsk's death, unless the parent ignores
+ * SIGCHLD outright (6.1's do_notify_parent; there is no autoreap here). */
+static void do_notify_parent(struct task_struct *tsk, int sig)
+{
+	struct task_struct *parent = tsk->real_parent;
+	struct kernel_siginfo info = {
+		.si_signo = sig,
+		.si_errno = 0,
+		.si_code = (tsk->exit_code & 0x80) ? CLD_DUMPED :
+			   (tsk->exit_code & 0x7f) ? CLD_KILLED : CLD_EXITED,
+		.si_pid = tsk->tgid,
+	};
+
+	if (!parent || sig <= 0 || sig > _NSIG)
+		return;
+	if (sig == SIGCHLD && parent->sig_action[SIGCHLD - 1].sa.sa_handler == SIG_IGN)
+		return;
+	send_signal_info(sig, &info, parent, true);
+}
+
 /* Hand tsk's children to init, then tell the parent. */
 static noinline void exit_notify(struct task_struct *tsk)
 {
@@ -37,6 +57,7 @@ static noinline void exit_notify(struct task_struct *tsk)
 	}
 	tsk->exit_state = EXIT_ZOMBIE;
 	spin_unlock(&tasklist_lock);
+	do_notify_parent(tsk, tsk->exit_signal);
 	/* The parent is woken from finish_task_switch(), once this task is off its CPU. */
 }
 
@@ -49,7 +70,6 @@ void __noreturn do_exit(long code)
 	hypercall(HC_TASK_EXIT, tsk->pid, code, 0, 0);
 	exit_mm(tsk);
 	trace_sched_process_exit(tsk);
-	trace_event_pid_exit(tsk);
 	exit_files(tsk);
 	exit_fs(tsk);
 	exit_notify(tsk);
@@ -74,6 +94,9 @@ static noinline void release_task(struct task_struct *p)
 	free_pid(p);
 	p->exit_state = EXIT_DEAD;
 	trace_sched_process_free(p);
+	/* After the free, as 6.1's pid-list probe on sched_process_free: a dying task's
+	 * last events (its SIGCHLD to the parent) are still filtered by its pid. */
+	trace_event_pid_exit(p);
 	trace_native_task_free(p);
 	put_task_stack(p);
 	kfree(p);

@@ -54,6 +54,7 @@ static noinline struct task_struct *dup_task_struct(struct task_struct *orig)
 	tsk->normal_prio = orig->normal_prio;
 	tsk->policy = orig->policy;
 	tsk->rt_priority = orig->rt_priority;
+	memcpy(tsk->sig_action, orig->sig_action, sizeof(tsk->sig_action));
 	tsk->flags = orig->flags & ~(PF_IDLE | PF_EXITING);
 	INIT_LIST_HEAD(&tsk->run_list);
 	INIT_LIST_HEAD(&tsk->children);

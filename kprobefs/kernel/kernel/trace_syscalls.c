@@ -43,6 +43,9 @@ SYSCALL_METADATA(__NR_write, write, 3, unsigned int, fd, const char __user *, bu
 		 size_t, count)
 SYSCALL_METADATA(__NR_open, open, 3, const char __user *, filename, int, flags,
 		 umode_t, mode)
+SYSCALL_METADATA(__NR_rt_sigaction, rt_sigaction, 4, int, sig,
+		 const struct sigaction __user *, act, struct sigaction __user *, oact,
+		 size_t, sigsetsize)
 SYSCALL_METADATA(__NR_close, close, 1, unsigned int, fd)
 SYSCALL_METADATA(__NR_stat, newstat, 2, const char __user *, filename,
 		 struct stat __user *, statbuf)
@@ -58,6 +61,10 @@ SYSCALL_METADATA(__NR_listen, listen, 2, int, fd, int, backlog)
 SYSCALL_METADATA(__NR_clone, clone, 5, unsigned long, clone_flags, unsigned long, newsp,
 		 int __user *, parent_tidptr, int __user *, child_tidptr, unsigned long, tls)
 SYSCALL_METADATA(__NR_fork, fork, 0)
+SYSCALL_METADATA(__NR_execve, execve, 3, const char __user *, filename,
+		 const char __user *const __user *, argv,
+		 const char __user *const __user *, envp)
+SYSCALL_METADATA(__NR_kill, kill, 2, pid_t, pid, int, sig)
 SYSCALL_METADATA(__NR_exit, exit, 1, int, error_code)
 SYSCALL_METADATA(__NR_wait4, wait4, 4, pid_t, upid, int __user *, stat_addr, int, options,
 		 struct rusage __user *, ru)
@@ -81,6 +88,7 @@ SYSCALL_METADATA(__NR_gettid, gettid, 0)
 SYSCALL_METADATA(__NR_getdents64, getdents64, 3, unsigned int, fd,
 		 struct linux_dirent64 __user *, dirent, unsigned int, count)
 SYSCALL_METADATA(__NR_exit_group, exit_group, 1, int, error_code)
+SYSCALL_METADATA(__NR_tgkill, tgkill, 3, pid_t, tgid, pid_t, pid, int, sig)
 SYSCALL_METADATA(__NR_openat, openat, 4, int, dfd, const char __user *, filename, int, flags,
 		 umode_t, mode)
 SYSCALL_METADATA(__NR_mkdirat, mkdirat, 3, int, dfd, const char __user *, pathname,
@@ -95,6 +103,9 @@ SYSCALL_METADATA(__NR_readlinkat, readlinkat, 4, int, dfd, const char __user *, 
 		 char __user *, buf, int, bufsiz)
 SYSCALL_METADATA(__NR_accept4, accept4, 4, int, fd, struct sockaddr __user *, upeer_sockaddr,
 		 int __user *, upeer_addrlen, int, flags)
+SYSCALL_METADATA(__NR_execveat, execveat, 5, int, fd, const char __user *, filename,
+		 const char __user *const __user *, argv,
+		 const char __user *const __user *, envp, int, flags)
 SYSCALL_METADATA(__NR_clone3, clone3, 2, struct clone_args __user *, uargs, size_t, size)
 
 extern struct syscall_metadata __start___syscalls_metadata[], __stop___syscalls_metadata[];

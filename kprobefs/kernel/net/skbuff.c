@@ -54,13 +54,14 @@ static void __kfree_skb(struct sk_buff *skb)
 }
 
 /* Frees a packet that was dropped, counting why (what the kfree_skb tracepoint reports). */
-void kfree_skb_reason(struct sk_buff *skb, enum skb_drop_reason reason)
+noinline void kfree_skb_reason(struct sk_buff *skb, enum skb_drop_reason reason)
 {
 	if (unlikely(!skb))
 		return;
 	if (reason <= SKB_NOT_DROPPED_YET || reason >= SKB_DROP_REASON_MAX)
 		reason = SKB_DROP_REASON_NOT_SPECIFIED;
 	__atomic_add_fetch(&skb_drop_reasons[reason], 1, __ATOMIC_RELAXED);
+	trace_kfree_skb(skb, __builtin_return_address(0), reason);
 	__kfree_skb(skb);
 }
 

@@ -6,3 +6,5 @@
 #include "trace/events/skb.h"
 #include "trace/events/kmem.h"
 #include "trace/events/irq.h"
+#include "trace/events/signal.h"
+#include "trace/events/module.h"

@@ -149,6 +149,29 @@ DEFINE_EVENT(sched_process_template, sched_process_free,
 DEFINE_EVENT(sched_process_template, sched_process_exit,
 	     TP_PROTO(struct task_struct *p), TP_ARGS(p));
 
+/* A task exec'd a new program (after the exec, old_pid: its pid before). */
+TRACE_EVENT(sched_process_exec,
+
+	TP_PROTO(struct task_struct *p, pid_t old_pid, const char *filename),
+
+	TP_ARGS(p, old_pid, filename),
+
+	TP_STRUCT__entry(
+		__string(filename, filename)
+		__field(pid_t, pid)
+		__field(pid_t, old_pid)
+	),
+
+	TP_fast_assign(
+		__assign_str(filename, filename);
+		__entry->pid = p->pid;
+		__entry->old_pid = old_pid;
+	),
+
+	TP_printk("filename=%s pid=%d old_pid=%d", __get_str(filename),
+		  __entry->pid, __entry->old_pid)
+);
+
 TRACE_EVENT(sched_process_wait,
 
 	TP_PROTO(pid_t pid),
