@@ -813,3 +813,18 @@ def test_batch_registration_is_all_or_nothing(kernel):
     with pytest.raises(ProbeError) as e:
         kernel.register_jprobes(jps)
     assert e.value.errno == errno.EEXIST and kernel.kprobes.list_text() == ""
+
+
+def test_the_hypercall_instruction_is_refused_like_vmcall(kernel):
+    """``int $0x81``, the kernel's hypercall, is refused (EOPNOTSUPP) as 6.1 refuses
+    VMX instructions: stepped, it would end the CPU's turn, where interrupts arrive,
+    inside the probe's single-step."""
+    from kprobefs.arch.x86.insn import iter_insns
+    s = sym(kernel, "cpu_idle_loop")
+    code = kernel.kprobes.arch.original_bytes(s.addr, s.size)
+    (addr,) = [i.address for i in iter_insns(code, s.addr)
+               if i.bytes == b"\xcd\x81"][:1]
+    with pytest.raises(ProbeError) as e:
+        kernel.register_kprobe(Kprobe(addr=addr, pre_handler=lambda p, r: 0))
+    assert e.value.errno == errno.EOPNOTSUPP
+    assert kernel.read(addr, 2) == b"\xcd\x81"

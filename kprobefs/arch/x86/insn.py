@@ -46,6 +46,7 @@ from kprobefs.arch.x86._opcodes import (
     TWO_BYTE_BOOSTABLE,
 )
 from kprobefs.errors import KprobefsError, ProbeError
+from kprobefs.machine.abi import HYPERCALL_VECTOR
 
 __all__ = [
     "MAX_INSN_SIZE",
@@ -657,11 +658,16 @@ def prepare_copy(insn: Insn, slot_address: int | None = None) -> InsnCopyPlan:
     Raises :class:`~kprobefs.errors.ProbeError` with, in Linux's order:
     ``EINVAL`` for the :func:`copy_instruction` refusals (including a RIP-relative
     displacement that overflows at ``slot_address``); ``EOPNOTSUPP`` for far call/jmp
-    absolute, int3, iret, VMX ``0f 01 /0 mod=3``, ``ff /3``, ``ff /5`` and an indirect
+    absolute, int3, iret, VMX ``0f 01 /0 mod=3`` and the kernel's hypercall
+    (``int $0x81``), ``ff /3``, ``ff /5`` and an indirect
     call/jmp through memory or with a 67 prefix; ``ENOSPC`` when a 15-byte instruction leaves
     no room for the trailing int3.
     """
     copy = copy_instruction(insn, insn.address if slot_address is None else slot_address)
+    if insn.opcode == b"\xcd" and insn.bytes[-1] == HYPERCALL_VECTOR:
+        # This kernel's hypercall, its vmcall: refused as 6.1 refuses VMX instructions
+        # (a stepped hypercall would end the CPU's turn inside the step).
+        raise ProbeError(errno.EOPNOTSUPP, f"hypercall at {insn.address:#x}")
     op = _emulate_op(insn)
     if MAX_INSN_SIZE - insn.length < INT3_INSN_SIZE:
         raise ProbeError(errno.ENOSPC, f"no room for int3 after {insn.address:#x}")
