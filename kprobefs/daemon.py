@@ -23,6 +23,7 @@ from typing import Callable
 
 from .fs.gateway import Gateway
 from .fs.procwatch import ProcessEvents
+from .fs.syscallwatch import SyscallWatch
 from .fs.tree import build_tree
 from .health import status_text
 
@@ -197,6 +198,9 @@ class Daemon:
                  tracer_factory: Callable | None = None,
                  request_timeout: float = 30.0):
         self.mountpoint = os.path.abspath(mountpoint)
+        # the name `kprobefs exec` knows it by (resolved now: once mounted, resolving
+        # it would be a request to this very daemon)
+        self._real_mountpoint = os.path.realpath(mountpoint)
         self.cpus = cpus
         self.seed = seed
         self.workload_rate = workload_rate
@@ -209,6 +213,7 @@ class Daemon:
         self.hostfs = None
         self.tracer = None
         self.gateway: Gateway | None = None
+        self.syscalls: SyscallWatch | None = None
         self.workload = None
         self.on_ready: Callable[[], None] = lambda: None
         self.on_failure: Callable[[str], None] = lambda reason: None
@@ -263,6 +268,11 @@ class Daemon:
         self.gateway.watch_host_processes(ProcessEvents.open())
         # From here on only the machine thread runs emulated code; request threads wait.
         self.kernel.serve()
+        # `kprobefs exec` hands its processes' system calls over from now on.
+        syscalls = SyscallWatch(self.gateway, self._real_mountpoint,
+                                allow_other=self.allow_other)
+        if syscalls.start():
+            self.syscalls = syscalls
         self._spawn_thread("reaper", self._reap)
         if self.workload_rate > 0:
             self._spawn_thread("workload", self._start_workload)
@@ -321,6 +331,8 @@ class Daemon:
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=5)
+        if self.syscalls is not None:
+            self.syscalls.close()
         if self.gateway is not None:
             try:
                 self.gateway.close()
