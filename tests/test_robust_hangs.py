@@ -97,6 +97,16 @@ class _Served:
         self._thread.join(30)
 
 
+def _unstick(kernel, kp) -> None:
+    """Once the blocking handler of kp is released: waits (a while) for the machine to
+    run again and takes the probe out."""
+    deadline = time.monotonic() + 10
+    while kernel.stuck and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with kernel.lock:
+        kernel.unregister_kprobe(kp)
+
+
 # ---- process context ------------------------------------------------------------------
 def test_event_directories_are_made_in_the_writers_own_system_call(mnt):
     """tracefs_create_dir and tracefs_remove run as kernel code of the task that wrote
@@ -279,11 +289,7 @@ def test_a_handler_that_never_returns_makes_the_machine_stuck_and_requests_fail_
         assert "stuck: cpu" in status.stdout and "probe handler" in status.stdout
     finally:
         release.set()
-    deadline = time.monotonic() + 10
-    while kernel.stuck and time.monotonic() < deadline:
-        time.sleep(0.05)
-    with kernel.lock:
-        kernel.unregister_kprobe(kp)
+    _unstick(kernel, kp)
     assert kernel.stuck is None
     assert read(mnt.p("tracing/README")).startswith("tracing mini-HOWTO")
 
@@ -321,11 +327,7 @@ def test_a_stuck_machine_does_not_delay_a_mirrored_system_call(mnt):
         if shell.poll() is None:
             shell.kill()
             shell.wait()
-    deadline = time.monotonic() + 10
-    while kernel.stuck and time.monotonic() < deadline:
-        time.sleep(0.05)
-    with kernel.lock:
-        kernel.unregister_kprobe(kp)
+    _unstick(kernel, kp)
 
 
 # ---- what can be seen ---------------------------------------------------------------
