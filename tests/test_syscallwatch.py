@@ -129,6 +129,19 @@ def test_directories_outside_the_mount_and_other_calls_are_not_mirrored():
     assert host_call(_note(80, ctypes.addressof(buf), arch=I386), _process()) is None
 
 
+def test_the_mirrored_calls_are_the_emulated_kernels():
+    from kprobefs.machine import abi
+    assert {m.name for m in MIRRORED.values()} <= set(abi.SYSCALLS)
+    assert all(nr == m.nr for nr, m in MIRRORED.items())
+
+
+def test_fchdir_of_a_socket_is_not_mirrored():
+    import socket
+    with socket.socket() as s:
+        with pytest.raises(OSError):
+            host_call(_note(81, s.fileno()), _process())
+
+
 def test_unreadable_arguments_raise():
     with pytest.raises(OSError) as e:
         host_call(_note(80, 0), _process())

@@ -81,7 +81,12 @@ class HostProcess:
         return os.fsdecode(seccomp.read_string(self.pid, addr))
 
     def fd_path(self, fd: int) -> str:
-        return os.readlink(f"/proc/{self.pid}/fd/{fd & 0xFFFFFFFF}")
+        """The path of the process's fd (an int argument: its low 32 bits); OSError
+        when it is no open fd or names no path (a socket, a pipe)."""
+        path = os.readlink(f"/proc/{self.pid}/fd/{fd & 0xFFFFFFFF}")
+        if not path.startswith("/"):
+            raise OSError(errno.ENOTDIR, f"fd {fd} is {path}")
+        return path
 
     def directory(self, path: str) -> str | None:
         """The emulated kernel's name for directory path (as the process names it),
