@@ -201,6 +201,15 @@ def test_a_mirrored_call_runs_before_the_processs_next_request(gateway, sleeper)
     assert gateway.stats["mirrored"] == 1
 
 
+def test_the_status_counts_the_mirrored_calls(gateway, sleeper):
+    from kprobefs.health import status_text
+    assert "mirrored" not in status_text(gateway.kernel, gateway=gateway)
+    gateway.mirror(HostCall(sleeper.pid, "chdir", ("/sys/kernel/tracing",), "/"))
+    gateway.flush_mirrored(sleeper.pid)
+    assert "\nmirrored: 1 system calls of `kprobefs exec` processes\n" in \
+        status_text(gateway.kernel, gateway=gateway)
+
+
 def test_flushing_makes_the_task_and_submits_in_order(gateway, sleeper):
     for path in ("/sys/kernel/tracing", "events", "/sys/kernel/debug"):
         gateway.mirror(HostCall(sleeper.pid, "chdir", (path,), "/"))

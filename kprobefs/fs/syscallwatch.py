@@ -311,25 +311,32 @@ class SyscallWatch:
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
         listeners: set[int] = set()
-        while not self._stop.is_set():
-            try:
-                events = poller.poll()
-            except InterruptedError:
-                continue
-            for fd, mask in events:
+        try:
+            while not self._stop.is_set():
                 try:
-                    if fd == self._wake_r:
-                        self._adopt(poller, listeners)
-                    elif mask & select.POLLIN:
-                        self._notification(fd)
-                    elif mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
-                        # no task is left under that filter
-                        poller.unregister(fd)
-                        listeners.discard(fd)
-                        os.close(fd)
-                except Exception:
-                    log.exception("system call mirroring failed on fd %d", fd)
-        for fd in listeners:
+                    events = poller.poll()
+                except InterruptedError:
+                    continue
+                for fd, mask in events:
+                    try:
+                        self._poll_event(poller, listeners, fd, mask)
+                    except Exception:
+                        log.exception("system call mirroring failed on fd %d", fd)
+        finally:
+            # Whatever ended the loop, no listener stays open unanswered: a call whose
+            # notification nobody reads would wait for ever (a closed one fails ENOSYS).
+            for fd in listeners:
+                os.close(fd)
+
+    def _poll_event(self, poller, listeners: set[int], fd: int, mask: int) -> None:
+        if fd == self._wake_r:
+            self._adopt(poller, listeners)
+        elif mask & select.POLLIN and self._notification(fd):
+            pass
+        elif mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+            # no task is left under that filter
+            poller.unregister(fd)
+            listeners.discard(fd)
             os.close(fd)
 
     def _adopt(self, poller, listeners: set[int]) -> None:
@@ -344,10 +351,11 @@ class SyscallWatch:
             poller.register(fd, select.POLLIN)
             listeners.add(fd)
 
-    def _notification(self, fd: int) -> None:
+    def _notification(self, fd: int) -> bool:
+        """Mirrors and answers one notification; False when there was none."""
         note = seccomp.receive(fd)
         if note is None:
-            return
+            return False
         self.stats["notifications"] += 1
         try:
             call = self._read(fd, note)
@@ -359,6 +367,7 @@ class SyscallWatch:
                 self.stats["skipped"] += 1
         finally:
             seccomp.answer_continue(fd, note.id)
+        return True
 
     def _read(self, fd: int, note: seccomp.Notification) -> HostCall | None:
         try:
