@@ -2,7 +2,7 @@
 
 Order matters (STYLE habit 9): the process forks (when it daemonizes) before anything
 starts a thread; the kernel boots in the serving process; the daemon's threads (the
-machine thread, reaper, readiness probe) start in FUSE's init(), which runs in a
+machine thread, reaper, readiness probe, the system call mirror's) start in FUSE's init(), which runs in a
 libfuse worker thread with signals blocked, so SIGTERM/SIGINT reach libfuse's handler in
 the main thread and end the loop, which unmounts.
 """

@@ -248,9 +248,11 @@ def _open_path(path: str) -> int:
 
 
 def exec_in_view(mount: str, argv: Sequence[str]) -> NoReturn:
-    """Runs argv in the view of mount: prepare_view, then execvp.  Does not return: on
+    """Runs argv in the view of mount: prepare_view, the hand-over of its system calls
+    (:func:`~kprobefs.fs.syscallwatch.hand_over`), then execvp.  Does not return: on
     a failure before the command runs, prints the reason and exits 1 (ExecError), 127
     (no such command) or 126 (not executable), as shells do."""
+    mount = os.path.realpath(mount)
     try:
         for warning in prepare_view(mount):
             print(f"kprobefs: warning: {warning}", file=sys.stderr)
@@ -258,7 +260,7 @@ def exec_in_view(mount: str, argv: Sequence[str]) -> NoReturn:
         print(f"kprobefs: {e}", file=sys.stderr)
         sys.exit(1)
     # Last, so that nothing of the view's making is notified.
-    why = hand_over(os.path.realpath(mount))
+    why = hand_over(mount)
     if why is not None:
         print(f"kprobefs: warning: system calls are not mirrored: {why}", file=sys.stderr)
     # Python ignores SIGPIPE and SIGXFSZ, and ignored signals stay ignored across exec.
