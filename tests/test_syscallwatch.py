@@ -330,25 +330,30 @@ def test_a_real_filter_hands_the_tools_calls_over(tmp_path):
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                              env=env)
     try:
-        first = child.stdout.readline().strip()
-        if first.startswith("no seccomp"):
-            pytest.skip(first)
-        assert first == "None"
-        assert child.stdout.readline().strip() == "/"    # every call went on
-        assert watch_gateway.marked == [child.pid]
-        assert [(c.pid, c.name, c.args, c.cwd) for c in watch_gateway.calls] == [
-            (child.pid, "chdir", ("/usr",), "/"),
-            (child.pid, "chdir", ("lib",), "/usr"),
-            (child.pid, "chdir", ("/",), "/proc"),       # fchdir; /proc not mirrored
-        ]
-        assert watch.stats["notifications"] == 4 and watch.stats["skipped"] == 1
+        try:
+            first = child.stdout.readline().strip()
+            if first.startswith("no seccomp"):
+                pytest.skip(first)
+            assert first == "None"
+            assert child.stdout.readline().strip() == "/"    # every call went on
+            assert watch_gateway.marked == [child.pid]
+            assert [(c.pid, c.name, c.args, c.cwd) for c in watch_gateway.calls] == [
+                (child.pid, "chdir", ("/usr",), "/"),
+                (child.pid, "chdir", ("lib",), "/usr"),
+                (child.pid, "chdir", ("/",), "/proc"),       # fchdir; /proc not mirrored
+            ]
+            assert watch.stats["notifications"] == 4 and watch.stats["skipped"] == 1
+        finally:
+            watch.close()
+        # No listener is left: the host kernel fails the notified call (ENOSYS).
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == str(errno.ENOSYS)
+        child.wait(30)
     finally:
-        watch.close()
-    # No listener is left: the host kernel fails the notified call (ENOSYS).
-    child.stdin.write("\n")
-    child.stdin.flush()
-    assert child.stdout.readline().strip() == str(errno.ENOSYS)
-    child.wait(30)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
 
 
 def test_without_a_daemon_nothing_is_installed(tmp_path):
