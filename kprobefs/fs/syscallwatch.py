@@ -212,6 +212,7 @@ class SyscallWatch:
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._stop = threading.Event()
         self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._queued: set[int] = set()   # pids in _work (each once)
         self._threads: list[threading.Thread] = []
 
     def start(self) -> bool:
@@ -361,7 +362,11 @@ class SyscallWatch:
             call = self._read(fd, note)
             if call is not None:
                 self.gateway.mirror(call)
-                self._work.put(call.pid)
+                with self._lock:
+                    queued = call.pid in self._queued
+                    self._queued.add(call.pid)
+                if not queued:
+                    self._work.put(call.pid)
                 self.stats["mirrored"] += 1
             else:
                 self.stats["skipped"] += 1
@@ -384,9 +389,12 @@ class SyscallWatch:
             pid = self._work.get()
             if pid is None:
                 return
+            with self._lock:
+                self._queued.discard(pid)
             try:
                 self.gateway.flush_mirrored(pid)
             except OSError as e:
-                log.debug("pid %d: mirrored calls dropped: %s", pid, e)
+                # its task cannot be made now: the calls wait for its next request
+                log.debug("pid %d: mirrored calls not submitted: %s", pid, e)
             except Exception:
-                log.exception("pid %d: mirrored calls dropped", pid)
+                log.exception("pid %d: mirrored calls not submitted", pid)
