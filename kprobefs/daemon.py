@@ -2,7 +2,7 @@
 
 Order matters (STYLE habit 9): the process forks (when it daemonizes) before anything
 starts a thread; the kernel boots in the serving process; the daemon's threads (the
-machine thread, reaper, readiness probe) start in FUSE's init(), which runs in a
+machine thread, reaper, readiness probe, the system call mirror's) start in FUSE's init(), which runs in a
 libfuse worker thread with signals blocked, so SIGTERM/SIGINT reach libfuse's handler in
 the main thread and end the loop, which unmounts.
 """
@@ -24,6 +24,7 @@ from typing import Callable
 from .fs.gateway import Gateway
 from .fs.procwatch import ProcessEvents
 from .fs.schedwatch import KernelMirror, SchedWatch
+from .fs.syscallwatch import SyscallWatch
 from .fs.tree import build_tree
 from .health import status_text
 
@@ -198,6 +199,9 @@ class Daemon:
                  tracer_factory: Callable | None = None,
                  request_timeout: float = 30.0):
         self.mountpoint = os.path.abspath(mountpoint)
+        # the name `kprobefs exec` knows it by (resolved now: once mounted, resolving
+        # it would be a request to this very daemon)
+        self._real_mountpoint = os.path.realpath(mountpoint)
         self.cpus = cpus
         self.seed = seed
         self.workload_rate = workload_rate
@@ -210,6 +214,7 @@ class Daemon:
         self.hostfs = None
         self.tracer = None
         self.gateway: Gateway | None = None
+        self.syscalls: SyscallWatch | None = None
         self.workload = None
         self.schedwatch: SchedWatch | None = None
         self.on_ready: Callable[[], None] = lambda: None
@@ -269,6 +274,11 @@ class Daemon:
         # From here on only the machine thread runs emulated code; request threads wait.
         self.kernel.serve()
         self._start_schedwatch(events)
+        # `kprobefs exec` hands its processes' system calls over from now on.
+        syscalls = SyscallWatch(self.gateway, self._real_mountpoint,
+                                allow_other=self.allow_other)
+        if syscalls.start():
+            self.syscalls = syscalls
         self._spawn_thread("reaper", self._reap)
         if self.workload_rate > 0:
             self._spawn_thread("workload", self._start_workload)
@@ -340,6 +350,8 @@ class Daemon:
                 t.join(timeout=5)
         if self.schedwatch is not None:
             self.schedwatch.close()
+        if self.syscalls is not None:
+            self.syscalls.close()
         if self.gateway is not None:
             try:
                 self.gateway.close()

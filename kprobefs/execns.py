@@ -29,6 +29,10 @@ completely.  Mounts of either type elsewhere are detached, so that line is the f
 An existing mount is bound rather than a new one made: a new mount may reset the one
 superblock's mode, uid and gid (kernels before 6.7 did).
 
+Before that, the daemon is asked to mirror the command's system calls (``chdir``…) into
+its task in the emulated kernel, through a seccomp filter whose listener it takes
+(:mod:`kprobefs.fs.syscallwatch`); where it does not (an older daemon, a host kernel
+without seccomp user notification), the command runs without, after a warning.
 The command then replaces this process (execvp), so its exit status, its signals and
 its place in the terminal's foreground are its own.  /dev/null and /tmp stay the
 host's: a tool's scratch files and redirections are no business of the emulated kernel,
@@ -47,6 +51,7 @@ import sys
 from typing import NoReturn, Sequence
 
 from .errors import KprobefsError
+from .fs.syscallwatch import hand_over
 
 __all__ = ["ExecError", "exec_in_view", "prepare_view"]
 
@@ -243,15 +248,21 @@ def _open_path(path: str) -> int:
 
 
 def exec_in_view(mount: str, argv: Sequence[str]) -> NoReturn:
-    """Runs argv in the view of mount: prepare_view, then execvp.  Does not return: on
+    """Runs argv in the view of mount: prepare_view, the hand-over of its system calls
+    (:func:`~kprobefs.fs.syscallwatch.hand_over`), then execvp.  Does not return: on
     a failure before the command runs, prints the reason and exits 1 (ExecError), 127
     (no such command) or 126 (not executable), as shells do."""
+    mount = os.path.realpath(mount)
     try:
         for warning in prepare_view(mount):
             print(f"kprobefs: warning: {warning}", file=sys.stderr)
     except ExecError as e:
         print(f"kprobefs: {e}", file=sys.stderr)
         sys.exit(1)
+    # Last, so that nothing of the view's making is notified.
+    why = hand_over(mount)
+    if why is not None:
+        print(f"kprobefs: warning: system calls are not mirrored: {why}", file=sys.stderr)
     # Python ignores SIGPIPE and SIGXFSZ, and ignored signals stay ignored across exec.
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(sig, signal.SIG_DFL)

@@ -47,6 +47,9 @@ def status_text(kernel, engine=None, tracer=None, gateway=None,
         lines.append(f"requests: {stats.get('calls', 0)} system calls, "
                      f"{stats.get('failed', 0)} failed, "
                      f"{stats.get('timed_out', 0)} timed out")
+    if stats.get("mirrored"):
+        lines.append(f"mirrored: {stats['mirrored']} system calls of `kprobefs exec` "
+                     f"processes")
     lines.append(f"errors: {len(incidents)}, {len(recent)} in the last {RECENT:.0f} s")
     for when, text in incidents[-10:]:
         lines.append(f"  {now - when:.1f} s ago: {text}")

@@ -361,6 +361,13 @@ class FakeKernel:
         buf.data = data
         return 0
 
+    def sys_chdir(self, task, path):
+        where = self._resolve(path)
+        if where[0] != "ram" and not stat.S_ISDIR(where[2]):
+            raise OSError(errno.ENOTDIR, "")
+        task.cwd = path
+        return 0
+
     def sys_mkdir(self, task, path, mode):
         self._resolve(os.path.dirname(path.rstrip("/")) or "/")
         raise OSError(errno.EPERM, "")

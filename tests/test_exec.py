@@ -411,6 +411,55 @@ def test_set_event_pid_keeps_only_the_listed_tasks_events(mnt, tracing):
         (tracing / "set_event_pid").write_text("")
 
 
+# ---- the tool's own system calls ---------------------------------------------------------
+_RECORD = re.compile(r"^\s*.+?-(?P<pid>\d+)\s+\[\d+\]\s+\S+\s+[\d.]+: (?P<event>\w+):", re.M)
+
+
+def _records(trace: str) -> list[tuple[str, str]]:
+    """(pid, event name) of each record of a trace file's text."""
+    return [(m["pid"], m["event"]) for m in _RECORD.finditer(trace)]
+
+
+@pytest.fixture
+def chdir_eprobe(tracing):
+    """eprobes/cds: the filename of each sys_enter_chdir (as ``file="..."``)."""
+    (tracing / "dynamic_events").write_text(
+        "e:cds syscalls/sys_enter_chdir file=+0($filename):ustring\n")
+    yield tracing / "events" / "eprobes" / "cds"
+    (tracing / "dynamic_events").write_text("")
+
+
+def test_the_shells_chdirs_are_its_tasks_syscall_events(mnt, chdir_eprobe):
+    """A ``cd`` of the shell is its task's chdir in the emulated kernel, with the
+    filename it passed (read through an eprobe), the same directory again included;
+    a directory outside the mount is not mirrored."""
+    out = sh(mnt, "cd /sys/kernel/tracing; "
+                  "echo 1 > events/syscalls/sys_enter_chdir/enable; "
+                  "echo 1 > events/eprobes/cds/enable; "
+                  "cd /sys/kernel/tracing; cd events; cd /; cd /sys/kernel/tracing; "
+                  "echo 0 > events/eprobes/cds/enable; "
+                  "echo 0 > events/syscalls/sys_enter_chdir/enable; "
+                  "echo $$; cat trace")
+    pid, trace = out.split("\n", 1)
+    # the eprobe (a trigger of the event) records before the event itself
+    assert _records(trace) == [(pid, "cds"), (pid, "sys_enter_chdir")] * 3
+    # (dash's cd passes the whole path: "events" from the tracing directory is
+    # chdir("/sys/kernel/tracing/events"))
+    assert re.findall(r'file="([^"]*)"', trace) == [
+        "/sys/kernel/tracing", "/sys/kernel/tracing/events", "/sys/kernel/tracing"]
+
+
+def test_fchdir_is_mirrored_as_its_directorys_chdir(mnt, chdir_eprobe):
+    out = sh(mnt, "echo 1 > /sys/kernel/tracing/events/eprobes/cds/enable; "
+                  f"{sys.executable} -c 'import os; print(os.getpid()); "
+                  "os.fchdir(os.open(\"/sys/kernel/tracing/events\", os.O_RDONLY))'; "
+                  "echo 0 > /sys/kernel/tracing/events/eprobes/cds/enable; "
+                  "cat /sys/kernel/tracing/trace")
+    pid, trace = out.split("\n", 1)
+    assert _records(trace) == [(pid, "cds")]
+    assert 'file="/sys/kernel/tracing/events"' in trace
+
+
 # ---- perf --------------------------------------------------------------------------------
 def _kallsyms(mnt: Path) -> dict[str, int]:
     out = {}

@@ -97,6 +97,16 @@ class _Served:
         self._thread.join(30)
 
 
+def _unstick(kernel, kp) -> None:
+    """Once the blocking handler of kp is released: waits (a while) for the machine to
+    run again and takes the probe out."""
+    deadline = time.monotonic() + 10
+    while kernel.stuck and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with kernel.lock:
+        kernel.unregister_kprobe(kp)
+
+
 # ---- process context ------------------------------------------------------------------
 def test_event_directories_are_made_in_the_writers_own_system_call(mnt):
     """tracefs_create_dir and tracefs_remove run as kernel code of the task that wrote
@@ -279,13 +289,45 @@ def test_a_handler_that_never_returns_makes_the_machine_stuck_and_requests_fail_
         assert "stuck: cpu" in status.stdout and "probe handler" in status.stdout
     finally:
         release.set()
-    deadline = time.monotonic() + 10
-    while kernel.stuck and time.monotonic() < deadline:
-        time.sleep(0.05)
-    with kernel.lock:
-        kernel.unregister_kprobe(kp)
+    _unstick(kernel, kp)
     assert kernel.stuck is None
     assert read(mnt.p("tracing/README")).startswith("tracing mini-HOWTO")
+
+
+def test_a_stuck_machine_does_not_delay_a_mirrored_system_call(mnt):
+    """The shell under ``kprobefs exec`` goes on cd-ing while the machine is stuck: its
+    chdirs are still seen (and queued), and answered without the machine."""
+    kernel = mnt.kernel
+    kernel.WEDGE_SECONDS = 0.5
+    kernel.STUCK_SECONDS = 1.0
+    watch = mnt.daemon.syscalls
+    shell = subprocess.Popen(
+        _cli() + ["exec", str(mnt.path), "--", "sh", "-c",
+                  "cd /sys/kernel/tracing; echo ready; read go; cd /sys/kernel/tracing; "
+                  "cd /; cd /sys/kernel/tracing/events; echo done"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env(), cwd="/")
+    release = threading.Event()
+
+    def pre(p, regs):
+        release.wait(60)
+
+    kp = Kprobe(symbol_name="do_mkdirat", pre_handler=pre)
+    try:
+        assert shell.stdout.readline() == "ready\n"
+        assert watch.stats["mirrored"] == 1
+        with kernel.lock:
+            kernel.register_kprobe(kp)
+        assert _errno_of(os.mkdir, mnt.p("tmp/h")) == errno.EIO
+        assert kernel.stuck
+        out, _ = shell.communicate("go\n", timeout=60)
+        assert out == "done\n"
+        assert watch.stats["mirrored"] == 3 and watch.stats["skipped"] == 1
+    finally:
+        release.set()
+        if shell.poll() is None:
+            shell.kill()
+            shell.wait()
+    _unstick(kernel, kp)
 
 
 # ---- what can be seen ---------------------------------------------------------------

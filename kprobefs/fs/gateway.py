@@ -84,6 +84,8 @@ _NO_PROGRAMS = ("/proc", "/sys", "/dev")
 #: Top-level names the mount root shows beside debugfs' own entries, and the kernel
 #: directories they are.
 ROOT_DIRS = {"proc": PROC_PATH, "dev": "/dev", "tmp": "/tmp"}
+#: Mirrored calls kept for one process whose task is not there yet (syscallwatch).
+MAX_MIRRORED = 256
 #: The daemon's own file (see the module docstring).
 STATUS_PATH = "/kprobefs/status"
 AT_SYMLINK_NOFOLLOW = 0x100
@@ -172,6 +174,7 @@ class _Caller:
     exec_seen: bool = False  # the host process exec'd since its comm was last copied
     cwd: str | None = None   # its host working directory, as last followed
     comm_seen: str = ""      # its comm as its last COMM event gave it
+    mirrored: bool = False   # its chdirs are mirrored (syscallwatch), not followed
 
 
 @dataclass(eq=False)
@@ -183,6 +186,15 @@ class _Fd:
     pos: int = 0
     handle: object = None  # the host handle behind it, for wait()
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _MirroredCall(NamedTuple):
+    """A host call of a process to run on its task (syscallwatch), with the process's
+    working directory when it made it."""
+
+    name: str
+    args: tuple
+    cwd: str
 
 
 @dataclass(eq=False)
@@ -225,6 +237,11 @@ class Gateway:
         #: The scheduling mirror (schedwatch.SchedWatch), told when a process is inside
         #: one of our requests; None: none.
         self.sched = None
+        # Mirrored host calls not submitted yet (pid -> deque) and the processes whose
+        # calls are mirrored (pid -> start time); never held while the machine runs.
+        self._mirror_lock = threading.Lock()
+        self._mirror_pending: dict[int, collections.deque] = {}
+        self._mirror_marks: dict[int, int | None] = {}
 
     def watch_host_processes(self, events: ProcessEvents | None) -> None:
         """Mirror the host's process events from now on (None: stop)."""
@@ -319,14 +336,20 @@ class Gateway:
         if known is not None and known.task.state != "dead":
             if known.exec_seen:
                 self._rename(known)
-            self._follow_cwd(known)
-            return known
-        caller = self._new_caller(pid)
-        self._follow_cwd(caller)
+            if not known.mirrored:
+                known.mirrored = self._is_marked(known.pid, known.start)
+            if not known.mirrored:
+                self._follow_cwd(known)
+            caller = known
+        else:
+            caller = self._new_caller(pid)
+        self._submit_mirrored(caller)
         return caller
 
     def _new_caller(self, pid: int) -> _Caller:
-        """The task of a pid not seen yet (or whose task died): spawned once."""
+        """The task of a pid not seen yet (or whose task died): spawned once, in the
+        host process's working directory (the one it had at its first mirrored call
+        still queued, if any: that call may have changed it since)."""
         with self._spawn_lock:
             with self._lock:
                 known = self._callers.get(pid)
@@ -338,21 +361,28 @@ class Gateway:
             parent = self._known_parent(pid)
             task = self._spawn(comm, pid, parent.task if parent is not None else None)
             # a forked task has its parent's working directory already
-            caller = _Caller(pid, host_start_time(pid), comm, task,
-                             cwd=parent.cwd if parent is not None else None)
+            start = host_start_time(pid)
+            caller = _Caller(pid, start, comm, task,
+                             cwd=parent.cwd if parent is not None else None,
+                             mirrored=(parent is not None and parent.mirrored)
+                             or self._is_marked(pid, start))
+            self._follow_cwd(caller, self._first_mirrored_cwd(pid))
             with self._lock:
                 self._callers[pid] = caller
             return caller
 
-    def _follow_cwd(self, caller: _Caller) -> None:
+    def _follow_cwd(self, caller: _Caller, cwd: str | None = None) -> None:
         """A host process that changed its working directory into the mount (``cd
         /sys/kernel/tracing``) has its task chdir(2) there too, as Linux's tracefs
         sees a ``cd`` into it (sys_enter_chdir); a directory outside the mount is not
-        followed.  Requests use absolute paths, so nothing else depends on it."""
+        followed.  Requests use absolute paths, so nothing else depends on it.  The
+        chdirs of a mirrored process are its own (syscallwatch): it is followed only
+        when its task is made.  ``cwd``: the directory to follow (default: the host
+        process's now)."""
         if caller.pid == os.getpid():
             return
         try:
-            cwd = os.readlink(f"/proc/{caller.pid}/cwd")
+            cwd = cwd or os.readlink(f"/proc/{caller.pid}/cwd")
         except OSError:
             return
         if cwd == caller.cwd:
@@ -364,6 +394,77 @@ class Gateway:
                 self._sys(caller, "chdir", self.kernel_path(path))
             except OSError as e:
                 log.debug("pid %d: chdir to %s: %s", caller.pid, path, e)
+
+    # ---- mirrored host calls (syscallwatch) ---------------------------------------------
+    def mark_mirrored(self, pid: int) -> None:
+        """The calls of pid (and of the processes it starts) are mirrored from now on:
+        its working directory is no longer followed.  Never waits on the machine."""
+        start = host_start_time(pid)
+        with self._mirror_lock:
+            self._mirror_marks[pid] = start
+
+    def _is_marked(self, pid: int, start: int | None) -> bool:
+        with self._mirror_lock:
+            return pid in self._mirror_marks and self._mirror_marks[pid] == start
+
+    def mirror(self, call) -> None:
+        """Queues a host process's call (a syscallwatch.HostCall: pid, name, args, cwd)
+        for its task: submitted, in order, before that process's next request, or by
+        :meth:`flush_mirrored`.  Never waits on the machine."""
+        self.mark_mirrored(call.pid)
+        with self._mirror_lock:
+            pending = self._mirror_pending.setdefault(call.pid, collections.deque())
+            if len(pending) >= MAX_MIRRORED:
+                log.warning("pid %d: mirrored %s dropped (%d calls wait for its task)",
+                            call.pid, pending.popleft().name, len(pending))
+            pending.append(_MirroredCall(call.name, tuple(call.args), call.cwd))
+
+    def flush_mirrored(self, pid: int) -> None:
+        """Submits pid's queued mirrored calls (its task made first when there is none;
+        that may wait on the machine).  Calls of a process that is gone are dropped."""
+        with self._mirror_lock:
+            if not self._mirror_pending.get(pid):
+                return
+            start = self._mirror_marks.get(pid)
+        if start is None or host_start_time(pid) != start:
+            with self._mirror_lock:
+                self._mirror_pending.pop(pid, None)
+            return
+        self._caller(Caller(pid))
+
+    def _first_mirrored_cwd(self, pid: int) -> str | None:
+        with self._mirror_lock:
+            pending = self._mirror_pending.get(pid)
+            return pending[0].cwd if pending else None
+
+    def _submit_mirrored(self, caller: _Caller) -> None:
+        """Queues the caller's mirrored calls on its task (not waited for), before the
+        request it is about to make."""
+        with self._mirror_lock:
+            pending = self._mirror_pending.pop(caller.pid, None)
+            for call in pending or ():
+                try:
+                    self.kernel.submit(caller.task, call.name, *call.args)
+                except (ProcessExited, MachineError, KernelError, ValueError) as e:
+                    log.warning("pid %d: mirrored %s%r not run: %s", caller.pid,
+                                call.name, call.args, e)
+                    return
+                self.stats["mirrored"] += 1
+
+    def emulated_directory(self, pid: int, path: str, cwd: str) -> str | None:
+        """The filename a task passes for a directory ``path`` that the host process pid
+        names from its working directory ``cwd``: the same string when it names the
+        same place in the emulated kernel, else that place's absolute path; None when
+        the directory is outside the mount."""
+        target = os.path.normpath(os.path.join(cwd, path))
+        rel = _mount_relative(pid, target)
+        if rel is None:
+            return None
+        kpath = self.kernel_path(rel)
+        if os.path.isabs(path):
+            return path if os.path.normpath(path) == kpath else kpath
+        # the task's working directory mirrors the process's inside the mount
+        return path if _mount_relative(pid, cwd) is not None else kpath
 
     def _known_parent(self, pid: int) -> _Caller | None:
         """The host process's parent, if that one is known and its task lives."""
@@ -431,7 +532,8 @@ class Gateway:
             with self._spawn_lock:
                 task = self._spawn(parent.comm, event.child, parent.task)
                 caller = _Caller(event.child, host_start_time(event.child), parent.comm,
-                                 task, exec_seen=True, cwd=parent.cwd)
+                                 task, exec_seen=True, cwd=parent.cwd,
+                                 mirrored=parent.mirrored)
                 with self._lock:
                     self._callers[event.child] = caller
         elif event.what in (EXEC, COMM):
@@ -529,6 +631,14 @@ class Gateway:
                 if c.pid != os.getpid() and host_start_time(c.pid) != c.start]
         for caller in gone:
             self._end(caller)
+        with self._mirror_lock:
+            marks = list(self._mirror_marks.items())
+        for pid, start in marks:
+            if host_start_time(pid) != start:
+                with self._mirror_lock:
+                    if self._mirror_marks.get(pid) == start:
+                        del self._mirror_marks[pid]
+                        self._mirror_pending.pop(pid, None)
         return len(gone)
 
     def _end(self, caller: _Caller, status: int = 0) -> None:
