@@ -35,6 +35,8 @@ OPTIMIZE_DELAY = 0.020
 OPTIMIZED_REGION = 5 + 15
 #: Functions a return probe must not hook (Linux's kretprobe_blacklist on x86).
 KRETPROBE_BLACKLIST = ("__switch_to",)
+#: A child that must not run.
+_SKIP = KPROBE_FLAG_DISABLED | KPROBE_FLAG_GONE
 #: Module states, as the machine's module notifier chain names them.
 _MODULE_COMING, _MODULE_GOING = "coming", "going"
 
@@ -206,6 +208,7 @@ class KprobeEngine:
         # instance without asking which task is current.
         self._instances: dict[int, KretprobeInstance] = {}
         self._native_aggrs = _NativeAggrs(kernel)
+        self._jprobe_layout = None
         self.handler_errors = HandlerErrorLog()
         self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler,
                                             site_func=self._kprobe_ftrace_site_handler,
@@ -676,25 +679,25 @@ class KprobeEngine:
         """Run the jprobe's entry with the function's arguments on a copy of the
         registers and stack, then put both back (the longjmp of jprobe_return)."""
         kernel = self.kernel
-        state = kernel.save_cpu_state()         # the arguments come from it too
-        sp = regs.sp
+        state = kernel.save_cpu_state()         # the arguments and %rsp come from it too
+        args, sp_index = self._jprobe_layout or self._make_jprobe_layout()
+        sp = state[sp_index] + regs.sp_offset
         saved_stack = kernel.read(sp, MAX_STACK_SIZE)
         try:
-            p.owner.entry(*self._jprobe_args(state))
+            p.owner.entry(*args(state))
         finally:
             kernel.write(sp, saved_stack)
             kernel.restore_cpu_state(state)
         return 0
 
-    @property
-    def _jprobe_args(self) -> Callable[[tuple], tuple[int, ...]]:
-        """The six argument registers out of a kernel.save_cpu_state() tuple."""
-        found = self.__dict__.get("_jprobe_arg_getter")
-        if found is None:
-            fields = self.kernel.cpu_state_fields
-            found = self._jprobe_arg_getter = operator.itemgetter(
-                *(fields.index(name) for name in ("di", "si", "dx", "cx", "r8", "r9")))
-        return found
+    def _make_jprobe_layout(self) -> tuple[Callable[[tuple], tuple[int, ...]], int]:
+        """(the six argument registers out of a kernel.save_cpu_state() tuple, where
+        %rsp is in it), made at the first jprobe hit."""
+        fields = self.kernel.cpu_state_fields
+        self._jprobe_layout = (operator.itemgetter(
+            *(fields.index(name) for name in ("di", "si", "dx", "cx", "r8", "r9"))),
+            fields.index("sp"))
+        return self._jprobe_layout
 
     # ==== kretprobes ==========================================================================
     def _on_func_entry(self, addr: int) -> bool:
@@ -769,35 +772,39 @@ class KprobeEngine:
         instances[slot] = ri
         return 0
 
-    def kretprobe_trampoline_handler(self, regs, slot: int) -> int:
+    def kretprobe_trampoline_handler(self, regs, slot: int) -> int | None:
         """A function with a hijacked return address returned: run its kretprobe's
-        handler and give back the real return address."""
-        ri = self._instances.pop(slot, None)
+        handler and give back the real return address; ``None`` when no return is
+        pending at ``slot`` (the arch then looks again, or gives up)."""
+        instances = self._instances
+        ri = instances.pop(slot, None)
         if ri is None:
-            # Cannot happen unless the stack was corrupted: nothing to return to.
-            self.kernel.panicked = f"kretprobe trampoline: no instance for {slot:#x}"
-            return self.kernel.image.symbol_value("host_call_return")
-        if ri.below is not None:    # it returns into the trampoline again, for this one
-            self._instances[slot] = ri.below
+            return None
+        below = ri.below
+        if below is not None:       # it returns into the trampoline again, for this one
+            instances[slot] = below
             ri.below = None
-        regs.ip = ri.ret_addr
+        ret = regs.ip = ri.ret_addr
         rp = ri.rp
-        if rp is not None and (kp := rp.kp).registered:
-            kcb = self.kprobe_ctlblks[self.kernel.cpu.index]
-            if not kp.flags & (KPROBE_FLAG_DISABLED | KPROBE_FLAG_GONE) \
-                    and rp.handler is not None \
-                    and kcb.current is None:
-                kcb.current, kcb.status = kp, "hit_active"
-                try:
-                    rp.handler(ri, regs)
-                except Exception as e:
-                    self.handle_fault(kp, regs, TRAP_BP, e)
-                finally:
-                    kcb.current = kcb.status = None
+        if rp is None:
+            return ret
+        kp = rp.kp
+        if kp.registered:
+            handler = rp.handler
+            if handler is not None and not kp.flags & _SKIP:
+                kcb = self.kprobe_ctlblks[self.kernel.cpu.index]
+                if kcb.current is None:
+                    kcb.current, kcb.status = kp, "hit_active"
+                    try:
+                        handler(ri, regs)
+                    except Exception as e:
+                        self.handle_fault(kp, regs, TRAP_BP, e)
+                    finally:
+                        kcb.current = kcb.status = None
             rp.free_instances.append(ri)
-        return ri.ret_addr
+        return ret
 
-    def rethook_trampoline_handler(self, regs, slot: int) -> int:
+    def rethook_trampoline_handler(self, regs, slot: int) -> int | None:
         return self.fprobes.on_return(regs, slot)
 
     def _flush_task_instances(self, pid: int) -> None:

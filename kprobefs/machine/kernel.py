@@ -232,6 +232,7 @@ class Kernel:
         # init_task lives in the image's data, mapped for good: its pid's place, once.
         self._init_pid_at = self._sym("init_task") + self._task_pid_off
         self._init_pid_pa = self.mem.translate(self._init_pid_at)
+        self.current_pid = self._make_current_pid()
         # Writing ip makes Unicorn leave the current block: ip is not part of the set.
         self.cpu_state_fields = tuple(name for name in UC_REG if name not in ("cs", "ss", "ip"))
         self._gprs = RegSet(self.uc, [UC_REG[name] for name in self.cpu_state_fields])
@@ -761,17 +762,29 @@ class Kernel:
     def _current_task_ptr(self) -> int:
         return struct.unpack_from("<Q", self.mem.ram, self.cpu.current_pa)[0]
 
-    def current_pid(self) -> int:
-        """Pid of the task running on the current CPU (inside a hook).  On every
-        kretprobe hit: a task in the direct map (all but init_task) and init_task are
-        read without a page-table walk."""
-        mem = self.mem
-        ram = mem.ram
-        pid_at = _QWORD.unpack_from(ram, self.cpu.current_pa)[0] + self._task_pid_off
-        pa = pid_at - PAGE_OFFSET
-        if not 0 <= pa < len(ram):
-            pa = self._init_pid_pa if pid_at == self._init_pid_at else mem.translate(pid_at)
-        return _PID.unpack_from(ram, pa)[0]
+    def _make_current_pid(self) -> Callable[[], int]:
+        """``current_pid()``: the pid of the task running on the current CPU (inside a
+        hook).  Called on every kretprobe hit, so it is a closure over what it reads
+        (an instance attribute: no method lookup), and a task in the direct map (all
+        but init_task) and init_task are read without a page-table walk."""
+        mem, ram = self.mem, self.mem.ram
+        translate, unpack_q, unpack_pid = mem.translate, _QWORD.unpack_from, _PID.unpack_from
+        pid_off, init_at, init_pa = self._task_pid_off, self._init_pid_at, self._init_pid_pa
+        direct_end = len(ram) - 4
+        words, ints = mem.words, memoryview(ram).cast("i")
+
+        def current_pid() -> int:
+            current_pa = self.cpu.current_pa
+            if current_pa & 7:
+                pid_at = unpack_q(ram, current_pa)[0] + pid_off
+            else:
+                pid_at = words[current_pa >> 3] + pid_off
+            pa = pid_at - PAGE_OFFSET
+            if not 0 <= pa <= direct_end:
+                pa = init_pa if pid_at == init_at else translate(pid_at)
+            return unpack_pid(ram, pa)[0] if pa & 3 else ints[pa >> 2]
+
+        return current_pid
 
     def current_tgid(self) -> int:
         """Thread-group id of the task running on the current CPU (inside a hook)."""

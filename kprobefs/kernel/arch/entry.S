@@ -86,10 +86,13 @@ __fentry__:
 
 /* Optimized-probe detour template.  A detour buffer is a copy of
  * [optprobe_template_entry, optprobe_template_end) followed by the relocated probed
- * instructions and a jump back. */
+ * instructions and a jump back.  It leaves %rsp in optprobe_sp (an absolute address:
+ * the copy runs anywhere) for the host, which reads it from memory rather than asking
+ * the CPU. */
 	.globl optprobe_template_entry
 	.type optprobe_template_entry, @function
 optprobe_template_entry:
+	movq %rsp, optprobe_sp
 	.globl optprobe_template_call
 optprobe_template_call:
 	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00
@@ -177,11 +180,17 @@ optprobe_native_template_end:
 
 /* A return probe replaces a return address with this.  The function's ret lands here;
  * a slot is pushed where the host's handler (at kretprobe_trampoline_call) writes the
- * real return address, and the trampoline returns there. */
+ * real return address, and the trampoline returns there.  The slot's address is left
+ * in kretprobe_tramp_slot for the host, which reads it from memory rather than asking
+ * the CPU for %rsp (a register read costs the host more than the rest of its lookup);
+ * the host checks it against its pending returns, so a stale value is caught.  Each
+ * trampoline is one straight-line block (aligned so that it never crosses a page). */
+	.balign 32
 	.globl kretprobe_trampoline
 	.type kretprobe_trampoline, @function
 kretprobe_trampoline:
 	pushq $0
+	movq %rsp, kretprobe_tramp_slot(%rip)
 	.globl kretprobe_trampoline_call
 kretprobe_trampoline_call:
 	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00
@@ -217,10 +226,12 @@ trace_native_ret_trampoline:
 	.size trace_native_ret_trampoline, .-trace_native_ret_trampoline
 
 /* The same contract for fprobe exit hooks (rethook). */
+	.balign 32
 	.globl rethook_trampoline
 	.type rethook_trampoline, @function
 rethook_trampoline:
 	pushq $0
+	movq %rsp, rethook_tramp_slot(%rip)
 	.globl rethook_trampoline_call
 rethook_trampoline_call:
 	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00
@@ -244,3 +255,17 @@ kprobe_insn_area:
 	.size kprobe_insn_area, .-kprobe_insn_area
 	.globl kprobe_insn_area_end
 kprobe_insn_area_end:
+
+/* The slots the return trampolines pushed last (read by the host at their hooks). */
+	.data
+	.balign 8
+	.globl kretprobe_tramp_slot
+kretprobe_tramp_slot:
+	.quad 0
+	.globl rethook_tramp_slot
+rethook_tramp_slot:
+	.quad 0
+/* %rsp at the last optimized probe's detour. */
+	.globl optprobe_sp
+optprobe_sp:
+	.quad 0
