@@ -683,11 +683,14 @@ class KprobeEngine:
         args, sp_index = self._jprobe_layout or self._make_jprobe_layout()
         sp = state[sp_index] + regs.sp_offset
         saved_stack = kernel.read(sp, MAX_STACK_SIZE)
+        writes = kernel.reg_writes
+        mark = writes[0]
         try:
             p.owner.entry(*args(state))
         finally:
             kernel.write(sp, saved_stack)
-            kernel.restore_cpu_state(state)
+            if writes[0] != mark:               # the entry wrote registers
+                kernel.restore_cpu_state(state)
         return 0
 
     def _make_jprobe_layout(self) -> tuple[Callable[[tuple], tuple[int, ...]], int]:
@@ -717,7 +720,9 @@ class KprobeEngine:
             raise ProbeError(errno.E2BIG, "kretprobe data_size too big")
         if rp.maxactive <= 0:
             rp.maxactive = self.default_maxactive()
-        rp.free_instances = [KretprobeInstance(rp, data=bytearray(rp.data_size))
+        pid_of = self.kernel.task_pid
+        rp.free_instances = [KretprobeInstance(rp, data=bytearray(rp.data_size),
+                                               pid_of=pid_of)
                              for _ in range(rp.maxactive)]
         kp = rp.kp
         kp.symbol_name, kp.addr, kp.offset = rp.symbol_name, rp.addr, rp.offset
@@ -750,7 +755,7 @@ class KprobeEngine:
             rp.nmissed += 1
             return 0
         ri = free.pop()
-        ri.task = self.kernel.current_pid()
+        ri.task_struct = self.kernel.current_task()
         ri.func = p.addr
         if rp.entry_handler is not None:
             try:
