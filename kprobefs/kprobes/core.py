@@ -209,6 +209,9 @@ class KprobeEngine:
         self._instances: dict[int, KretprobeInstance] = {}
         self._native_aggrs = _NativeAggrs(kernel)
         self._jprobe_layout = None
+        # Called on every kretprobe hit: bound once.
+        self._current_task = kernel.current_task
+        self._prepare_kretprobe = self.arch.prepare_kretprobe
         self.handler_errors = HandlerErrorLog()
         self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler,
                                             site_func=self._kprobe_ftrace_site_handler,
@@ -729,6 +732,8 @@ class KprobeEngine:
         kp.pre_handler, kp.post_handler = self._pre_handler_kretprobe, None
         kp.kind, kp.owner = "r", rp
         self.register_kprobe(kp)
+        for ri in rp.free_instances:
+            ri.func = kp.addr
 
     def unregister_kretprobe(self, rp: Kretprobe) -> None:
         self.unregister_kprobe(rp.kp)
@@ -755,8 +760,7 @@ class KprobeEngine:
             rp.nmissed += 1
             return 0
         ri = free.pop()
-        ri.task_struct = self.kernel.current_task()
-        ri.func = p.addr
+        ri.task_struct = self._current_task()
         if rp.entry_handler is not None:
             try:
                 skip = rp.entry_handler(ri, regs)
@@ -766,7 +770,7 @@ class KprobeEngine:
             if skip:
                 free.append(ri)
                 return 0
-        ri.ret_addr, slot = self.arch.prepare_kretprobe(regs)
+        ri.ret_addr, slot = self._prepare_kretprobe(regs)
         ri.fp = slot
         instances = self._instances
         below = instances.get(slot)

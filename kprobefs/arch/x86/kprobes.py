@@ -311,6 +311,8 @@ class X86Kprobes:
         a = p.ainsn
         ip = p.addr + 1
         general = self._int3
+        # The copies' addresses, fixed while p is armed (emulated instructions have none).
+        ss_addr, boost_addr = (a.ss_addr, a.boost_addr) if a.slot is not None else (0, 0)
 
         def kprobe_int3_handler(kernel, cpu, _ip):
             kcb = ctl[cpu.index]
@@ -339,10 +341,10 @@ class X86Kprobes:
                 fast.set(UC_X86_REG_RIP, regs.ip)
             elif boosted:
                 kcb.current = None
-                fast.set(UC_X86_REG_RIP, a.boost_addr)
+                fast.set(UC_X86_REG_RIP, boost_addr)
             else:               # single-step the copy: its int3 ends the hit
                 kcb.status = "hit_ss"
-                fast.set(UC_X86_REG_RIP, a.ss_addr)
+                fast.set(UC_X86_REG_RIP, ss_addr)
             return True
 
         return kprobe_int3_handler
