@@ -209,9 +209,12 @@ class KprobeEngine:
         self._instances: dict[int, KretprobeInstance] = {}
         self._native_aggrs = _NativeAggrs(kernel)
         self._jprobe_layout = None
-        # Called on every kretprobe hit: bound once.
+        # Called on every kretprobe or jprobe hit: bound once.
         self._current_task = kernel.current_task
         self._prepare_kretprobe = self.arch.prepare_kretprobe
+        mem = kernel.mem
+        self._jprobe_machine = (kernel.save_cpu_state, kernel.restore_cpu_state, mem.read,
+                                mem.write, kernel.reg_writes)
         self.handler_errors = HandlerErrorLog()
         self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler,
                                             site_func=self._kprobe_ftrace_site_handler,
@@ -681,19 +684,18 @@ class KprobeEngine:
     def _setjmp_pre_handler(self, p: Kprobe, regs) -> int:
         """Run the jprobe's entry with the function's arguments on a copy of the
         registers and stack, then put both back (the longjmp of jprobe_return)."""
-        kernel = self.kernel
-        state = kernel.save_cpu_state()         # the arguments and %rsp come from it too
+        save, restore, read, write, writes = self._jprobe_machine
+        state = save()                          # the arguments and %rsp come from it too
         args, sp_index = self._jprobe_layout or self._make_jprobe_layout()
         sp = state[sp_index] + regs.sp_offset
-        saved_stack = kernel.read(sp, MAX_STACK_SIZE)
-        writes = kernel.reg_writes
+        saved_stack = read(sp, MAX_STACK_SIZE)
         mark = writes[0]
         try:
             p.owner.entry(*args(state))
         finally:
-            kernel.write(sp, saved_stack)
+            write(sp, saved_stack)
             if writes[0] != mark:               # the entry wrote registers
-                kernel.restore_cpu_state(state)
+                restore(state)
         return 0
 
     def _make_jprobe_layout(self) -> tuple[Callable[[tuple], tuple[int, ...]], int]:

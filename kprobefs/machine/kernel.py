@@ -236,6 +236,7 @@ class Kernel:
         # Writing ip makes Unicorn leave the current block: ip is not part of the set.
         self.cpu_state_fields = tuple(name for name in UC_REG if name not in ("cs", "ss", "ip"))
         self._gprs = RegSet(self.uc, [UC_REG[name] for name in self.cpu_state_fields])
+        self.save_cpu_state, self.restore_cpu_state = self._gprs.read, self._gprs.write
         self._hc_args = RegSet(self.uc, [UC_X86_REG_RDI, UC_X86_REG_RSI, UC_X86_REG_RDX,
                                          UC_X86_REG_R10, UC_X86_REG_R8])
 
@@ -982,15 +983,11 @@ class Kernel:
         return len(self._raw_hooks) < self.FAST_HOOK_BUDGET
 
     # ---- registers of the CPU in a hook ------------------------------------------------
-    def save_cpu_state(self) -> tuple:
-        """The general registers and flags of the current CPU (inside a hook), for
-        restore_cpu_state(), in the order ``cpu_state_fields`` names them: one C call,
-        where reading them one by one costs one each.  (A Unicorn context would carry
-        the whole CPU, at ten times the cost.)"""
-        return self._gprs.read()
-
-    def restore_cpu_state(self, state: tuple) -> None:
-        self._gprs.write(state)
+    # save_cpu_state() -> tuple: the general registers and flags of the current CPU
+    # (inside a hook), for restore_cpu_state(state), in the order ``cpu_state_fields``
+    # names them: one C call, where reading them one by one costs one each.  (A Unicorn
+    # context would carry the whole CPU, at ten times the cost.)  Both are the register
+    # set's own methods, bound in __init__: jprobes call them on every hit.
 
     #: A count of the register writes made through the machine (its register views,
     #: save/restore, the probe handlers' regs; not Unicorn's own reg_write): unchanged
