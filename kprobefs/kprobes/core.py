@@ -212,9 +212,9 @@ class KprobeEngine:
         # Called on every kretprobe or jprobe hit: bound once.
         self._current_task = kernel.current_task
         self._prepare_kretprobe = self.arch.prepare_kretprobe
-        mem = kernel.mem
-        self._jprobe_machine = (kernel.save_cpu_state, kernel.restore_cpu_state, mem.read,
-                                mem.write, kernel.reg_writes)
+        # (A jprobe's stack copy is one slice of RAM when it lies in one page.)
+        self._jprobe_machine = (kernel.save_cpu_state, kernel.restore_cpu_state,
+                                kernel.mem.ram, kernel.mem.translate, kernel.reg_writes)
         self.handler_errors = HandlerErrorLog()
         self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler,
                                             site_func=self._kprobe_ftrace_site_handler,
@@ -684,18 +684,32 @@ class KprobeEngine:
     def _setjmp_pre_handler(self, p: Kprobe, regs) -> int:
         """Run the jprobe's entry with the function's arguments on a copy of the
         registers and stack, then put both back (the longjmp of jprobe_return)."""
-        save, restore, read, write, writes = self._jprobe_machine
+        save, restore, ram, translate, writes = self._jprobe_machine
         state = save()                          # the arguments and %rsp come from it too
         args, sp_index = self._jprobe_layout or self._make_jprobe_layout()
         sp = state[sp_index] + regs.sp_offset
-        saved_stack = read(sp, MAX_STACK_SIZE)
+        if (sp & 0xFFF) + MAX_STACK_SIZE > 0x1000:     # across two pages
+            return self._setjmp_slow(p, state, sp)
+        pa = translate(sp)
+        saved_stack = ram[pa:pa + MAX_STACK_SIZE]
         mark = writes[0]
         try:
             p.owner.entry(*args(state))
         finally:
-            write(sp, saved_stack)
+            ram[pa:pa + MAX_STACK_SIZE] = saved_stack
             if writes[0] != mark:               # the entry wrote registers
                 restore(state)
+        return 0
+
+    def _setjmp_slow(self, p: Kprobe, state: tuple, sp: int) -> int:
+        """_setjmp_pre_handler for a stack copy that spans two pages."""
+        kernel = self.kernel
+        saved_stack = kernel.read(sp, MAX_STACK_SIZE)
+        try:
+            p.owner.entry(*self._jprobe_layout[0](state))
+        finally:
+            kernel.write(sp, saved_stack)
+            kernel.restore_cpu_state(state)
         return 0
 
     def _make_jprobe_layout(self) -> tuple[Callable[[tuple], tuple[int, ...]], int]:
