@@ -523,9 +523,9 @@ def test_a_return_with_nothing_pending_is_told_apart(kernel):
     kernel.register_kretprobe(rp)
     assert loop(kernel, 3) == expected_loop(3)
     assert len(seen) == 3 and not eng._instances
-    assert kernel.image.read(sym(kernel, "kretprobe_tramp_slot").addr, 8) == bytes(8)
-    assert struct.unpack("<Q", kernel.read(sym(kernel, "kretprobe_tramp_slot").addr, 8))[0] \
-        == seen[-1]     # the slot the trampoline pushed last, as the host read it
+    word = sym(kernel, "kretprobe_tramp_sp").addr
+    assert kernel.image.read(word, 8) == bytes(8)
+    assert struct.unpack("<Q", kernel.read(word, 8))[0] == seen[-1] + 8   # %rsp after ret
 
 
 # ---- jump optimization -----------------------------------------------------------------------------

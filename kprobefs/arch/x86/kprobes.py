@@ -182,8 +182,8 @@ class X86Kprobes:
         self._detour_regs = [SavedSpRegs(self._fast, self._mem, 0, trapped=False)
                              for _ in range(kernel.nr_cpus)]
         self._detour_sp = kernel.mem.translate(self._sym("optprobe_sp")) >> 3
-        # At a return trampoline, the slot it pushed sits on the stack.
-        self._tramp_regs = [ProbeRegs(self._fast, self._mem, 0, sp_offset=8)
+        # At a return trampoline %rsp is the caller's, above the return address's slot.
+        self._tramp_regs = [ProbeRegs(self._fast, self._mem, 0)
                             for _ in range(kernel.nr_cpus)]
         # In an ftrace callback the trampoline's return address sits on the stack.
         self._ftrace_regs = [ProbeRegs(self._fast, self._mem, 0, sp_offset=8, trapped=False)
@@ -196,9 +196,9 @@ class X86Kprobes:
             kernel.hook_code_raw(self._sym(name), self._sym(name), callback)
             for name, callback in (
                 ("kretprobe_trampoline_call",
-                 self._tramp(core.kretprobe_trampoline_handler, "kretprobe_tramp_slot")),
+                 self._tramp(core.kretprobe_trampoline_handler, "kretprobe_tramp")),
                 ("rethook_trampoline_call",
-                 self._tramp(core.rethook_trampoline_handler, "rethook_tramp_slot")))
+                 self._tramp(core.rethook_trampoline_handler, "rethook_tramp")))
         ]
 
     # ==== the original bytes of text, as if no probe were there ===========================
@@ -738,42 +738,39 @@ class X86Kprobes:
         _Q.pack_into(mem.ram, pa, trampoline)
         return ret, slot
 
-    def _tramp(self, handler, slot_word: str):
-        """The code hook of a return trampoline: the function returned into it, and it
-        pushed one slot at exactly the address the return address was taken from and
-        left that address in the word ``slot_word``, so no register is read here.
-        ``handler(regs, slot)`` gives the real return address for that slot, written
-        into it for the trampoline's ret, or ``None`` when no return is pending there:
-        then the word was stale (something ran between the store and the hook) and the
-        slot is %rsp.  In the handler regs.sp is the caller's, above the slot."""
+    def _tramp(self, handler, words_of: str):
+        """The code hook of a return trampoline: the function returned into it, with
+        %rsp just above the slot the return address was taken from, and it left %rsp in
+        the word ``<words_of>_sp``, so no register is read here.  ``handler(regs,
+        slot)`` gives the real return address for that slot, left in ``<words_of>_ret``
+        for the trampoline to push, or ``None`` when no return is pending there: then
+        the word was stale and the slot is taken from %rsp.  In the handler regs.sp is
+        the caller's, above the slot."""
         fast, mem, kernel = self._fast, self._mem, self.kernel
-        words, translate = self._words, self._translate
-        word = mem.translate(self._sym(slot_word)) >> 3       # an aligned .data quad
+        words = self._words
+        sp_word = mem.translate(self._sym(words_of + "_sp")) >> 3     # aligned .data quads
+        ret_word = mem.translate(self._sym(words_of + "_ret")) >> 3
         regs_of = self._tramp_regs
 
         def trampoline(_uc, _address, _size, _ud) -> None:
-            slot = words[word]
+            slot = words[sp_word] - 8
             cpu = kernel.cpu.index
             regs = regs_of[cpu]
             if regs is None:    # nested (a handler's kernel call returned through one)
-                regs = ProbeRegs(fast, mem, 0, sp_offset=8)
+                regs = ProbeRegs(fast, mem, 0)
             else:
                 regs_of[cpu] = None
             try:
                 ret = handler(regs, slot)
                 if ret is None:
-                    slot = fast.get(UC_X86_REG_RSP)
+                    slot = fast.get(UC_X86_REG_RSP) - 8
                     ret = handler(regs, slot)
             finally:
                 regs_of[cpu] = regs
             if ret is None:     # cannot happen unless the stack was corrupted
                 kernel.panicked = f"return trampoline: nothing pending at {slot:#x}"
                 ret = self._sym("host_call_return")
-            pa = translate(slot)
-            if pa & 7:
-                mem.write_u64(slot, ret)
-            else:
-                words[pa >> 3] = ret
+            words[ret_word] = ret
 
         return trampoline
 

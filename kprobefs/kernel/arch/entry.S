@@ -178,22 +178,24 @@ optprobe_native_template_end:
 	ud2
 	.size optprobe_native_template_entry, .-optprobe_native_template_entry
 
-/* A return probe replaces a return address with this.  The function's ret lands here;
- * a slot is pushed where the host's handler (at kretprobe_trampoline_call) writes the
- * real return address, and the trampoline returns there.  The slot's address is left
- * in kretprobe_tramp_slot for the host, which reads it from memory rather than asking
- * the CPU for %rsp (a register read costs the host more than the rest of its lookup);
- * the host checks it against its pending returns, so a stale value is caught.  Each
- * trampoline is one straight-line block (aligned so that it never crosses a page). */
+/* A return probe replaces a return address with this.  The function's ret lands here,
+ * with %rsp just above the slot that held the return address; %rsp is left in
+ * kretprobe_tramp_sp and the host's handler (at kretprobe_trampoline_call) leaves the
+ * real return address in kretprobe_tramp_ret, which goes back into the slot for the
+ * ret.  The host reads and writes memory rather than the CPU's registers (a register
+ * access costs it more than the rest of its lookup), and checks the slot against its
+ * pending returns.  Each trampoline is one straight-line block, aligned so that it
+ * never crosses a page: nothing runs between the hook and the push of what it wrote
+ * (a handler's own kernel calls run inside the hook, before it writes). */
 	.balign 32
 	.globl kretprobe_trampoline
 	.type kretprobe_trampoline, @function
 kretprobe_trampoline:
-	pushq $0
-	movq %rsp, kretprobe_tramp_slot(%rip)
+	movq %rsp, kretprobe_tramp_sp(%rip)
 	.globl kretprobe_trampoline_call
 kretprobe_trampoline_call:
 	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00
+	pushq kretprobe_tramp_ret(%rip)
 	ret
 	.size kretprobe_trampoline, .-kretprobe_trampoline
 
@@ -230,11 +232,11 @@ trace_native_ret_trampoline:
 	.globl rethook_trampoline
 	.type rethook_trampoline, @function
 rethook_trampoline:
-	pushq $0
-	movq %rsp, rethook_tramp_slot(%rip)
+	movq %rsp, rethook_tramp_sp(%rip)
 	.globl rethook_trampoline_call
 rethook_trampoline_call:
 	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00
+	pushq rethook_tramp_ret(%rip)
 	ret
 	.size rethook_trampoline, .-rethook_trampoline
 
@@ -256,14 +258,21 @@ kprobe_insn_area:
 	.globl kprobe_insn_area_end
 kprobe_insn_area_end:
 
-/* The slots the return trampolines pushed last (read by the host at their hooks). */
+/* What the return trampolines and the host pass each other: %rsp after the function's
+ * ret, and the real return address. */
 	.data
 	.balign 8
-	.globl kretprobe_tramp_slot
-kretprobe_tramp_slot:
+	.globl kretprobe_tramp_sp
+kretprobe_tramp_sp:
 	.quad 0
-	.globl rethook_tramp_slot
-rethook_tramp_slot:
+	.globl kretprobe_tramp_ret
+kretprobe_tramp_ret:
+	.quad 0
+	.globl rethook_tramp_sp
+rethook_tramp_sp:
+	.quad 0
+	.globl rethook_tramp_ret
+rethook_tramp_ret:
 	.quad 0
 /* %rsp at the last optimized probe's detour. */
 	.globl optprobe_sp
