@@ -829,7 +829,7 @@ class KprobeEngine:
             rp.free_instances.append(ri)
         return ret
 
-    def rethook_trampoline_handler(self, regs, slot: int) -> int | None:
+    def rethook_trampoline_handler(self, regs, slot: int) -> int:
         return self.fprobes.on_return(regs, slot)
 
     def _flush_task_instances(self, pid: int) -> None:

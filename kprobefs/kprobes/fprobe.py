@@ -150,9 +150,7 @@ class FprobeManager:
         node.ret_addr, node.slot = self.engine.arch.prepare_rethook(regs)
         self._pending.setdefault(node.task, []).append(node)
 
-    def on_return(self, regs, slot: int) -> int | None:
-        """The real return address for the pending return at ``slot``, after running
-        its exit handler; ``None`` when the current task has none there."""
+    def on_return(self, regs, slot: int) -> int:
         pid = self.kernel.current_pid()
         nodes = self._pending.get(pid, [])
         for i in range(len(nodes) - 1, -1, -1):
@@ -160,7 +158,8 @@ class FprobeManager:
                 node = nodes.pop(i)
                 break
         else:
-            return None
+            self.kernel.panicked = f"rethook trampoline: no node for {slot:#x}"
+            return self.kernel.image.symbol_value("host_call_return")
         regs.ip = node.ret_addr
         fp = node.fp
         if fp is not None and fp.ops is not None:
@@ -188,5 +187,5 @@ def _glob_any(name: str, patterns: str) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns.replace(",", " ").split())
 
 
-def rethook_return(engine, regs, slot: int) -> int | None:
+def rethook_return(engine, regs, slot: int) -> int:
     return engine.fprobes.on_return(regs, slot)

@@ -240,6 +240,27 @@ rethook_trampoline_call:
 	ret
 	.size rethook_trampoline, .-rethook_trampoline
 
+/* What the return trampolines and the host pass each other (%rsp after the function's
+ * ret, and the real return address), and %rsp at the last optimized probe's detour. */
+	.pushsection .data
+	.balign 8
+	.globl kretprobe_tramp_sp
+kretprobe_tramp_sp:
+	.quad 0
+	.globl kretprobe_tramp_ret
+kretprobe_tramp_ret:
+	.quad 0
+	.globl rethook_tramp_sp
+rethook_tramp_sp:
+	.quad 0
+	.globl rethook_tramp_ret
+rethook_tramp_ret:
+	.quad 0
+	.globl optprobe_sp
+optprobe_sp:
+	.quad 0
+	.popsection
+
 /* Where the host's direct calls into kernel functions return to. */
 	.globl host_call_return
 	.type host_call_return, @function
@@ -257,24 +278,3 @@ kprobe_insn_area:
 	.size kprobe_insn_area, .-kprobe_insn_area
 	.globl kprobe_insn_area_end
 kprobe_insn_area_end:
-
-/* What the return trampolines and the host pass each other: %rsp after the function's
- * ret, and the real return address. */
-	.data
-	.balign 8
-	.globl kretprobe_tramp_sp
-kretprobe_tramp_sp:
-	.quad 0
-	.globl kretprobe_tramp_ret
-kretprobe_tramp_ret:
-	.quad 0
-	.globl rethook_tramp_sp
-rethook_tramp_sp:
-	.quad 0
-	.globl rethook_tramp_ret
-rethook_tramp_ret:
-	.quad 0
-/* %rsp at the last optimized probe's detour. */
-	.globl optprobe_sp
-optprobe_sp:
-	.quad 0
