@@ -36,12 +36,10 @@ class Kernel(Machine):
         self.fprobes = FprobeManager(self.kprobes)
         self.fgraph = FunctionGraph(self.kprobes)
 
-    def __getattr__(self, name):
-        if name in _ENGINE_API:
-            return getattr(self.kprobes, name)
-        if name in _FPROBE_API:
-            return getattr(self.fprobes, name)
-        raise AttributeError(name)
+
+    # The engine's and the fprobe manager's functions are properties made below, not a
+    # __getattr__: a class with __getattr__ slows every attribute lookup on the kernel,
+    # and the probe hit paths make several.
 
     @property
     def kprobes_enabled(self) -> bool:
@@ -57,3 +55,15 @@ class Kernel(Machine):
     def kprobes_optimization(self, on: bool) -> None:
         self.kprobes.set_optimization(bool(on))
         self.kprobes.wait_for_kprobe_optimizer()
+
+
+def _delegate(owner: str, name: str) -> property:
+    return property(lambda self: getattr(getattr(self, owner), name),
+                    doc=f"The {owner} {name}.")
+
+
+for _name in _ENGINE_API:
+    setattr(Kernel, _name, _delegate("kprobes", _name))
+for _name in _FPROBE_API:
+    setattr(Kernel, _name, _delegate("fprobes", _name))
+del _name

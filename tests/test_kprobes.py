@@ -512,7 +512,43 @@ def test_kretprobe_instances_flushed_when_a_task_exits(kernel):
     assert len(rp.free_instances) == 2
 
 
+def test_a_return_with_nothing_pending_is_told_apart(kernel):
+    """The return trampoline's slot word is checked against the pending returns: an
+    unknown slot is None (the arch then takes %rsp), a known one gives its address."""
+    eng = kernel.kprobes
+    regs = type("Regs", (), {"ip": 0})()
+    assert eng.kretprobe_trampoline_handler(regs, 0xFFFF888000123458) is None
+    seen = []
+    rp = Kretprobe(symbol_name="kprobe_target", handler=lambda ri, r: seen.append(ri.fp))
+    kernel.register_kretprobe(rp)
+    assert loop(kernel, 3) == expected_loop(3)
+    assert len(seen) == 3 and not eng._instances
+    word = sym(kernel, "kretprobe_tramp_sp").addr
+    assert kernel.image.read(word, 8) == bytes(8)
+    assert struct.unpack("<Q", kernel.read(word, 8))[0] == seen[-1] + 8   # %rsp after ret
+
+
 # ---- jump optimization -----------------------------------------------------------------------------
+def test_optimized_probe_sees_the_live_stack_pointer(kernel):
+    """A detour hands its handler the %rsp it stored in optprobe_sp, not a register
+    read: it must be the live one, here and after a handler's kernel call."""
+    sps = []
+
+    def pre(p, r):
+        sps.append((r.sp, kernel.regs.sp))
+        kernel.call("kprobe_target", 1, 2)      # its own detour hit is a miss
+        sps.append((r.sp, kernel.regs.sp))
+        return 0
+
+    p = Kprobe(symbol_name="kprobe_target", pre_handler=pre)
+    kernel.register_kprobe(p)
+    kernel.wait_for_kprobe_optimizer()
+    assert kernel.kprobes.get_kprobe(p.addr).is_optimized()
+    loop(kernel, 3)
+    assert len(sps) == 6 and all(saved == live for saved, live in sps)
+    assert p.nmissed == 3
+
+
 def test_optimized_probe_jumps_to_a_detour(kernel):
     c = Counter()
     p = Kprobe(symbol_name="kprobe_target", pre_handler=c.pre)

@@ -35,6 +35,8 @@ OPTIMIZE_DELAY = 0.020
 OPTIMIZED_REGION = 5 + 15
 #: Functions a return probe must not hook (Linux's kretprobe_blacklist on x86).
 KRETPROBE_BLACKLIST = ("__switch_to",)
+#: A child that must not run.
+_SKIP = KPROBE_FLAG_DISABLED | KPROBE_FLAG_GONE
 #: Module states, as the machine's module notifier chain names them.
 _MODULE_COMING, _MODULE_GOING = "coming", "going"
 
@@ -206,6 +208,13 @@ class KprobeEngine:
         # instance without asking which task is current.
         self._instances: dict[int, KretprobeInstance] = {}
         self._native_aggrs = _NativeAggrs(kernel)
+        self._jprobe_layout = None
+        # Called on every kretprobe or jprobe hit: bound once.
+        self._current_task = kernel.current_task
+        self._prepare_kretprobe = self.arch.prepare_kretprobe
+        # (A jprobe's stack copy is one slice of RAM when it lies in one page.)
+        self._jprobe_machine = (kernel.save_cpu_state, kernel.restore_cpu_state,
+                                kernel.mem.ram, kernel.mem.translate, kernel.reg_writes)
         self.handler_errors = HandlerErrorLog()
         self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler,
                                             site_func=self._kprobe_ftrace_site_handler,
@@ -675,26 +684,42 @@ class KprobeEngine:
     def _setjmp_pre_handler(self, p: Kprobe, regs) -> int:
         """Run the jprobe's entry with the function's arguments on a copy of the
         registers and stack, then put both back (the longjmp of jprobe_return)."""
+        save, restore, ram, translate, writes = self._jprobe_machine
+        state = save()                          # the arguments and %rsp come from it too
+        args, sp_index = self._jprobe_layout or self._make_jprobe_layout()
+        sp = state[sp_index] + regs.sp_offset
+        if (sp & 0xFFF) + MAX_STACK_SIZE > 0x1000:     # across two pages
+            return self._setjmp_slow(p, state, sp)
+        pa = translate(sp)
+        saved_stack = ram[pa:pa + MAX_STACK_SIZE]
+        mark = writes[0]
+        try:
+            p.owner.entry(*args(state))
+        finally:
+            ram[pa:pa + MAX_STACK_SIZE] = saved_stack
+            if writes[0] != mark:               # the entry wrote registers
+                restore(state)
+        return 0
+
+    def _setjmp_slow(self, p: Kprobe, state: tuple, sp: int) -> int:
+        """_setjmp_pre_handler for a stack copy that spans two pages."""
         kernel = self.kernel
-        state = kernel.save_cpu_state()         # the arguments come from it too
-        sp = regs.sp
         saved_stack = kernel.read(sp, MAX_STACK_SIZE)
         try:
-            p.owner.entry(*self._jprobe_args(state))
+            p.owner.entry(*self._jprobe_layout[0](state))
         finally:
             kernel.write(sp, saved_stack)
             kernel.restore_cpu_state(state)
         return 0
 
-    @property
-    def _jprobe_args(self) -> Callable[[tuple], tuple[int, ...]]:
-        """The six argument registers out of a kernel.save_cpu_state() tuple."""
-        found = self.__dict__.get("_jprobe_arg_getter")
-        if found is None:
-            fields = self.kernel.cpu_state_fields
-            found = self._jprobe_arg_getter = operator.itemgetter(
-                *(fields.index(name) for name in ("di", "si", "dx", "cx", "r8", "r9")))
-        return found
+    def _make_jprobe_layout(self) -> tuple[Callable[[tuple], tuple[int, ...]], int]:
+        """(the six argument registers out of a kernel.save_cpu_state() tuple, where
+        %rsp is in it), made at the first jprobe hit."""
+        fields = self.kernel.cpu_state_fields
+        self._jprobe_layout = (operator.itemgetter(
+            *(fields.index(name) for name in ("di", "si", "dx", "cx", "r8", "r9"))),
+            fields.index("sp"))
+        return self._jprobe_layout
 
     # ==== kretprobes ==========================================================================
     def _on_func_entry(self, addr: int) -> bool:
@@ -714,13 +739,17 @@ class KprobeEngine:
             raise ProbeError(errno.E2BIG, "kretprobe data_size too big")
         if rp.maxactive <= 0:
             rp.maxactive = self.default_maxactive()
-        rp.free_instances = [KretprobeInstance(rp, data=bytearray(rp.data_size))
+        pid_of = self.kernel.task_pid
+        rp.free_instances = [KretprobeInstance(rp, data=bytearray(rp.data_size),
+                                               pid_of=pid_of)
                              for _ in range(rp.maxactive)]
         kp = rp.kp
         kp.symbol_name, kp.addr, kp.offset = rp.symbol_name, rp.addr, rp.offset
         kp.pre_handler, kp.post_handler = self._pre_handler_kretprobe, None
         kp.kind, kp.owner = "r", rp
         self.register_kprobe(kp)
+        for ri in rp.free_instances:
+            ri.func = kp.addr
 
     def unregister_kretprobe(self, rp: Kretprobe) -> None:
         self.unregister_kprobe(rp.kp)
@@ -747,8 +776,7 @@ class KprobeEngine:
             rp.nmissed += 1
             return 0
         ri = free.pop()
-        ri.task = self.kernel.current_pid()
-        ri.func = p.addr
+        ri.task_struct = self._current_task()
         if rp.entry_handler is not None:
             try:
                 skip = rp.entry_handler(ri, regs)
@@ -758,7 +786,7 @@ class KprobeEngine:
             if skip:
                 free.append(ri)
                 return 0
-        ri.ret_addr, slot = self.arch.prepare_kretprobe(regs)
+        ri.ret_addr, slot = self._prepare_kretprobe(regs)
         ri.fp = slot
         instances = self._instances
         below = instances.get(slot)
@@ -769,33 +797,37 @@ class KprobeEngine:
         instances[slot] = ri
         return 0
 
-    def kretprobe_trampoline_handler(self, regs, slot: int) -> int:
+    def kretprobe_trampoline_handler(self, regs, slot: int) -> int | None:
         """A function with a hijacked return address returned: run its kretprobe's
-        handler and give back the real return address."""
-        ri = self._instances.pop(slot, None)
+        handler and give back the real return address; ``None`` when no return is
+        pending at ``slot`` (the arch then looks again, or gives up)."""
+        instances = self._instances
+        ri = instances.pop(slot, None)
         if ri is None:
-            # Cannot happen unless the stack was corrupted: nothing to return to.
-            self.kernel.panicked = f"kretprobe trampoline: no instance for {slot:#x}"
-            return self.kernel.image.symbol_value("host_call_return")
-        if ri.below is not None:    # it returns into the trampoline again, for this one
-            self._instances[slot] = ri.below
+            return None
+        below = ri.below
+        if below is not None:       # it returns into the trampoline again, for this one
+            instances[slot] = below
             ri.below = None
-        regs.ip = ri.ret_addr
+        ret = regs.ip = ri.ret_addr
         rp = ri.rp
-        if rp is not None and (kp := rp.kp).registered:
-            kcb = self.kprobe_ctlblks[self.kernel.cpu.index]
-            if not kp.flags & (KPROBE_FLAG_DISABLED | KPROBE_FLAG_GONE) \
-                    and rp.handler is not None \
-                    and kcb.current is None:
-                kcb.current, kcb.status = kp, "hit_active"
-                try:
-                    rp.handler(ri, regs)
-                except Exception as e:
-                    self.handle_fault(kp, regs, TRAP_BP, e)
-                finally:
-                    kcb.current = kcb.status = None
+        if rp is None:
+            return ret
+        kp = rp.kp
+        if kp.registered:
+            handler = rp.handler
+            if handler is not None and not kp.flags & _SKIP:
+                kcb = self.kprobe_ctlblks[self.kernel.cpu.index]
+                if kcb.current is None:
+                    kcb.current, kcb.status = kp, "hit_active"
+                    try:
+                        handler(ri, regs)
+                    except Exception as e:
+                        self.handle_fault(kp, regs, TRAP_BP, e)
+                    finally:
+                        kcb.current = kcb.status = None
             rp.free_instances.append(ri)
-        return ri.ret_addr
+        return ret
 
     def rethook_trampoline_handler(self, regs, slot: int) -> int:
         return self.fprobes.on_return(regs, slot)

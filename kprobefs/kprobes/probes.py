@@ -96,17 +96,25 @@ class Jprobe:
 
 @dataclass(eq=False)
 class KretprobeInstance:
-    """struct kretprobe_instance: one pending return of one task."""
+    """struct kretprobe_instance: one pending return of one task (``task``: its pid)."""
 
     rp: "Kretprobe | None"
     ret_addr: int = 0
     func: int = 0
-    task: int = 0            # pid
     fp: int = 0              # the stack slot whose return address was replaced
     data: bytearray = field(default_factory=bytearray)
-    # engine-private: the instance that replaced the same slot's return address before
-    # this one (two return probes on one function), which returns next
+    # ---- engine-private --------------------------------------------------------------
+    # the instance that replaced the same slot's return address before this one (two
+    # return probes on one function), which returns next
     below: "KretprobeInstance | None" = None
+    # the task's task_struct, taken at entry, and how its pid is read from it (the pid
+    # is read only when asked: on the hit path it would cost more than the rest)
+    task_struct: int = 0
+    pid_of: Callable[[int], int] | None = None
+
+    @property
+    def task(self) -> int:
+        return self.pid_of(self.task_struct) if self.pid_of is not None else 0
 
 
 @dataclass(eq=False)

@@ -16,7 +16,12 @@ import struct
 from unicorn import Uc
 from unicorn.unicorn_py3 import unicorn as _binding
 
-__all__ = ["FastRegs", "RegSet", "add_code_hook", "add_intr_hook"]
+__all__ = ["FastRegs", "RegSet", "REG_WRITES", "add_code_hook", "add_intr_hook"]
+
+#: How many register writes FastRegs and RegSet have made (a one-element list, so
+#: that a hot path can keep it): a jprobe compares it around its entry, to put the
+#: registers back only when something wrote them.
+REG_WRITES = [0]
 
 
 def _raw(name: str):
@@ -47,6 +52,7 @@ class FastRegs:
         return self._val.value
 
     def set(self, reg_id: int, value: int) -> None:
+        REG_WRITES[0] += 1
         self._val.value = value & 0xFFFFFFFFFFFFFFFF
         self._write(self._handle, reg_id, self._ref)
 
@@ -111,5 +117,6 @@ class RegSet:
         return self._layout.unpack_from(self._vals)
 
     def write(self, values) -> None:
+        REG_WRITES[0] += 1
         self._layout.pack_into(self._vals, 0, *values)
         self._write(self._handle, self._ids, self._ptrs, self._n)

@@ -42,7 +42,7 @@ from .clock import TscClock
 from .cpu import (
     KERNEL_CS, KERNEL_DS, PT_REGS_SIZE, UC_REG, Registers, pack_pt_regs, unpack_pt_regs,
 )
-from ._fastuc import FastRegs, RegSet, add_code_hook, add_intr_hook
+from ._fastuc import REG_WRITES, FastRegs, RegSet, add_code_hook, add_intr_hook
 from ._quirks import clear_exception_state
 from .image import FENTRY_NOP, KernelImage
 from .irq import InterruptController
@@ -238,9 +238,11 @@ class Kernel:
         # init_task lives in the image's data, mapped for good: its pid's place, once.
         self._init_pid_at = self._sym("init_task") + self._task_pid_off
         self._init_pid_pa = self.mem.translate(self._init_pid_at)
+        self.current_task, self.task_pid = self._make_current_task()
         # Writing ip makes Unicorn leave the current block: ip is not part of the set.
         self.cpu_state_fields = tuple(name for name in UC_REG if name not in ("cs", "ss", "ip"))
         self._gprs = RegSet(self.uc, [UC_REG[name] for name in self.cpu_state_fields])
+        self.save_cpu_state, self.restore_cpu_state = self._gprs.read, self._gprs.write
         self._hc_args = RegSet(self.uc, [UC_X86_REG_RDI, UC_X86_REG_RSI, UC_X86_REG_RDX,
                                          UC_X86_REG_R10, UC_X86_REG_R8])
 
@@ -755,7 +757,7 @@ class Kernel:
             return 0
         task.state = "dead"
         task.exit_code = _signed(code)
-        oops = self.mem.read(self._current_task_ptr() + self.kabi["task.oops"], 4) != bytes(4)
+        oops = self.mem.read(self.current_task() + self.kabi["task.oops"], 4) != bytes(4)
         if oops:
             report = oops_report(self.console, self.image.format_address)
             log.error("oops: task %d (%s) killed%s\n%s", pid, task.comm,
@@ -778,28 +780,42 @@ class Kernel:
             listener(pid)
         return 0
 
-    def _current_task_ptr(self) -> int:
-        return struct.unpack_from("<Q", self.mem.ram, self.cpu.current_pa)[0]
+    def _make_current_task(self) -> tuple[Callable[[], int], Callable[[int], int]]:
+        """``current_task()``, the task_struct address of the task running on the
+        current CPU (inside a hook), and ``task_pid(task_struct)``, its pid.  They run
+        on every kretprobe hit, so they are closures over what they read (instance
+        attributes: no method lookup), and a task in the direct map (all but init_task)
+        and init_task are read without a page-table walk."""
+        mem, ram = self.mem, self.mem.ram
+        translate, unpack_q, unpack_pid = mem.translate, _QWORD.unpack_from, _PID.unpack_from
+        pid_off, init_at, init_pa = self._task_pid_off, self._init_pid_at, self._init_pid_pa
+        direct_end = len(ram) - 4
+        words, ints = mem.words, memoryview(ram).cast("i")
+
+        def current_task() -> int:
+            current_pa = self.cpu.current_pa
+            return unpack_q(ram, current_pa)[0] if current_pa & 7 else words[current_pa >> 3]
+
+        def task_pid(task: int) -> int:
+            pid_at = task + pid_off
+            pa = pid_at - PAGE_OFFSET
+            if not 0 <= pa <= direct_end:
+                pa = init_pa if pid_at == init_at else translate(pid_at)
+            return unpack_pid(ram, pa)[0] if pa & 3 else ints[pa >> 2]
+
+        return current_task, task_pid
 
     def current_pid(self) -> int:
-        """Pid of the task running on the current CPU (inside a hook).  On every
-        kretprobe hit: a task in the direct map (all but init_task) and init_task are
-        read without a page-table walk."""
-        mem = self.mem
-        ram = mem.ram
-        pid_at = _QWORD.unpack_from(ram, self.cpu.current_pa)[0] + self._task_pid_off
-        pa = pid_at - PAGE_OFFSET
-        if not 0 <= pa < len(ram):
-            pa = self._init_pid_pa if pid_at == self._init_pid_at else mem.translate(pid_at)
-        return _PID.unpack_from(ram, pa)[0]
+        """Pid of the task running on the current CPU (inside a hook)."""
+        return self.task_pid(self.current_task())
 
     def current_tgid(self) -> int:
         """Thread-group id of the task running on the current CPU (inside a hook)."""
-        t = self._current_task_ptr()
+        t = self.current_task()
         return _PID.unpack(self.mem.read(t + self.kabi["task.tgid"], 4))[0]
 
     def current_comm(self) -> str:
-        t = self._current_task_ptr()
+        t = self.current_task()
         return self.mem.read_cstring(t + self.kabi["task.comm"], 16).decode("utf-8", "replace")
 
     def _hc_syscall_done(self):
@@ -1004,15 +1020,16 @@ class Kernel:
         return len(self._raw_hooks) < self.FAST_HOOK_BUDGET
 
     # ---- registers of the CPU in a hook ------------------------------------------------
-    def save_cpu_state(self) -> tuple:
-        """The general registers and flags of the current CPU (inside a hook), for
-        restore_cpu_state(), in the order ``cpu_state_fields`` names them: one C call,
-        where reading them one by one costs one each.  (A Unicorn context would carry
-        the whole CPU, at ten times the cost.)"""
-        return self._gprs.read()
+    # save_cpu_state() -> tuple: the general registers and flags of the current CPU
+    # (inside a hook), for restore_cpu_state(state), in the order ``cpu_state_fields``
+    # names them: one C call, where reading them one by one costs one each.  (A Unicorn
+    # context would carry the whole CPU, at ten times the cost.)  Both are the register
+    # set's own methods, bound in __init__: jprobes call them on every hit.
 
-    def restore_cpu_state(self, state: tuple) -> None:
-        self._gprs.write(state)
+    #: A count of the register writes made through the machine (its register views,
+    #: save/restore, the probe handlers' regs; not Unicorn's own reg_write): unchanged
+    #: around some host code means that code wrote no register.
+    reg_writes = REG_WRITES
 
     def ip(self) -> int:
         """The loaded CPU's instruction pointer."""

@@ -68,6 +68,9 @@ class AddressSpace:
         # as plain buffer slices, ~10x cheaper than uc.mem_read/mem_write.
         self.ram = mmap.mmap(-1, layout.ram_size)
         self._ram_ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.ram))
+        #: RAM as an array of 64-bit words, for hot paths: ``words[pa >> 3]`` reads or
+        #: writes the aligned word at pa in half the time of a struct call.
+        self.words = memoryview(self.ram).cast("Q")
         uc.mem_map_ptr(0, layout.ram_size, UC_PROT_ALL, self._ram_ptr)
         self._pt_next, self._pt_end = layout.page_tables
         self.pml4 = self._alloc_table()
@@ -76,6 +79,8 @@ class AddressSpace:
         self._user_free: list[int] = []
         self._user_next = 0
         self._user_end = layout.ram_size
+        self._ram_size = layout.ram_size
+        self._linear = (0, 0, 0)    # (start, end, va - pa) of a linearly mapped range
 
     # ---- page-table construction --------------------------------------------------------
     def _alloc_table(self) -> int:
@@ -141,16 +146,28 @@ class AddressSpace:
                               executable=seg.executable)
         for off in range(0, self.layout.ram_size, LARGE):
             self.map_large(PAGE_OFFSET + off, off)
+        # The image's last segment (data and bss: the boot and idle stacks) is mapped
+        # linearly: translate() finds it by a range check, not a page lookup.
+        last = max(image_segments, key=lambda seg: seg.vaddr)
+        start = last.vaddr & ~(PAGE - 1)
+        end = (last.vaddr + last.memsz + PAGE - 1) & ~(PAGE - 1)
+        self._linear = (start, end, start - self._pages[start >> 12])
 
     # ---- translation --------------------------------------------------------------------
     def translate(self, va: int) -> int:
-        """Physical address of va; raises FaultError if unmapped."""
+        """Physical address of va; raises FaultError if unmapped.  (The direct map,
+        where task stacks and the heap live, and the image's data are checked first:
+        no page is mapped in either one by one.)"""
         va &= 0xFFFFFFFFFFFFFFFF
+        pa = va - PAGE_OFFSET
+        if 0 <= pa < self._ram_size:
+            return pa
+        start, end, delta = self._linear
+        if start <= va < end:
+            return va - delta
         pa = self._pages.get(va >> 12)
         if pa is not None:
             return pa | (va & 0xFFF)
-        if PAGE_OFFSET <= va < PAGE_OFFSET + self.layout.ram_size:
-            return va - PAGE_OFFSET
         raise FaultError(va)
 
     def is_mapped(self, va: int) -> bool:

@@ -29,7 +29,7 @@ from .insn import (
     GPR_NAMES, FunctionText, Insn, OptimizePlan, can_boost, can_optimize, emulate,
     prepare_copy, relocate, synthesize_relcall, synthesize_reljump,
 )
-from .regs import REGS_FIELDS, ProbeRegs
+from .regs import REGS_FIELDS, ProbeRegs, SavedSpRegs
 
 UC_X86_REG_RIP, UC_X86_REG_RSP = UC_REG["ip"], UC_REG["sp"]
 UC_X86_REG_EFLAGS, UC_X86_REG_RCX = UC_REG["flags"], UC_REG["cx"]
@@ -56,8 +56,8 @@ class KprobeCore(Protocol):
     def kprobes_inc_nmissed_count(self, p) -> None: ...
     def handle_fault(self, p, regs, trapnr: int, exc: Exception | None = None) -> None: ...
     def ftrace_dispatch(self, site: int, regs: ProbeRegs) -> None: ...
-    def kretprobe_trampoline_handler(self, regs: ProbeRegs, slot: int) -> int: ...
-    def rethook_trampoline_handler(self, regs: ProbeRegs, slot: int) -> int: ...
+    def kretprobe_trampoline_handler(self, regs: ProbeRegs, slot: int) -> int | None: ...
+    def rethook_trampoline_handler(self, regs: ProbeRegs, slot: int) -> int | None: ...
 
 
 @dataclass(eq=False)
@@ -173,13 +173,17 @@ class X86Kprobes:
         self._text_cache: dict[tuple[int, int], FunctionText] = {}
         self._fast = kernel.fast
         self._mem = kernel.mem
+        self._words = kernel.mem.words
+        self._translate = kernel.mem.translate
         # One pt_regs view per CPU and path, reused: a handler's regs are valid only
         # during it.
         self._regs = [ProbeRegs(self._fast, self._mem, 0) for _ in range(kernel.nr_cpus)]
-        self._detour_regs = [ProbeRegs(self._fast, self._mem, 0, trapped=False)
+        # A detour leaves %rsp in optprobe_sp.
+        self._detour_regs = [SavedSpRegs(self._fast, self._mem, 0, trapped=False)
                              for _ in range(kernel.nr_cpus)]
-        # At a return trampoline, the slot it pushed sits on the stack.
-        self._tramp_regs = [ProbeRegs(self._fast, self._mem, 0, sp_offset=8)
+        self._detour_sp = kernel.mem.translate(self._sym("optprobe_sp")) >> 3
+        # At a return trampoline %rsp is the caller's, above the return address's slot.
+        self._tramp_regs = [ProbeRegs(self._fast, self._mem, 0)
                             for _ in range(kernel.nr_cpus)]
         # In an ftrace callback the trampoline's return address sits on the stack.
         self._ftrace_regs = [ProbeRegs(self._fast, self._mem, 0, sp_offset=8, trapped=False)
@@ -191,8 +195,10 @@ class X86Kprobes:
         self._hooks = [
             kernel.hook_code_raw(self._sym(name), self._sym(name), callback)
             for name, callback in (
-                ("kretprobe_trampoline_call", self._tramp("kretprobe_trampoline_handler")),
-                ("rethook_trampoline_call", self._tramp("rethook_trampoline_handler")))
+                ("kretprobe_trampoline_call",
+                 self._tramp(core.kretprobe_trampoline_handler, "kretprobe_tramp")),
+                ("rethook_trampoline_call",
+                 self._tramp(core.rethook_trampoline_handler, "rethook_tramp")))
         ]
 
     # ==== the original bytes of text, as if no probe were there ===========================
@@ -299,22 +305,24 @@ class X86Kprobes:
     # ==== the int3 path ===================================================================
     def _int3_callback(self, p):
         """The int3 handler of one armed probe.  The common case (no reentry, one active
-        probe, a boostable instruction, no post-handler) is kept to a few lookups; the
+        probe, a copied instruction, no post-handler) is kept to a few lookups; the
         rest goes through the general path."""
         fast, ctl, regs_of = self._fast, self.core.kprobe_ctlblks, self._regs
         a = p.ainsn
         ip = p.addr + 1
         general = self._int3
+        # The copies' addresses, fixed while p is armed (emulated instructions have none).
+        ss_addr, boost_addr = (a.ss_addr, a.boost_addr) if a.slot is not None else (0, 0)
 
         def kprobe_int3_handler(kernel, cpu, _ip):
             kcb = ctl[cpu.index]
-            if a.emulate or not a.boostable or not self.boost or kcb.current is not None:
+            if a.emulate or kcb.current is not None:
                 return general(kernel, cpu, ip)
-            native = p.native
-            if native is not None:
+            boosted = a.boostable and self.boost
+            if boosted and p.native is not None:
                 # The kernel handlers run from a stub that then jumps to the boosted
                 # copy: no host code but this hook.
-                fast.set(UC_X86_REG_RIP, self._native_stub(p, native))
+                fast.set(UC_X86_REG_RIP, self._native_stub(p, p.native))
                 return True
             active = p.active
             if len(active) != 1 or p.post_handler is not None or p.detour is not None:
@@ -328,8 +336,15 @@ class X86Kprobes:
             except Exception as e:
                 self.core.handle_fault(child, regs, X86_TRAP_BP, e)
                 redirected = False
-            kcb.current = None
-            fast.set(UC_X86_REG_RIP, regs.ip if redirected else a.boost_addr)
+            if redirected:
+                kcb.current = None
+                fast.set(UC_X86_REG_RIP, regs.ip)
+            elif boosted:
+                kcb.current = None
+                fast.set(UC_X86_REG_RIP, boost_addr)
+            else:               # single-step the copy: its int3 ends the hit
+                kcb.status = "hit_ss"
+                fast.set(UC_X86_REG_RIP, ss_addr)
             return True
 
         return kprobe_int3_handler
@@ -568,6 +583,7 @@ class X86Kprobes:
         ctl, regs_of = core.kprobe_ctlblks, self._detour_regs
         ip = p.addr + 1
         inc_nmissed = core.kprobes_inc_nmissed_count
+        words, sp_word = self._words, self._detour_sp
 
         def optimized_callback(_uc, _address, _size, _ud):
             cpu = kernel.cpu.index
@@ -578,6 +594,7 @@ class X86Kprobes:
             kcb.current = p
             regs = regs_of[cpu]
             regs.ip = ip
+            regs.saved_sp = words[sp_word]
             failed = p      # whose handler runs (the aggregate reports its children's)
             try:
                 # An optimized probe cannot redirect: a changed regs.ip is dropped.
@@ -698,7 +715,14 @@ class X86Kprobes:
     def prepare_kretprobe(self, regs) -> tuple[int, int]:
         """Hijack the return address at the function entry: returns (return address,
         the stack slot that held it) after pointing that slot at the trampoline."""
-        return self._hijack(regs.sp, self.kretprobe_trampoline)
+        slot = regs.sp
+        pa = self._translate(slot)
+        if pa & 7:                                  # (never, in a sane kernel)
+            return self._hijack(slot, self.kretprobe_trampoline)
+        words = self._words                         # an aligned slot is in one page
+        ret = words[pa >> 3]
+        words[pa >> 3] = self.kretprobe_trampoline
+        return ret, slot
 
     def prepare_rethook(self, regs) -> tuple[int, int]:
         return self._hijack(regs.sp, self.rethook_trampoline)
@@ -714,27 +738,39 @@ class X86Kprobes:
         _Q.pack_into(mem.ram, pa, trampoline)
         return ret, slot
 
-    def _tramp(self, handler_name: str):
-        """The code hook of a return trampoline: the function returned into it, and it
-        pushed one slot at exactly the address the return address was taken from; the
-        core's handler_name(regs, slot) gives the real return address for that slot."""
-        fast, mem, kernel, core = self._fast, self._mem, self.kernel, self.core
+    def _tramp(self, handler, words_of: str):
+        """The code hook of a return trampoline: the function returned into it, with
+        %rsp just above the slot the return address was taken from, and it left %rsp in
+        the word ``<words_of>_sp``, so no register is read here.  ``handler(regs,
+        slot)`` gives the real return address for that slot, left in ``<words_of>_ret``
+        for the trampoline to push, or ``None`` when no return is pending there: then
+        the word was stale and the slot is taken from %rsp.  In the handler regs.sp is
+        the caller's, above the slot."""
+        fast, mem, kernel = self._fast, self._mem, self.kernel
+        words = self._words
+        sp_word = mem.translate(self._sym(words_of + "_sp")) >> 3     # aligned .data quads
+        ret_word = mem.translate(self._sym(words_of + "_ret")) >> 3
         regs_of = self._tramp_regs
 
         def trampoline(_uc, _address, _size, _ud) -> None:
-            rsp = fast.get(UC_X86_REG_RSP)
+            slot = words[sp_word] - 8
             cpu = kernel.cpu.index
             regs = regs_of[cpu]
-            handler = getattr(core, handler_name)
             if regs is None:    # nested (a handler's kernel call returned through one)
-                mem.write_u64(rsp, handler(ProbeRegs(fast, mem, 0, sp_offset=8), rsp))
-                return
-            regs.ip = 0
-            regs_of[cpu] = None
+                regs = ProbeRegs(fast, mem, 0)
+            else:
+                regs_of[cpu] = None
             try:
-                mem.write_u64(rsp, handler(regs, rsp))
+                ret = handler(regs, slot)
+                if ret is None:
+                    slot = fast.get(UC_X86_REG_RSP) - 8
+                    ret = handler(regs, slot)
             finally:
                 regs_of[cpu] = regs
+            if ret is None:     # cannot happen unless the stack was corrupted
+                kernel.panicked = f"return trampoline: nothing pending at {slot:#x}"
+                ret = self._sym("host_call_return")
+            words[ret_word] = ret
 
         return trampoline
 

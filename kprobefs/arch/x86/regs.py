@@ -13,7 +13,7 @@ import struct
 
 from ...machine.cpu import PT_REGS_FIELDS, UC_REG
 
-__all__ = ["ProbeRegs", "REGS_FIELDS"]
+__all__ = ["ProbeRegs", "SavedSpRegs", "REGS_FIELDS"]
 
 REGS_FIELDS = PT_REGS_FIELDS
 _U64 = 0xFFFFFFFFFFFFFFFF
@@ -25,12 +25,13 @@ _ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
 
 class ProbeRegs:
     """struct pt_regs of the CPU in a probe handler.  ``ip`` is a plain attribute the
-    arch code reads back after the handler; ``sp`` is the live %rsp plus ``sp_offset``;
+    arch code reads back after the handler; ``sp`` is the live %rsp plus ``sp_offset``
+    (read-only);
     ``orig_ax`` is -1 and ``cs``/``ss`` the kernel's, as for any kprobe.  ``trapped``
     says the hit came through an int3 (interrupts off, an NMI-like context, as a
     tracer's records show), not a detour or an ftrace trampoline."""
 
-    __slots__ = ("_fast", "_mem", "ip", "_sp_offset", "trapped")
+    __slots__ = ("_fast", "_mem", "ip", "sp_offset", "trapped")
     orig_ax = _U64
     cs = 0x10
     ss = 0x18
@@ -39,16 +40,16 @@ class ProbeRegs:
         self._fast = fast
         self._mem = mem
         self.ip = ip
-        self._sp_offset = sp_offset
+        self.sp_offset = sp_offset
         self.trapped = trapped
 
     @property
     def sp(self) -> int:
-        return self._fast.get(_RSP) + self._sp_offset
+        return self._fast.get(_RSP) + self.sp_offset
 
     @sp.setter
     def sp(self, value: int) -> None:
-        self._fast.set(_RSP, value - self._sp_offset)
+        self._fast.set(_RSP, value - self.sp_offset)
 
     # ---- the helpers Linux has for pt_regs ------------------------------------------------
     def read_memory(self, addr: int, size: int) -> bytes:
@@ -69,6 +70,27 @@ class ProbeRegs:
     def snapshot(self) -> dict:
         """Every field, as a dict."""
         return {name: getattr(self, name) for name in REGS_FIELDS}
+
+
+class SavedSpRegs(ProbeRegs):
+    """ProbeRegs where the code that called the handler left %rsp in memory: the arch
+    sets ``saved_sp`` before each handler runs (a memory read, where the live register
+    costs a call into the emulator); a handler that sets ``sp`` moves %rsp too."""
+
+    __slots__ = ("saved_sp",)
+
+    def __init__(self, fast, mem, ip: int, trapped: bool = True):
+        super().__init__(fast, mem, ip, trapped=trapped)
+        self.saved_sp = 0
+
+    @property
+    def sp(self) -> int:
+        return self.saved_sp
+
+    @sp.setter
+    def sp(self, value: int) -> None:
+        self._fast.set(_RSP, value)
+        self.saved_sp = value
 
 
 def _gpr_property(reg: int) -> property:

@@ -86,10 +86,13 @@ __fentry__:
 
 /* Optimized-probe detour template.  A detour buffer is a copy of
  * [optprobe_template_entry, optprobe_template_end) followed by the relocated probed
- * instructions and a jump back. */
+ * instructions and a jump back.  It leaves %rsp in optprobe_sp (an absolute address:
+ * the copy runs anywhere) for the host, which reads it from memory rather than asking
+ * the CPU. */
 	.globl optprobe_template_entry
 	.type optprobe_template_entry, @function
 optprobe_template_entry:
+	movq %rsp, optprobe_sp
 	.globl optprobe_template_call
 optprobe_template_call:
 	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00
@@ -175,16 +178,24 @@ optprobe_native_template_end:
 	ud2
 	.size optprobe_native_template_entry, .-optprobe_native_template_entry
 
-/* A return probe replaces a return address with this.  The function's ret lands here;
- * a slot is pushed where the host's handler (at kretprobe_trampoline_call) writes the
- * real return address, and the trampoline returns there. */
+/* A return probe replaces a return address with this.  The function's ret lands here,
+ * with %rsp just above the slot that held the return address; %rsp is left in
+ * kretprobe_tramp_sp and the host's handler (at kretprobe_trampoline_call) leaves the
+ * real return address in kretprobe_tramp_ret, which goes back into the slot for the
+ * ret.  The host reads and writes memory rather than the CPU's registers (a register
+ * access costs it more than the rest of its lookup), and checks the slot against its
+ * pending returns.  Each trampoline is one straight-line block, aligned so that it
+ * never crosses a page: nothing runs between the hook and the push of what it wrote
+ * (a handler's own kernel calls run inside the hook, before it writes). */
+	.balign 32
 	.globl kretprobe_trampoline
 	.type kretprobe_trampoline, @function
 kretprobe_trampoline:
-	pushq $0
+	movq %rsp, kretprobe_tramp_sp(%rip)
 	.globl kretprobe_trampoline_call
 kretprobe_trampoline_call:
 	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00
+	pushq kretprobe_tramp_ret(%rip)
 	ret
 	.size kretprobe_trampoline, .-kretprobe_trampoline
 
@@ -217,15 +228,38 @@ trace_native_ret_trampoline:
 	.size trace_native_ret_trampoline, .-trace_native_ret_trampoline
 
 /* The same contract for fprobe exit hooks (rethook). */
+	.balign 32
 	.globl rethook_trampoline
 	.type rethook_trampoline, @function
 rethook_trampoline:
-	pushq $0
+	movq %rsp, rethook_tramp_sp(%rip)
 	.globl rethook_trampoline_call
 rethook_trampoline_call:
 	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00
+	pushq rethook_tramp_ret(%rip)
 	ret
 	.size rethook_trampoline, .-rethook_trampoline
+
+/* What the return trampolines and the host pass each other (%rsp after the function's
+ * ret, and the real return address), and %rsp at the last optimized probe's detour. */
+	.pushsection .data
+	.balign 8
+	.globl kretprobe_tramp_sp
+kretprobe_tramp_sp:
+	.quad 0
+	.globl kretprobe_tramp_ret
+kretprobe_tramp_ret:
+	.quad 0
+	.globl rethook_tramp_sp
+rethook_tramp_sp:
+	.quad 0
+	.globl rethook_tramp_ret
+rethook_tramp_ret:
+	.quad 0
+	.globl optprobe_sp
+optprobe_sp:
+	.quad 0
+	.popsection
 
 /* Where the host's direct calls into kernel functions return to. */
 	.globl host_call_return
