@@ -231,11 +231,13 @@ class FunctionProbes:
             names = dict(self._sites())
             for probe in self._probes:
                 for site in sorted(probe.entries):
-                    out.append(probe.line(site, self._name(site, names)))
+                    out.append(probe.line(site, self.label(
+                        site, names.get(site, f"{site:#x}"))))
         return "".join(out)
 
-    def _name(self, site: int, names: dict) -> str:
-        name = names.get(site, f"{site:#x}")
+    def label(self, site: int, name: str) -> str:
+        """How the files name a site's function: ``name [module]`` in a module
+        (print_rec, %ps)."""
         module = self._module_of(site)
         return f"{name} [{module}]" if module else name
 

@@ -74,14 +74,14 @@ class FunctionFilter:
     def text(self) -> str:
         """The file's content: one function per selected site, or the empty marker;
         then what the commands list (cached :mod: commands, probes)."""
+        commands = self.commands
         if not self.selected:
             head = self._empty_text
         else:
-            head = "".join(f"{name}\n" for site, name in self._sites()
+            label = commands.label if commands is not None else (lambda site, name: name)
+            head = "".join(f"{label(site, name)}\n" for site, name in self._sites()
                            if site in self.selected)
-        if self.commands is None:
-            return head
-        return head + self.commands.text(self.enable)
+        return head if commands is None else head + commands.text(self.enable)
 
     def clear(self) -> None:
         """open(O_TRUNC): no function selected, no cached command (probes stay)."""
