@@ -5,3 +5,4 @@
 #include "trace/events/net.h"
 #include "trace/events/skb.h"
 #include "trace/events/kmem.h"
+#include "trace/events/signal.h"
