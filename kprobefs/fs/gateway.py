@@ -58,6 +58,7 @@ SEEK_SET = 0
 O_ACCMODE = 0o3
 O_CREAT, O_EXCL, O_TRUNC, O_APPEND = 0o100, 0o200, 0o1000, 0o2000
 O_NONBLOCK, O_DIRECTORY = 0o4000, 0o200000
+PR_SET_NAME = 15
 #: Open flags passed on to the emulated kernel; the rest (O_LARGEFILE, O_NOATIME, …)
 #: mean nothing to a pseudo-file.
 _PASSED_FLAGS = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_NONBLOCK | O_DIRECTORY
@@ -315,17 +316,16 @@ class Gateway:
         return parent.task if parent is not None and parent.task.state != "dead" else None
 
     def _rename(self, caller: _Caller) -> None:
-        """Mirrors the host process's exec: an ``execve`` of its new comm, which the
-        kernel's do_execve gives the task as its name (kbasename of the file, as
-        begin_new_exec does); the program itself runs on the host."""
+        """Copies the host process's comm to its task after an exec (prctl PR_SET_NAME,
+        the kernel's own rename)."""
         caller.exec_seen = False
         comm = host_comm(caller.pid)
         if not comm or comm == caller.comm:
             return
         try:
-            self._call(caller.task, "execve", comm.encode()[:15] + b"\0", 0, 0)
+            self._call(caller.task, "prctl", PR_SET_NAME, comm.encode()[:15] + b"\0")
         except (ProcessExited, KernelOops, OSError) as e:
-            log.debug("mirroring the exec of pid %d failed: %s", caller.pid, e)
+            log.debug("renaming the task of pid %d failed: %s", caller.pid, e)
             return
         caller.comm = comm
         caller.task.comm = comm

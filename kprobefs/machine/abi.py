@@ -11,8 +11,8 @@ __all__ = [
 SYSCALLS = {
     "read": 0, "write": 1, "open": 2, "close": 3, "stat": 4, "lseek": 8, "getpid": 39,
     "socket": 41, "accept": 43, "bind": 49, "listen": 50, "clone": 56, "fork": 57,
-    "execve": 59, "exit": 60, "wait4": 61, "uname": 63, "getcwd": 79, "chdir": 80,
-    "mkdir": 83, "rmdir": 84, "unlink": 87, "symlink": 88, "readlink": 89, "getppid": 110,
+    "exit": 60, "wait4": 61, "uname": 63, "getcwd": 79, "chdir": 80, "mkdir": 83,
+    "rmdir": 84, "unlink": 87, "symlink": 88, "readlink": 89, "getppid": 110,
     "prctl": 157, "gettid": 186, "getdents64": 217, "exit_group": 231, "openat": 257,
     "mkdirat": 258, "newfstatat": 262, "unlinkat": 263, "symlinkat": 266,
     "readlinkat": 267, "accept4": 288, "clone3": 435,
