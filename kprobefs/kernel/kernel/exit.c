@@ -1,6 +1,5 @@
 /* Task exit and reaping: do_exit(), exit_notify(), release_task(), wait4(). */
 #include "sched.h"
-#include "signal.h"
 #include "trace/events/sched.h"
 #include "trace_native.h"
 #include "fs.h"
@@ -37,8 +36,6 @@ static noinline void exit_notify(struct task_struct *tsk)
 		}
 	}
 	tsk->exit_state = EXIT_ZOMBIE;
-	if (tsk->real_parent)
-		do_notify_parent(tsk, tsk->exit_signal);
 	spin_unlock(&tasklist_lock);
 	/* The parent is woken from finish_task_switch(), once this task is off its CPU. */
 }

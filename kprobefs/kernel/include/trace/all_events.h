@@ -5,4 +5,3 @@
 #include "trace/events/net.h"
 #include "trace/events/skb.h"
 #include "trace/events/kmem.h"
-#include "trace/events/signal.h"
