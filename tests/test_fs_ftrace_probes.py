@@ -114,3 +114,25 @@ def test_bad_commands_fail_with_linux_errnos(real):
     finally:
         sh(f"echo '!kernel_clone:traceoff' > {t}/set_ftrace_filter; echo 1 > {t}/tracing_on")
     assert sh(f"cat {t}/set_ftrace_filter").stdout == "#### all functions enabled ####\n"
+
+
+def test_dump_prints_the_buffer_to_the_kernel_log_and_stops_tracing(real):
+    t = f"{real}/tracing"
+    fork = f"{t}/events/sched/sched_process_fork/enable"
+    try:
+        r = sh(f"echo 1 > {fork} && (true) && echo 0 > {fork} && "
+               f"echo 'kernel_clone:dump' > {t}/set_ftrace_filter && (true) && "
+               f"cat {t}/tracing_on {t}/set_ftrace_filter && cat {real}/dev/kmsg")
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert lines[:3] == ["0", "#### all functions enabled ####",
+                             "kernel_clone:dump:count=0"]
+        kmsg = [line.split(";", 1)[1] for line in lines[3:] if line.startswith("0,")]
+        at = kmsg.index("Dumping ftrace buffer:")
+        assert kmsg[at + 1] == "---------------------------------"
+        assert "sched_process_fork: comm=" in kmsg[at + 2]
+        assert kmsg[-1] == "---------------------------------"
+        assert sh(f"grep -vc '^#' {t}/trace").stdout == "0\n"   # consumed
+    finally:
+        sh(f"echo '!kernel_clone:dump' > {t}/set_ftrace_filter; echo 0 > {fork};"
+           f" echo 1 > {t}/tracing_on")

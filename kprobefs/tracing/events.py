@@ -312,8 +312,8 @@ class Tracer:
             if call is None:
                 _log.info("ftrace dump: %s", line.rstrip("\n"))
                 continue
-            call("printk", b"\x010%s\0", line.encode("utf-8", "replace")[:_DUMP_LINE_MAX]
-                 + b"\0")
+            call("printk", b"<0>%s\0",      # KERN_EMERG, the kernel's KERN_TRACE
+                 line.encode("utf-8", "replace")[:_DUMP_LINE_MAX] + b"\0")
 
     # ================================================================ trace arrays
     def arrays(self) -> list[TraceArray]:
