@@ -33,6 +33,8 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
+from kprobefs.tracing.trigger import _kstrtoul
+
 __all__ = ["FilterToken", "parse_filter_token", "match_sites", "FunctionProbes",
            "PROBE_COMMANDS"]
 
@@ -60,23 +62,11 @@ def parse_filter_token(token: str) -> FilterToken:
     return FilterToken(func, command, param if sep else None)
 
 
-def _kstrtoul(text: str) -> int:
-    """kstrtoul(text, 0): EINVAL when malformed, ERANGE past 64 bits."""
-    body = text[1:] if text.startswith("+") else text
-    if body[:2] in ("0x", "0X") and len(body) > 2:
-        digits, base = body[2:], 16
-    elif body.startswith("0") and len(body) > 1:
-        digits, base = body[1:], 8
-    else:
-        digits, base = body, 10
-    try:
-        if not digits or not digits.isalnum():
-            raise ValueError
-        value = int(digits, base)
-    except ValueError:
-        raise OSError(errno.EINVAL, f"bad number {text!r}") from None
-    if value >= 1 << 64:
-        raise OSError(errno.ERANGE, f"number out of range {text!r}")
+def _count(text: str) -> int:
+    """A probe's count, kstrtoul(text, 0); EINVAL when it is not a number."""
+    value = _kstrtoul(text)
+    if value is None:
+        raise OSError(errno.EINVAL, f"bad count {text!r}")
     return value
 
 
@@ -310,7 +300,7 @@ class FunctionProbes:
         if param:
             number = param.split(":", 1)[0]
             if number:
-                count = _kstrtoul(number)
+                count = _count(number)
         self._register(token.func, command, counted, lambda: count)
 
     def _event_command(self, token: FilterToken) -> None:
@@ -332,7 +322,7 @@ class FunctionProbes:
             number = count_text.split(":", 1)[0]
             if not number:
                 raise OSError(errno.EINVAL, "empty count")
-            data.count = _kstrtoul(number)
+            data.count = _count(number)
         self.tr.file_enable_disable(ef, True, True)
         try:
             self._register(token.func, token.command, counted, lambda: data)
