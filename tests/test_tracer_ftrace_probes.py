@@ -7,7 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from kprobefs.tracing.ftrace_probes import FunctionProbes, match_sites, parse_filter_token
+from kprobefs.tracing.ftrace_probes import (
+    NO_ARRAY_COMMANDS, FunctionProbes, match_sites, parse_filter_token,
+)
 from kprobefs.tracing.function import FunctionFilter
 
 ALL = "#### all functions enabled ####\n"
@@ -272,3 +274,14 @@ def test_mod_cache_goes_with_o_trunc_and_works_for_notrace(env):
     env.notrace.write(b"mod_fn:mod:mymod")
     env.load()
     assert env.notrace.text() == "mod_fn [mymod]\n"
+
+
+def test_a_filter_without_a_trace_array_has_no_commands():
+    """stack_trace_filter: its ops has no trace array, so each command is ENODEV."""
+    flt = FunctionFilter(lambda: SITES, ALL)
+    flt.commands = NO_ARRAY_COMMANDS
+    assert _errno(flt, "schedule:traceoff") == errno.ENODEV
+    assert _errno(flt, "*:mod:mymod") == errno.ENODEV
+    assert _errno(flt, "schedule:nosuch") == errno.EINVAL
+    flt.write(b"schedule")
+    assert flt.text() == "schedule\n"

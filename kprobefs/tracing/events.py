@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from kprobefs.errors import ImageError, MachineError, ProbeParseError
 from kprobefs.tracing.clocks import trace_clocks
-from kprobefs.tracing.ftrace_probes import FunctionProbes
+from kprobefs.tracing.ftrace_probes import NO_ARRAY_COMMANDS, FunctionProbes
 from kprobefs.tracing.function import FunctionTracer, StackTracer
 from kprobefs.tracing.output import CommCache, format_ip_sym
 from kprobefs.tracing.parser import (
@@ -244,6 +244,7 @@ class Tracer:
             ftrace, FtraceOps, self.symbols.ftrace_site_names, read=self.kernel.read,
             is_call_return=lambda value: is_call_return(self.kernel, self.symbols, value),
             symbolize=lambda addr: format_ip_sym(addr, self.symbols.symbolize, True))
+        self.stack_tracer.filter.commands = NO_ARRAY_COMMANDS
 
     def _install_tracers(self, tr: TraceArray) -> None:
         """Offer each registered tracer in ``tr`` (an instance only those that allow

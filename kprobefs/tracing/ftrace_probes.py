@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 from kprobefs.tracing.trigger import _kstrtoul
 
 __all__ = ["FilterToken", "parse_filter_token", "match_sites", "FunctionProbes",
-           "PROBE_COMMANDS"]
+           "NO_ARRAY_COMMANDS", "PROBE_COMMANDS"]
 
 #: The commands a set_ftrace_filter token may name, besides ``mod``.
 PROBE_COMMANDS = ("traceon", "traceoff", "snapshot", "stacktrace", "dump", "cpudump",
@@ -465,3 +465,30 @@ class FunctionProbes:
         self.tr.set_soft_disabled(data.file, not data.enable)
 
     _run_disable = _run_enable
+
+
+class _NoArrayCommands:
+    """The commands of a filter file with no trace array behind it (stack_trace_filter:
+    its ftrace_ops has no ``private``): every registered command is ENODEV, as their
+    callbacks answer a NULL trace array; an unknown one EINVAL."""
+
+    @staticmethod
+    def command(hash_, enable: bool, token: FilterToken) -> None:
+        if token.command == "mod" or token.command in PROBE_COMMANDS:
+            raise OSError(errno.ENODEV, "no trace array for commands")
+        raise OSError(errno.EINVAL, f"no ftrace command {token.command!r}")
+
+    @staticmethod
+    def cleared(enable: bool) -> None:
+        pass
+
+    @staticmethod
+    def text(enable: bool) -> str:
+        return ""
+
+    @staticmethod
+    def label(site: int, name: str) -> str:
+        return name
+
+
+NO_ARRAY_COMMANDS = _NoArrayCommands()
