@@ -150,6 +150,8 @@ def test_traceoff_reads_back_and_fires(env):
     env.filter.write(b"!schedule:traceoff\n")
     assert env.filter.text() == ALL
     assert env.ftrace.registered == []
+    # a kind without functions is gone from the array (release_probe)
+    assert _errno(env.filter, "!schedule:traceoff") == errno.ENODEV
 
 
 def test_counted_traceoff_counts_only_changes(env):
@@ -285,3 +287,14 @@ def test_a_filter_without_a_trace_array_has_no_commands():
     assert _errno(flt, "schedule:nosuch") == errno.EINVAL
     flt.write(b"schedule")
     assert flt.text() == "schedule\n"
+
+
+def test_a_failed_registration_leaves_nothing_behind(env):
+    def refuse(ops):
+        raise OSError(errno.EBUSY, "refused")
+    env.ftrace.register_ftrace_function = refuse
+    assert _errno(env.filter, "schedule:enable_event:sched:sched_switch") == errno.EBUSY
+    assert env.tr.soft == [("sched_switch", True, True), ("sched_switch", False, True)]
+    assert env.filter.text() == ALL
+    env.ftrace.call(0x1000)                     # no probe left to run
+    assert env.ev.soft_disabled

@@ -275,6 +275,8 @@ class FunctionProbes:
                 probe.ops.filter.discard(site)
             if not probe.entries and probe.ops.registered:
                 self._ftrace.unregister_ftrace_function(probe.ops)
+        for probe in list(self._probes):
+            self._release(probe)
 
     # ------------------------------------------------------------ registration
     def _ops(self, command: str, counted: bool, create: bool) -> _ProbeOps | None:
@@ -347,12 +349,23 @@ class FunctionProbes:
                 data.ref += 1
             probe.entries[site] = data
         ops = probe.ops
-        if ops.registered:
+        try:
+            if ops.registered:
+                for site in new:
+                    self._ftrace.ftrace_set_filter_ip(ops, site)
+            else:
+                ops.filter = set(probe.entries)
+                self._ftrace.register_ftrace_function(ops)
+        except OSError:
+            # nothing half-applied: the new functions leave the kind again
             for site in new:
-                self._ftrace.ftrace_set_filter_ip(ops, site)
-        else:
-            ops.filter = set(probe.entries)
-            self._ftrace.register_ftrace_function(ops)
+                del probe.entries[site]
+                if ops.registered and site in ops.filter:
+                    self._ftrace.ftrace_set_filter_ip(ops, site, remove=True)
+            if not ops.registered:
+                ops.filter = set()
+            self._release(probe)
+            raise
 
     def _unregister(self, glob: str, command: str, counted: bool) -> None:
         """unregister_ftrace_function_probe_func: ENODEV when the array never had this
@@ -378,6 +391,12 @@ class FunctionProbes:
                 self._ftrace.ftrace_set_filter_ip(ops, site, remove=True)
         for site in sorted(gone):
             self._free(probe, site)
+        self._release(probe)
+
+    def _release(self, probe: _ProbeOps) -> None:
+        """release_probe: a kind without functions leaves the array's list."""
+        if not probe.entries and probe in self._probes:
+            self._probes.remove(probe)
 
     def _free(self, probe: _ProbeOps, site: int) -> None:
         data = probe.entries.pop(site, None)
@@ -400,8 +419,10 @@ class FunctionProbes:
         run = getattr(self, "_run_" + probe.command.replace("_event", ""))
 
         def call(ip: int, _parent_ip: int, _ops, regs) -> None:
-            if ip in probe.entries:
+            try:
                 run(probe, ip, regs)
+            except KeyError:
+                pass        # the function left the probe as it was hit
         return call
 
     def _run_onoff(self, probe: _ProbeOps, ip: int, on: bool) -> None:
