@@ -10,7 +10,7 @@ import pytest
 from kprobefs.tracing.ftrace_probes import (
     NO_ARRAY_COMMANDS, FunctionProbes, match_sites, parse_filter_token,
 )
-from kprobefs.tracing.function import FunctionFilter
+from kprobefs.tracing.function import FunctionFilter, FunctionTracer
 
 ALL = "#### all functions enabled ####\n"
 SITES = [(0x1000, "schedule"), (0x2000, "scheduler_tick"), (0x3000, "_raw_spin_lock"),
@@ -257,7 +257,9 @@ def test_probes_only_in_set_ftrace_filter(env):
 # ---- :mod: -----------------------------------------------------------------------------------
 def test_mod_cached_until_its_module_comes(env):
     env.filter.write(b"nosuch:mod:other *:mod:mymod")
-    assert env.filter.text() == ALL + "nosuch:mod:other\n*:mod:mymod\n"
+    # waiting :mod: commands make the filter non-empty (FTRACE_HASH_FL_MOD)
+    assert env.filter.text() == "nosuch:mod:other\n*:mod:mymod\n"
+    assert env.filter.restricts()
     env.filter.write(b"!nosuch:mod:other")
     env.load()
     assert env.filter.text() == "mod_fn [mymod]\nmod_helper [mymod]\n"
@@ -266,6 +268,8 @@ def test_mod_cached_until_its_module_comes(env):
     # a loaded module without the function: EINVAL, nothing cached
     assert _errno(env.filter, "nosuch:mod:mymod") == errno.EINVAL
     assert _errno(env.filter, "!nosuch:mod:other") == errno.EINVAL
+    env.filter.clear()
+    assert not env.filter.restricts()
 
 
 def test_mod_cache_goes_with_o_trunc_and_works_for_notrace(env):
@@ -298,3 +302,21 @@ def test_a_failed_registration_leaves_nothing_behind(env):
     assert env.filter.text() == ALL
     env.ftrace.call(0x1000)                     # no probe left to run
     assert env.ev.soft_disabled
+
+
+def test_the_function_tracer_traces_nothing_while_a_mod_waits(env):
+    records = []
+    tracer = FunctionTracer(env.ftrace, _Ops, lambda: SITES[:5],
+                            record=lambda cpu, rec, size: records.append(rec[4]),
+                            context=lambda: (1, 0), recording=lambda: True,
+                            now=lambda: 0)
+    tracer.filter.commands = env.probes
+    env.probes.hashes = {True: tracer.filter, False: tracer.notrace}
+    tracer.filter.write(b"*:mod:mymod")
+    tracer.start()
+    env.ftrace.call(0x1000)
+    assert records == []
+    tracer.filter.write(b"!*:mod:mymod")        # the filter is empty again: all
+    env.ftrace.call(0x1000)
+    assert records == [0x1000]
+    tracer.stop()

@@ -6,8 +6,9 @@ with one it goes to the command of that name:
 
 * ``mod:MODULE`` (ftrace_mod_callback) selects ``FUNC`` among the module's functions,
   for ``set_ftrace_filter`` and ``set_ftrace_notrace`` alike.  A module that is not
-  loaded (or has no such function) gets the command cached, listed as
-  ``FUNC:mod:MODULE``, and applied when the module comes (process_cached_mods).
+  loaded gets the command cached, listed as ``FUNC:mod:MODULE``, and applied when the
+  module comes (process_cached_mods); meanwhile ``set_ftrace_filter`` counts as not
+  empty (FTRACE_HASH_FL_MOD), so the function tracer traces nothing else.
 * the function probes (register_ftrace_function_probe), ``set_ftrace_filter`` only:
   ``traceon``/``traceoff``/``stacktrace``/``snapshot`` ``[:N]``, ``dump``,
   ``cpudump`` (trace_functions.c, trace.c), ``enable_event``/``disable_event``
@@ -214,6 +215,10 @@ class FunctionProbes:
         """open(O_TRUNC) of the file: its cached :mod: commands go too."""
         self.mod_cache[enable].clear()
 
+    def holds_mods(self, enable: bool) -> bool:
+        """Whether a :mod: command of the file waits for its module."""
+        return bool(self.mod_cache[enable])
+
     def text(self, enable: bool) -> str:
         """The cached :mod: commands, then (set_ftrace_filter) the probes."""
         out = [f"{func or '*'}:mod:{module}\n" for func, module in self.mod_cache[enable]]
@@ -248,10 +253,12 @@ class FunctionProbes:
             if len(kept) == len(cache):
                 raise OSError(errno.EINVAL, "no such cached :mod: command")
             cache[:] = kept
+            hash_.refresh()
             return
         if self._module_loaded(module):
             raise OSError(errno.EINVAL, f"no function {pattern!r} in module {module}")
         cache.append((None if pattern == "*" else pattern, module))
+        hash_.refresh()
 
     def module_coming(self, module: str) -> None:
         """A module is loaded: its cached :mod: commands select its functions."""
@@ -265,6 +272,7 @@ class FunctionProbes:
                 sites |= match_sites(func or "*", self._sites(), module, self._module_of)
             if sites:
                 self.hashes[enable].select(sites, False)
+            self.hashes[enable].refresh()
 
     def sites_going(self, sites: set[int]) -> None:
         """A module is going: its functions leave every probe (their ops already let
@@ -506,6 +514,10 @@ class _NoArrayCommands:
     @staticmethod
     def text(enable: bool) -> str:
         return ""
+
+    @staticmethod
+    def holds_mods(enable: bool) -> bool:
+        return False
 
     @staticmethod
     def label(site: int, name: str) -> str:

@@ -75,7 +75,7 @@ class FunctionFilter:
         """The file's content: one function per selected site, or the empty marker;
         then what the commands list (cached :mod: commands, probes)."""
         commands = self.commands
-        if not self.selected:
+        if not self.restricts():
             head = self._empty_text
         else:
             label = commands.label if commands is not None else (lambda site, name: name)
@@ -83,11 +83,24 @@ class FunctionFilter:
                            if site in self.selected)
         return head if commands is None else head + commands.text(self.enable)
 
+    def restricts(self) -> bool:
+        """Whether the filter limits the functions: some are selected, or (a
+        set_ftrace_filter) a ``:mod:`` command waits for its module (6.1's
+        FTRACE_HASH_FL_MOD: the hash is not empty, so nothing else is traced)."""
+        return bool(self.selected) or (self.enable and self.commands is not None
+                                       and self.commands.holds_mods(self.enable))
+
     def clear(self) -> None:
         """open(O_TRUNC): no function selected, no cached command (probes stay)."""
         if self.commands is not None:
             self.commands.cleared(self.enable)
         self._update(set())
+        self.refresh()
+
+    def refresh(self) -> None:
+        """What the filter restricts changed without a site coming or going."""
+        if self._changed is not None:
+            self._changed(set(), set())
 
     def write(self, data: bytes) -> int:
         """Applies one write(): each token selects (``!``: drops) the functions whose
@@ -151,11 +164,16 @@ class _SiteOps:
         self.ops = ops_factory(func=func, want_parent_ip=want_parent_ip)
         self.running = False
 
-    def wanted(self, selected: set[int], excluded: set[int]) -> set[int]:
+    def wanted(self, selected: set[int], excluded: set[int],
+               restricted: bool | None = None) -> set[int]:
+        """The sites to trace: ``selected`` (all when it is empty, unless
+        ``restricted``) less ``excluded``."""
         sites = {site for site, _ in self._sites()}
         # a filter keeps the sites of a module that went, as 6.1's hash keeps their
         # entries (ip 0): they select nothing, nor make the filter empty
-        chosen = set(selected) & sites if selected else sites
+        if restricted is None:
+            restricted = bool(selected)
+        chosen = set(selected) & sites if restricted else sites
         return chosen - excluded
 
     def start(self, sites: set[int]) -> None:
@@ -216,13 +234,17 @@ class FunctionTracer(TracerPlugin):
         self.stop()
 
     def start(self) -> None:
-        self._ops.start(self._ops.wanted(self.filter.selected, self.notrace.selected))
+        self._ops.start(self._wanted())
 
     def stop(self) -> None:
         self._ops.stop()
 
+    def _wanted(self) -> set[int]:
+        return self._ops.wanted(self.filter.selected, self.notrace.selected,
+                                self.filter.restricts())
+
     def _retarget(self) -> None:
-        self._ops.retarget(self._ops.wanted(self.filter.selected, self.notrace.selected))
+        self._ops.retarget(self._wanted())
 
     def _hit(self, ip: int, parent_ip: int, _ops, _regs) -> None:
         if not self._recording():
