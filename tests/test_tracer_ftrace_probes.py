@@ -6,6 +6,8 @@ import errno
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kprobefs.tracing.ftrace_probes import (
     NO_ARRAY_COMMANDS, FunctionProbes, match_sites, parse_filter_token,
@@ -320,3 +322,34 @@ def test_the_function_tracer_traces_nothing_while_a_mod_waits(env):
     env.ftrace.call(0x1000)
     assert records == [0x1000]
     tracer.stop()
+
+
+_PIECES = ["schedule", "sched*", "*lock", "!schedule", "!*", "", "9", "mod_fn", "nosuch"]
+_COMMANDS = ["traceon", "traceoff", "snapshot", "stacktrace", "dump", "cpudump",
+             "enable_event", "disable_event", "mod", "bogus", ""]
+_PARAMS = [None, "", "0", "3", "x", "sched:sched_switch", "sched:sched_switch:2",
+           "sched:nosuch", "sched", "mymod", "my*", "!mymod", "0x10", "1:2:3"]
+
+
+@given(st.lists(st.tuples(st.sampled_from(_PIECES), st.sampled_from(_COMMANDS + [None]),
+                          st.sampled_from(_PARAMS), st.booleans()), max_size=12),
+       st.lists(st.sampled_from([0x1000, 0x2000, 0x3000, 0x5000]), max_size=6))
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_token_sequence_fails_cleanly_and_reads_back(env, tokens, hits):
+    """Whatever is written, a write fails only with OSError, the file reads back, and
+    removing every probe kind leaves the event's soft mode as it found it."""
+    for func, command, param, notrace in tokens:
+        text = func if command is None else f"{func}:{command}" + (
+            "" if param is None else f":{param}")
+        try:
+            (env.notrace if notrace else env.filter).write(text.encode())
+        except OSError:
+            pass
+        for site in hits:
+            env.ftrace.call(site)
+        env.filter.text()
+        env.notrace.text()
+    env.probes.remove_all()
+    assert env.ev.soft_mode == 0
+    assert env.ftrace.registered == []
