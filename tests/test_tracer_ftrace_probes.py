@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kprobefs.tracing.ftrace_probes import (
-    NO_ARRAY_COMMANDS, FunctionProbes, match_sites, parse_filter_token,
+    NO_ARRAY_COMMANDS, FunctionProbes, lat_context, match_sites, parse_filter_token,
 )
 from kprobefs.tracing.function import FunctionFilter, FunctionTracer
 
@@ -353,3 +353,12 @@ def test_any_token_sequence_fails_cleanly_and_reads_back(env, tokens, hits):
     env.probes.remove_all()
     assert env.ev.soft_mode == 0
     assert env.ftrace.registered == []
+
+
+def test_the_dump_lines_context_is_6_1s_latency_format():
+    # "%8.8s-%-7d %3d", the flags, " %4lldus%c: " with trace_find_mark of the gap
+    assert lat_context("kworker/0:1", 42, 1, 0, 1_234_000, 5_000) == \
+        "kworker/-42        1..... 1234us : "
+    assert lat_context("sh", 7, 0, 0, 0, 150_000) == "      sh-7         0.....    0us!: "
+    assert lat_context("sh", 7, 0, 0, 0, 2_000_000_000).endswith(" 0us$: ")
+    assert lat_context("sh", 7, 0, 0, 12, 0, in_ns=False) == "      sh-7         0.....   12: "

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from kprobefs.errors import ImageError, MachineError, ProbeParseError
 from kprobefs.tracing.clocks import trace_clocks
-from kprobefs.tracing.ftrace_probes import NO_ARRAY_COMMANDS, FunctionProbes
+from kprobefs.tracing.ftrace_probes import NO_ARRAY_COMMANDS, FunctionProbes, lat_context
 from kprobefs.tracing.function import FunctionTracer, StackTracer
 from kprobefs.tracing.output import CommCache, format_ip_sym
 from kprobefs.tracing.parser import (
@@ -292,22 +292,25 @@ class Tracer:
     def _ftrace_dump(self, cpu: int | None) -> None:
         """ftrace_dump (the ``dump``/``cpudump`` probes): tracing off in the top array,
         whose buffer (all CPUs, or ``cpu``'s) is consumed into the kernel log at
-        KERN_EMERG, a line a printk (queued: this runs on the hit path)."""
+        KERN_EMERG in the latency format, a line a printk (queued: this runs on the hit
+        path).  The times count from the first record dumped (6.1: from the buffer's
+        last reset, which is not kept here)."""
         top = self.top
         top.set_tracing_on_hit(False)
         options = top.trace_options()
+        text_only = options._replace(context_info=False)
+        pairs = top.buffer.consume(cpu, limit=1 << 62)
         lines = ["Dumping ftrace buffer:\n"]
-        count = 0
-        while True:
-            pairs = top.buffer.consume(cpu)
-            if not pairs:
-                break
-            if not count:
-                lines.append("---------------------------------\n")
-            count += 1
-            lines.append(top.render(pairs, options))
-        lines.append("   (ftrace buffer empty)\n" if not count
-                     else "---------------------------------\n")
+        if pairs:
+            lines.append("---------------------------------\n")
+            start = pairs[0][1][0]
+            for i, (c, rec) in enumerate(pairs):
+                next_ts = pairs[i + 1][1][0] if i + 1 < len(pairs) else rec[0]
+                lines.append(lat_context(self.comm_cache.find(rec[1]), rec[1], c, rec[2],
+                                         rec[0] - start, next_ts - rec[0], options.in_ns)
+                             + top.render([(c, rec)], text_only))
+        lines.append("---------------------------------\n" if pairs
+                     else "   (ftrace buffer empty)\n")
         call = getattr(self.kernel, "call_in_process", None)
         for line in "".join(lines).splitlines(keepends=True):
             if call is None:

@@ -34,15 +34,20 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
+from kprobefs.tracing.output import flags_text
 from kprobefs.tracing.trigger import _kstrtoul
 
 __all__ = ["FilterToken", "parse_filter_token", "match_sites", "FunctionProbes",
-           "NO_ARRAY_COMMANDS", "PROBE_COMMANDS"]
+           "NO_ARRAY_COMMANDS", "PROBE_COMMANDS", "lat_context"]
 
 #: The commands a set_ftrace_filter token may name, besides ``mod``.
 PROBE_COMMANDS = ("traceon", "traceoff", "snapshot", "stacktrace", "dump", "cpudump",
                   "enable_event", "disable_event")
 _GLOB_CHARS = "[?\\"
+#: trace_find_mark: the mark after a latency-format timestamp for the time to the next
+#: record (ns), largest first.
+_MARKS = ((1_000_000_000, "$"), (100_000_000, "@"), (10_000_000, "*"), (1_000_000, "#"),
+          (100_000, "!"), (10_000, "+"))
 
 
 class FilterToken(NamedTuple):
@@ -126,6 +131,20 @@ def match_sites(pattern: str, sites: Iterable[tuple[int, str]],
         if pattern in ("", "*") or func_match(name):
             out.add(site)
     return out
+
+
+def lat_context(comm: str, pid: int, cpu: int, flags: int, abs_ns: int, rel_ns: int,
+                in_ns: bool = True) -> str:
+    """The context columns of a latency-format line, as ftrace_dump prints each record
+    (lat_print_generic, lat_print_timestamp without ``verbose``): the comm cut to 8,
+    pid, CPU, the flags, the time since the buffer's start and the mark for the time to
+    the next record."""
+    head = f"{comm[:8]:>8}-{pid:<7d} {cpu:3d}{flags_text(flags)}"
+    if not in_ns:
+        return f"{head} {abs_ns:4d}: "
+    rel_us = (rel_ns + 500) // 1000
+    mark = next((sym for val, sym in _MARKS if rel_us * 1000 > val), " ")
+    return f"{head} {(abs_ns + 500) // 1000:4d}us{mark}: "
 
 
 # ------------------------------------------------------------------------ probe ops
