@@ -126,6 +126,9 @@ def test_tokens_split_as_strsep_does():
     ("[s]chedule", {"schedule"}),
     ("schedule", {"schedule"}),
     ("2", {"scheduler_tick"}),                 # an index into the functions, from 1
+    ("0x3", {"_raw_spin_lock"}),               # simple_strtoul: any base
+    ("4abc", {"_raw_spin_trylock"}),
+    ("0", set()),
 ])
 def test_globs_match_as_filter_parse_regex(glob, names):
     kernel = [s for s in SITES if s[0] not in MODULE_SITES]

@@ -76,6 +76,21 @@ def _count(text: str) -> int:
     return value
 
 
+def _simple_strtoul(text: str) -> int:
+    """simple_strtoul(text, NULL, 0): the longest number at the start, base from its
+    prefix (0x: 16, 0: 8, else 10), 0 when there is none."""
+    base, body = 10, text
+    if text[:2].lower() == "0x" and text[2:3] and text[2].lower() in "0123456789abcdef":
+        base, body = 16, text[2:]
+    elif text.startswith("0"):
+        base = 8
+    digits = "0123456789abcdef"[:base]
+    end = 0
+    while end < len(body) and body[end].lower() in digits:
+        end += 1
+    return int(body[:end], base) if end else 0
+
+
 def _glob(pattern: str) -> Callable[[str], bool]:
     """A matcher with filter_parse_regex's types: ``abc`` whole, ``abc*`` front,
     ``*abc`` end, ``*abc*`` middle, anything else with ``*``, ``?``, ``[`` or ``\\``
@@ -107,12 +122,7 @@ def match_sites(pattern: str, sites: Iterable[tuple[int, str]],
     but its, "" the kernel's own; an empty pattern then matches every function."""
     sites = list(sites)
     if pattern[:1].isdigit():
-        digits = ""
-        for ch in pattern:
-            if not ch.isdigit():
-                break
-            digits += ch
-        index = int(digits) - 1
+        index = _simple_strtoul(pattern) - 1
         return {sites[index][0]} if 0 <= index < len(sites) else set()
     func_match = _glob(pattern)
     if module is None:
