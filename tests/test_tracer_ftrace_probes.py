@@ -56,8 +56,10 @@ class _Array:
         self.snapshots = 0
         self.soft = []
         self._events = events
+        self.allocated = 0
         self.trigger_host = SimpleNamespace(
             snapshot=lambda: setattr(self, "snapshots", self.snapshots + 1),
+            alloc_snapshot=lambda: setattr(self, "allocated", self.allocated + 1),
             find_event=lambda system, name: self._events.get((system, name)))
         self.registry = SimpleNamespace(top=self)
 
@@ -199,6 +201,7 @@ def test_stacktrace_snapshot_dump_cpudump(env):
         env.ftrace.call(site)
     assert [h.ip for h in env.tr.stacks] == [0x1000]
     assert env.tr.snapshots == 1
+    assert env.tr.allocated == 1                # when the snapshot probe came
     assert env.dumps == [None, 1]               # dump once, all CPUs; cpudump: this CPU
     text = env.filter.text()
     assert "_raw_spin_lock:dump:count=0\n" in text

@@ -340,6 +340,12 @@ class FunctionProbes:
             number = param.split(":", 1)[0]
             if number:
                 count = _count(number)
+        if command == "snapshot":
+            # tracing_alloc_snapshot_instance: the array's snapshot buffer is allocated
+            # when the probe is registered (where the array has one to allocate)
+            alloc = getattr(self.tr.trigger_host, "alloc_snapshot", None)
+            if alloc is not None:
+                alloc()
         self._register(token.func, command, counted, lambda: count)
 
     def _event_command(self, token: FilterToken) -> None:
