@@ -137,3 +137,17 @@ def test_dump_prints_the_buffer_to_the_kernel_log_and_stops_tracing(real):
     finally:
         sh(f"echo '!kernel_clone:dump' > {t}/set_ftrace_filter; echo 0 > {fork};"
            f" echo 1 > {t}/tracing_on")
+
+
+def test_an_instance_goes_with_its_probes(real):
+    t = f"{real}/tracing"
+    i = f"{t}/instances/probes2"
+    ev = "events/sched/sched_process_fork/enable"
+    try:
+        r = sh(f"mkdir {i} && echo 'kernel_clone:enable_event:sched:sched_process_fork' > "
+               f"{i}/set_ftrace_filter && read e < {i}/{ev} && echo $e && rmdir {i} && "
+               f"cat {t}/{ev} && mkdir {i} && cat {i}/set_ftrace_filter {i}/{ev}")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == "0*\n0\n#### all functions enabled ####\n0\n"
+    finally:
+        sh(f"rmdir {i}")
