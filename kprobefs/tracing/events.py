@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from kprobefs.errors import ImageError, MachineError, ProbeParseError
 from kprobefs.tracing.clocks import trace_clocks
+from kprobefs.tracing.ftrace_probes import NO_ARRAY_COMMANDS, FunctionProbes, lat_context
 from kprobefs.tracing.function import FunctionTracer, StackTracer
 from kprobefs.tracing.function_graph import FunctionGraphTracer
 from kprobefs.tracing.function_profile import FunctionProfiler
@@ -76,6 +77,8 @@ _log = logging.getLogger("kprobefs.tracing")
 
 FIRST_EVENT_ID = 1800            # static events take the IDs below this on Debian's 6.1
 _MAX_EVENT_ID = 0xFFFF
+#: What one printk of an ftrace dump carries (TRACE_MAX_PRINT).
+_DUMP_LINE_MAX = 1000
 
 # Engine flag bits (Linux's KPROBE_FLAG_*).
 _KPROBE_FLAG_GONE = 1
@@ -277,6 +280,7 @@ class Tracer:
             ftrace, FtraceOps, self.symbols.ftrace_site_names, read=self.kernel.read,
             is_call_return=lambda value: is_call_return(self.kernel, self.symbols, value),
             symbolize=lambda addr: format_ip_sym(addr, self.symbols.symbolize, True))
+        self.stack_tracer.filter.commands = NO_ARRAY_COMMANDS
 
     def _install_tracers(self, tr: TraceArray) -> None:
         """Offer each registered tracer in ``tr`` (an instance only those that allow
@@ -305,10 +309,61 @@ class Tracer:
 
     def _new_function_tracer(self, tr: TraceArray) -> FunctionTracer:
         from kprobefs.kprobes import FtraceOps
-        return FunctionTracer(
+        tracer = FunctionTracer(
             self._ftrace, FtraceOps, self.symbols.ftrace_site_names,
             record=tr.buffer.write, context=self._hit_context,
             recording=lambda: tr.recording, now=lambda: tr.now())
+        tr.func_probes = self._new_function_probes(tr, FtraceOps)
+        tr.func_probes.hashes = {True: tracer.filter, False: tracer.notrace}
+        tracer.filter.commands = tracer.notrace.commands = tr.func_probes
+        tracer.notrace.enable = False
+        return tracer
+
+    def _new_function_probes(self, tr: TraceArray, ops_factory) -> FunctionProbes:
+        """``tr``'s set_ftrace_filter commands (tracing/ftrace_probes.py)."""
+        kernel, symbols = self.kernel, self.symbols
+
+        def module_of(site: int) -> str | None:
+            sym = symbols.image.symbol_at(site)
+            return getattr(sym, "module", None) if sym is not None else None
+
+        def make_hit(ip: int, regs) -> TriggerHit:
+            pid, cpu = self._hit_context()
+            return TriggerHit(cpu, pid, tr.now(), kernel.current_comm,
+                              lambda: unwind(kernel, symbols, regs, ip))
+        return FunctionProbes(tr, self._ftrace, ops_factory, symbols.ftrace_site_names,
+                              module_of, make_hit, self._ftrace_dump,
+                              symbols.module_loaded)
+
+    def _ftrace_dump(self, cpu: int | None) -> None:
+        """ftrace_dump (the ``dump``/``cpudump`` probes): tracing off in the top array,
+        whose buffer (all CPUs, or ``cpu``'s) is consumed into the kernel log at
+        KERN_EMERG in the latency format, a line a printk (queued: this runs on the hit
+        path).  The times count from the first record dumped (6.1: from the buffer's
+        last reset, which is not kept here)."""
+        top = self.top
+        top.set_tracing_on_hit(False)
+        options = top.trace_options()
+        text_only = options._replace(context_info=False)
+        pairs = top.buffer.consume(cpu, limit=1 << 62)
+        lines = ["Dumping ftrace buffer:\n"]
+        if pairs:
+            lines.append("---------------------------------\n")
+            start = pairs[0][1][0]
+            for i, (c, rec) in enumerate(pairs):
+                next_ts = pairs[i + 1][1][0] if i + 1 < len(pairs) else rec[0]
+                lines.append(lat_context(self.comm_cache.find(rec[1]), rec[1], c, rec[2],
+                                         rec[0] - start, next_ts - rec[0], options.in_ns)
+                             + top.render([(c, rec)], text_only))
+        lines.append("---------------------------------\n" if pairs
+                     else "   (ftrace buffer empty)\n")
+        call = getattr(self.kernel, "call_in_process", None)
+        for line in "".join(lines).splitlines(keepends=True):
+            if call is None:
+                _log.info("ftrace dump: %s", line.rstrip("\n"))
+                continue
+            call("printk", b"<0>%s\0",      # KERN_EMERG, the kernel's KERN_TRACE
+                 line.encode("utf-8", "replace")[:_DUMP_LINE_MAX] + b"\0")
 
     # ================================================================ trace arrays
     def arrays(self) -> list[TraceArray]:
@@ -342,6 +397,8 @@ class Tracer:
             if tr.ref:
                 raise OSError(errno.EBUSY, f"instance {name} is in use")
             tr.remove_triggers()                    # they hold its event files armed
+            if tr.func_probes is not None:
+                tr.func_probes.remove_all()
             tr.set_events_enabled(False, allow_none=True)
             tr.set_current_tracer("nop")            # its tracer's hooks go
             del self.instances[name]
@@ -647,9 +704,18 @@ class Tracer:
         """The module notifier (trace_kprobe_module_callback): when a module comes, every
         ``MOD:SYM`` probe on it, pending or left [GONE] by an earlier unload, is
         registered afresh.  A failure is logged, as Linux warns, and leaves it pending."""
+        if state == "going":
+            with self.lock:
+                for tr in self.arrays():
+                    if getattr(tr, "func_probes", None) is not None:
+                        tr.func_probes.sites_going(set(mod.ftrace_sites))
+            return
         if state != "coming":
             return
         with self.lock:
+            for tr in self.arrays():
+                if getattr(tr, "func_probes", None) is not None:
+                    tr.func_probes.module_coming(mod.name)
             for tp in self.probes:
                 if tp.spec.module != mod.name:
                     continue
@@ -728,6 +794,8 @@ class Tracer:
             arrays = self.arrays()
             for tr in arrays:
                 tr.remove_triggers()                # they hold event files armed
+                if tr.func_probes is not None:
+                    tr.func_probes.remove_all()
             for tr in arrays:
                 tr.set_events_enabled(False, allow_none=True)
                 tr.set_current_tracer("nop")

@@ -20,11 +20,11 @@ the machine and write the ring buffer, nothing else.
 from __future__ import annotations
 
 import errno
-import fnmatch
 import struct
 import threading
 from typing import Callable, Iterable
 
+from kprobefs.tracing.ftrace_probes import match_sites, parse_filter_token
 from kprobefs.tracing.output import FLAGS_NONE, TraceOptions, format_ip_sym
 from kprobefs.tracing.pid_filter import PidFilter
 from kprobefs.tracing.raw_page import raw_common
@@ -58,7 +58,9 @@ class FunctionFilter:
     """A set of ftrace sites chosen by function name.  ``sites()`` returns every
     (site, name) of the kernel now, in address order (module sites come and go);
     ``changed(added, removed)`` runs after each change with the sites that came and
-    went."""
+    went.  ``commands`` (set by the owner) serves ``FUNC:COMMAND[:PARAM]`` tokens
+    (ftrace_probes.FunctionProbes, with ``enable``: set_ftrace_filter, not notrace);
+    without it a command is EINVAL."""
 
     def __init__(self, sites: _SiteNames, empty_text: str,
                  changed: Callable[[set, set], None] | None = None):
@@ -67,6 +69,8 @@ class FunctionFilter:
         self._changed = changed
         self._listeners: list[Callable[[], None]] = []
         self.selected: set[int] = set()
+        self.commands = None
+        self.enable = True
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Also call ``listener()`` after each change (another user of the same hash:
@@ -74,35 +78,58 @@ class FunctionFilter:
         self._listeners.append(listener)
 
     def text(self) -> str:
-        """The file's content: one function per selected site, or the empty marker."""
-        if not self.selected:
-            return self._empty_text
-        return "".join(f"{name}\n" for site, name in self._sites() if site in self.selected)
+        """The file's content: one function per selected site, or the empty marker;
+        then what the commands list (cached :mod: commands, probes)."""
+        commands = self.commands
+        if not self.restricts():
+            head = self._empty_text
+        else:
+            label = commands.label if commands is not None else (lambda site, name: name)
+            head = "".join(f"{label(site, name)}\n" for site, name in self._sites()
+                           if site in self.selected)
+        return head if commands is None else head + commands.text(self.enable)
+
+    def restricts(self) -> bool:
+        """Whether the filter limits the functions: some are selected, or (a
+        set_ftrace_filter) a ``:mod:`` command waits for its module (6.1's
+        FTRACE_HASH_FL_MOD: the hash is not empty, so nothing else is traced)."""
+        return bool(self.selected) or (self.enable and self.commands is not None
+                                       and self.commands.holds_mods(self.enable))
 
     def clear(self) -> None:
+        """open(O_TRUNC): no function selected, no cached command (probes stay)."""
+        if self.commands is not None:
+            self.commands.cleared(self.enable)
         self._update(set())
+        self.refresh()
+
+    def refresh(self) -> None:
+        """What the filter restricts changed without a site coming or going."""
+        if self._changed is not None:
+            self._changed(set(), set())
 
     def write(self, data: bytes) -> int:
         """Applies one write(): each token selects (``!``: drops) the functions whose
-        name it matches.  A token matching nothing fails the write with EINVAL (the
-        tokens before it stay applied)."""
+        name it matches, or runs its command.  A token matching nothing fails the write
+        with EINVAL (the tokens before it stay applied)."""
         for token in data.decode("latin-1").split():
+            parsed = parse_filter_token(token)
+            if parsed.command is not None:
+                if self.commands is None:
+                    raise OSError(errno.EINVAL, "filter commands are not supported")
+                self.commands.command(self, self.enable, parsed)
+                continue
             remove = token.startswith("!")
             pattern = token[1:] if remove else token
-            if ":" in pattern:
-                raise OSError(errno.EINVAL, "filter commands are not supported")
-            matched = self._match(pattern)
+            matched = match_sites(pattern, self._sites()) if pattern else set()
             if not matched:
                 raise OSError(errno.EINVAL, f"no function matches {pattern!r}")
-            self._update(self.selected - matched if remove else self.selected | matched)
+            self.select(matched, remove)
         return len(data)
 
-    def _match(self, pattern: str) -> set[int]:
-        if not pattern:
-            return set()
-        if any(c in pattern for c in "*?["):
-            return {site for site, name in self._sites() if fnmatch.fnmatchcase(name, pattern)}
-        return {site for site, name in self._sites() if name == pattern}
+    def select(self, sites: set[int], remove: bool = False) -> None:
+        """Add (``remove``: drop) ``sites``."""
+        self._update(self.selected - sites if remove else self.selected | sites)
 
     def _update(self, new: set[int]) -> None:
         old, self.selected = self.selected, new
@@ -147,8 +174,16 @@ class _SiteOps:
         self.ops = ops_factory(func=func, want_parent_ip=want_parent_ip)
         self.running = False
 
-    def wanted(self, selected: set[int], excluded: set[int]) -> set[int]:
-        chosen = set(selected) if selected else {site for site, _ in self._sites()}
+    def wanted(self, selected: set[int], excluded: set[int],
+               restricted: bool | None = None) -> set[int]:
+        """The sites to trace: ``selected`` (all when it is empty, unless
+        ``restricted``) less ``excluded``."""
+        sites = {site for site, _ in self._sites()}
+        # a filter keeps the sites of a module that went, as 6.1's hash keeps their
+        # entries (ip 0): they select nothing, nor make the filter empty
+        if restricted is None:
+            restricted = bool(selected)
+        chosen = set(selected) & sites if restricted else sites
         return chosen - excluded
 
     def start(self, sites: set[int]) -> None:
@@ -209,13 +244,17 @@ class FunctionTracer(TracerPlugin):
         self.stop()
 
     def start(self) -> None:
-        self._ops.start(self._ops.wanted(self.filter.selected, self.notrace.selected))
+        self._ops.start(self._wanted())
 
     def stop(self) -> None:
         self._ops.stop()
 
+    def _wanted(self) -> set[int]:
+        return self._ops.wanted(self.filter.selected, self.notrace.selected,
+                                self.filter.restricts())
+
     def _retarget(self) -> None:
-        self._ops.retarget(self._ops.wanted(self.filter.selected, self.notrace.selected))
+        self._ops.retarget(self._wanted())
 
     def _hit(self, ip: int, parent_ip: int, _ops, _regs) -> None:
         if not self._recording():

@@ -117,10 +117,12 @@ class KernelSymbols:
         return out
 
     def ftrace_functions(self) -> list[str]:
-        """Return the function of each ftrace site, in address order."""
+        """Return the function of each ftrace site, in address order, as
+        available_filter_functions names it (``name [module]`` in a module)."""
         out = []
         for site in self._sites:
             sym = self.image.symbol_at(site)
             if sym is not None:
-                out.append(sym.name)
+                module = getattr(sym, "module", None)
+                out.append(f"{sym.name} [{module}]" if module else sym.name)
         return out

@@ -194,6 +194,9 @@ class TraceArray:
         self.symbols = registry.symbols
         self.nr_cpus = registry.nr_cpus
         self.function_tracer = function_tracer
+        #: set_ftrace_filter's commands (ftrace_probes.FunctionProbes), with the
+        #: function tracer; the registry sets it.
+        self.func_probes = None
         self.buffer = RingBuffer(self.nr_cpus)
         #: The snapshot buffer (max_tr), allocated on demand.
         self.max_tr = MaxTrace(self.buffer)

@@ -173,6 +173,18 @@ static __always_inline int spin_trylock(spinlock_t *l)
 {
 	return !__atomic_exchange_n(&l->locked, 1, __ATOMIC_ACQUIRE);
 }
+/* kernel/locking.c: the out-of-line lock API */
+struct task_struct;
+struct mutex {
+	struct task_struct *owner;
+};
+#define DEFINE_MUTEX(x) struct mutex x = { NULL }
+void _raw_spin_lock(spinlock_t *lock);
+int _raw_spin_trylock(spinlock_t *lock);
+void _raw_spin_unlock(spinlock_t *lock);
+void mutex_lock(struct mutex *lock);
+int mutex_trylock(struct mutex *lock);
+void mutex_unlock(struct mutex *lock);
 typedef struct { volatile long counter; } atomic_long_t;
 typedef struct { volatile int counter; } atomic_t;
 static __always_inline void atomic_inc(atomic_t *v) { __atomic_add_fetch(&v->counter, 1, __ATOMIC_SEQ_CST); }

@@ -10,9 +10,15 @@
 #include "syscall_table.h"
 #undef __SYSCALL
 
-static long __x64_sys_ni_syscall(const struct pt_regs *regs)
+/* kernel/sys_ni.c: a system call that is not implemented */
+long sys_ni_syscall(void)
 {
 	return -ENOSYS;
+}
+
+static long __x64_sys_ni_syscall(const struct pt_regs *regs)
+{
+	return sys_ni_syscall();
 }
 
 #define __SYSCALL(nr, sym) [nr] = __x64_##sym,
