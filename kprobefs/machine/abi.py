@@ -69,6 +69,7 @@ class HC:
     HOSTFS_MKDIR = 40
     HOSTFS_RMDIR = 41
     SELF_IPI = 42
+    TASK_FREE = 43
     FTRACE_DIRECT = 50
 
 

@@ -144,6 +144,9 @@ class Kernel:
         self._wakeups: collections.deque = collections.deque()  # idle-loop words
         self._trap_handlers: dict[int, list] = collections.defaultdict(list)
         self.exit_listeners: list[Callable[[int], None]] = []
+        #: Called with the pid of a task as it is reaped (release_task: after its
+        #: parent heard of its exit), in the emulation.
+        self.free_listeners: list[Callable[[int], None]] = []
         #: Called with (parent pid, child pid) when a task is forked, in the
         #: emulation (the kernel's fork asks the host for the child's window).
         self.fork_listeners: list[Callable[[int, int], None]] = []
@@ -163,6 +166,7 @@ class Kernel:
         self._hypercalls = {
             HC.IDLE: self._hc_idle, HC.SYSCALL_DONE: self._hc_syscall_done,
             HC.TASK_NEW: self._hc_task_new, HC.TASK_EXIT: self._hc_task_exit,
+            HC.TASK_FREE: self._hc_task_free,
             HC.IRET: self._hc_iret, HC.CLOCK: self._hc_clock, HC.CONSOLE: self._hc_console,
             HC.PANIC: self._hc_panic, HC.BOOTED: self._hc_booted,
             HC.UPCALL_DONE: self._hc_upcall_done, HC.YIELD: self._hc_yield,
@@ -777,6 +781,12 @@ class Kernel:
         self.mem.flush_tlb()
         self._free_windows.append((task.window - USER_WINDOW_BASE) // USER_WINDOW_SIZE)
         for listener in self.exit_listeners:
+            listener(pid)
+        return 0
+
+    def _hc_task_free(self):
+        pid = _signed(self._args()[0])
+        for listener in self.free_listeners:
             listener(pid)
         return 0
 

@@ -202,7 +202,13 @@ class Tracer:
         listeners = getattr(kernel, "exit_listeners", None)
         if isinstance(listeners, list):
             listeners.append(self.comm_cache.forget)
-            listeners.append(self._task_exited)
+        # A task leaves the pid lists as it is reaped, as 6.1's probe on
+        # sched_process_free: its last events (its SIGCHLD) are still filtered by it.
+        freed = getattr(kernel, "free_listeners", None)
+        if not isinstance(freed, list):
+            freed = listeners
+        if isinstance(freed, list):
+            freed.append(self._task_exited)
         listeners = getattr(kernel, "fork_listeners", None)
         if isinstance(listeners, list):
             listeners.append(self._task_forked)

@@ -225,6 +225,7 @@ enum hypercall_nr {
 	HC_HOSTFS_MKDIR = 40,	/* (dir id, name, mode, &mode): new child id or -errno */
 	HC_HOSTFS_RMDIR = 41,	/* (dir id, name): 0 or -errno */
 	HC_SELF_IPI = 42,	/* (vector): interrupt this CPU (the local APIC's self-IPI) */
+	HC_TASK_FREE = 43,	/* (pid): the task is reaped (release_task) */
 	HC_FTRACE_DIRECT = 50,	/* (1 register / 0 unregister, ip, addr): 0 or -errno */
 };
 

@@ -97,6 +97,7 @@ static noinline void release_task(struct task_struct *p)
 	/* After the free, as 6.1's pid-list probe on sched_process_free: a dying task's
 	 * last events (its SIGCHLD to the parent) are still filtered by its pid. */
 	trace_event_pid_exit(p);
+	hypercall(HC_TASK_FREE, p->pid, 0, 0, 0);	/* the host's pid lists, likewise */
 	trace_native_task_free(p);
 	put_task_stack(p);
 	kfree(p);
