@@ -156,6 +156,8 @@ pid_t alloc_pid(struct task_struct *tsk, pid_t *set_tid, size_t set_tid_size);
 void free_pid(struct task_struct *tsk);
 pid_t kernel_thread(int (*fn)(void *), void *arg, const char *name);
 int wake_up_process(struct task_struct *p);
+void scheduler_tick(void);
+void update_process_times(void);
 void wake_up_new_task(struct task_struct *p);
 void set_user_nice(struct task_struct *p, long nice);
 int sched_setscheduler_nocheck(struct task_struct *p, int policy, int rt_priority);

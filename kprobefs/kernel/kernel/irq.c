@@ -56,8 +56,9 @@ NOKPROBE_SYMBOL(common_interrupt);
 #define TICK_NSEC (1000000000UL / HZ)
 
 /* scheduler_tick: this CPU's clock and the current task's run time (CONFIG_PREEMPT=n:
- * the tick never preempts). */
-static void scheduler_tick(void)
+ * the tick never preempts).  A function of its own, as in Linux, so that it can be
+ * traced (ftracetest's func_set_ftrace_file filters on it). */
+noinline void scheduler_tick(void)
 {
 	struct pcpu *rq = this_pcpu();
 
@@ -66,7 +67,7 @@ static void scheduler_tick(void)
 		current->utime_ns += TICK_NSEC;
 }
 
-static void update_process_times(void)
+noinline void update_process_times(void)
 {
 	run_local_timers();
 	scheduler_tick();
