@@ -34,6 +34,11 @@ PACKAGES = {"trace-cmd": "trace-cmd", "perf": "linux-perf",
             "kprobe-perf": "perf-tools-unstable"}
 
 
+def _default_sigint():
+    """In a child before exec: SIGINT back to its default action."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def need_tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
@@ -173,8 +178,9 @@ def test_sigpipe_ends_the_command(mnt):
 
 
 def test_the_command_is_the_process_signals_reach(mnt):
+    # SIGINT at its default in the child: a shell's background job inherits it ignored
     p = subprocess.Popen(EXEC + [str(mnt), "--", "sleep", "60"], env=runner._cli_env(),
-                         cwd="/")
+                         cwd="/", preexec_fn=_default_sigint)
     try:
         comm = Path(f"/proc/{p.pid}/comm")
         deadline = time.monotonic() + 30

@@ -33,6 +33,11 @@ FAKE_CLI = [sys.executable, FAKES]
 REAL_CLI = [sys.executable, "-m", "kprobefs"]
 
 
+def _default_sigint():
+    """In a child before exec: SIGINT back to its default action."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _fuse_missing():
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse is missing"
@@ -341,7 +346,9 @@ def test_fake_trace_pipe_nonblocking(fake):
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_fake_trace_pipe_reader_can_be_killed(fake, sig):
-    reader = subprocess.Popen(["cat", f"{fake}/tracing/trace_pipe"])
+    # SIGINT at its default in the child: a shell's background job inherits it ignored
+    reader = subprocess.Popen(["cat", f"{fake}/tracing/trace_pipe"],
+                              preexec_fn=_default_sigint)
     time.sleep(0.3)
     reader.send_signal(sig)
     assert reader.wait(timeout=10) == -sig

@@ -17,6 +17,11 @@ from test_fs_mount import _need_fuse, real, sh  # noqa: F401 (fixtures)
 PAGE = 4096
 
 
+def _default_sigint():
+    """In a child before exec: SIGINT back to its default action."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def t(real):
     t = f"{real}/tracing"
@@ -146,8 +151,10 @@ def test_splice_moves_whole_pages(t):
 def test_blocked_reader_ends_on_signal(real, sig):
     t = f"{real}/tracing"
     sh(f"echo > {t}/trace")
+    # SIGINT at its default in the child: a shell's background job inherits it ignored
     reader = subprocess.Popen(["dd", f"if={t}/per_cpu/cpu1/trace_pipe_raw", "of=/dev/null",
-                               "bs=4096", "count=1"], stderr=subprocess.DEVNULL)
+                               "bs=4096", "count=1"], stderr=subprocess.DEVNULL,
+                              preexec_fn=_default_sigint)
     time.sleep(0.5)
     assert reader.poll() is None           # blocked: the buffer is empty
     reader.send_signal(sig)

@@ -3,11 +3,11 @@ unmodified, against one daemon, in the suite's own order and (with
 ``KPROBEFS_TORTURE_SHUFFLED=1``) in an order shuffled by a fixed seed
 (tests/conformance_runner.py, torture mode).
 
-What is asserted is the daemon's health, not the cases' results (those are printed: many
-cases need tracers and triggers kprobefs does not have): no case runs past its time
-limit, the daemon answers ``tracing/README`` within 5 s after every case, and once the
-suite's own reset has run (ftracetest's ``finish_ftrace``), ``tracing/kprobe_events``
-and ``kprobes/list`` are empty.  A daemon that stops answering is replaced so the rest of
+What is asserted: every case PASSes but the few named in NOT_PASSING (each with the
+reason it cannot), no case runs past its time limit, the daemon answers
+``tracing/README`` within 5 s after every case, and once the suite's own reset has run
+(ftracetest's ``finish_ftrace``), ``tracing/kprobe_events`` and ``kprobes/list`` are
+empty.  A daemon that stops answering is replaced so the rest of
 the order still runs; every failure is listed.
 
 ``pytest -m torture`` runs only these.  ``KPROBEFS_TORTURE_TIMEOUT`` sets the time limit
@@ -105,6 +105,28 @@ def test_no_probe_is_left_after_the_reset(suite_run):
     left = runner.KPROBE_EVENTS_LEFT, runner.KPROBES_LIST_LEFT
     assert not [p for _, p in suite_run.problems() if p.kind in left], \
         _listing(suite_run, *left)
+
+
+#: The cases that do not PASS, with what they give instead and why (the README names
+#: them too).  Every other case of the suite must PASS.
+NOT_PASSING = {
+    # no user-mode code runs in this kernel, so there is nothing for uprobes to probe
+    # and no uprobe_events file: ftracetest's own verdict is UNSUPPORTED
+    "kprobe/uprobe_syntax_errors.tc": "UNSUPPORTED",
+    # written to fail: ftracetest counts its XFAIL as a success
+    "trigger/inter-event/trigger-action-hist-xfail.tc": "XFAIL",
+}
+
+
+@pytest.mark.fuse
+def test_every_case_passes_but_the_named_ones(suite_run):
+    """Issue 13's bar: the whole suite against one daemon, every case PASS except those
+    this kernel honestly cannot support (NOT_PASSING)."""
+    wrong = {r.case: r.result for r in suite_run.results
+             if r.result != NOT_PASSING.get(r.case, "PASS")}
+    logs = "".join(f"\n--- {r.case}\n{r.log[-2000:]}" for r in suite_run.results
+                   if r.case in wrong)
+    assert not wrong, f"{wrong}{logs}"
 
 
 # ---- the runner itself ---------------------------------------------------------------------

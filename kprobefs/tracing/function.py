@@ -121,11 +121,15 @@ class FunctionFilter:
                 continue
             remove = token.startswith("!")
             pattern = token[1:] if remove else token
-            matched = match_sites(pattern, self._sites()) if pattern else set()
+            matched = self._match(pattern)
             if not matched:
                 raise OSError(errno.EINVAL, f"no function matches {pattern!r}")
             self.select(matched, remove)
         return len(data)
+
+    def _match(self, pattern: str) -> set[int]:
+        """The sites of the functions ``pattern`` (a glob or an index) names."""
+        return match_sites(pattern, self._sites()) if pattern else set()
 
     def select(self, sites: set[int], remove: bool = False) -> None:
         """Add (``remove``: drop) ``sites``."""
