@@ -57,3 +57,23 @@ def test_a_trigger_in_an_instance_acts_on_that_instance(real):
     finally:
         sh(f"echo '!traceoff' > {i}/{FORK}/trigger")
         assert sh(f"rmdir {i}").returncode == 0
+
+
+def test_mv_in_the_mounts_tmp_is_the_callers_rename(real):
+    """rename(2) through the mount: the caller's renameat2 in the emulated kernel (its
+    syscall event shows the names), a file replaced, EXDEV across filesystems (mv then
+    copies, and tracing/ refuses the new file)."""
+    t, tmp = f"{real}/tracing", f"{real}/tmp"
+    try:
+        r = sh(f"echo 1 > {t}/events/syscalls/sys_enter_renameat2/enable && echo > {t}/trace"
+               f" && echo a > {tmp}/x && echo b > {tmp}/y && mv {tmp}/x {tmp}/y"
+               f" && cat {tmp}/y && ls {tmp}")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split("\n")[0] == "a" and "x" not in r.stdout.split()[1:]
+        trace = Path(f"{t}/trace").read_text()
+        assert re.search(r"sys_renameat2\(olddfd: ffffffffffffff9c, oldname: [0-9a-f]+, "
+                         r"newdfd: ffffffffffffff9c, newname: [0-9a-f]+, flags: 0\)", trace), trace
+        r = sh(f"mv {tmp}/y {t}/y")
+        assert r.returncode != 0 and sh(f"cat {tmp}/y").stdout == "a\n"
+    finally:
+        sh(f"echo 0 > {t}/events/syscalls/sys_enter_renameat2/enable; rm -f {tmp}/x {tmp}/y")

@@ -493,3 +493,54 @@ def test_task_exit_releases_host_handles(kernel, host):
     with pytest.raises(Exception):
         kernel.syscall(t, "exit", 0)
     assert fs.open_handles == 0
+
+
+# ---- rename -------------------------------------------------------------------------------
+RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
+
+
+def write_file(sc, path, data):
+    fd = sc("openat", AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, 0o644)
+    assert fd >= 0, (path, fd)
+    assert sc("write", fd, data, len(data)) == len(data)
+    sc("close", fd)
+
+
+def test_rename_replaces_a_file_and_moves_across_directories(sc):
+    write_file(sc, "/tmp/x", b"first")
+    write_file(sc, "/tmp/y", b"second")
+    assert sc("renameat2", AT_FDCWD, "/tmp/x", AT_FDCWD, "/tmp/y", 0) == 0
+    assert open_read(sc, "/tmp/y") == b"first"
+    assert sc("openat", AT_FDCWD, "/tmp/x", O_RDONLY, 0) == -errno.ENOENT
+    assert sc("mkdir", "/tmp/d", 0o755) == 0
+    assert sc("rename", "/tmp/y", "/tmp/d/z") == 0           # into another directory
+    assert open_read(sc, "/tmp/d/z") == b"first"
+    assert sc("renameat", AT_FDCWD, "/tmp/d", AT_FDCWD, "/tmp/e") == 0   # a directory
+    assert open_read(sc, "/tmp/e/z") == b"first"
+    names = {name for name, _, _ in getdents(sc, "/tmp")}
+    assert "e" in names and not names & {"d", "x", "y"}
+    # a long name (past the dentry's inline buffer) and back
+    long = "/tmp/" + "n" * 60
+    assert sc("rename", "/tmp/e/z", long) == 0 and open_read(sc, long) == b"first"
+    assert sc("rename", long, "/tmp/short") == 0 and open_read(sc, "/tmp/short") == b"first"
+
+
+def test_rename_errors_are_linux_6_1s(sc):
+    write_file(sc, "/tmp/f", b"f")
+    write_file(sc, "/tmp/g", b"g")
+    assert sc("mkdir", "/tmp/dir", 0o755) == 0
+    assert sc("mkdir", "/tmp/full", 0o755) == 0
+    write_file(sc, "/tmp/full/inside", b"i")
+    assert sc("rename", "/tmp/none", "/tmp/h") == -errno.ENOENT
+    assert sc("renameat2", AT_FDCWD, "/tmp/f", AT_FDCWD, "/tmp/g",
+              RENAME_NOREPLACE) == -errno.EEXIST
+    assert sc("renameat2", AT_FDCWD, "/tmp/f", AT_FDCWD, "/tmp/g",
+              RENAME_NOREPLACE | RENAME_EXCHANGE) == -errno.EINVAL
+    assert sc("rename", "/tmp/dir", "/tmp/f") == -errno.ENOTDIR        # dir over file
+    assert sc("rename", "/tmp/f", "/tmp/dir") == -errno.EISDIR         # file over dir
+    assert sc("rename", "/tmp/dir", "/tmp/full") == -errno.ENOTEMPTY
+    assert sc("rename", "/tmp/dir", "/tmp/dir/sub") == -errno.EINVAL   # into itself
+    assert sc("rename", "/tmp/f/", "/tmp/h") == -errno.ENOTDIR
+    assert sc("rename", "/tmp/f", "/proc/f") in (-errno.EXDEV, -errno.ENOENT)
+    assert sc("rename", "/tmp/f", "/tmp/f") == 0                       # the same: nothing
+    assert open_read(sc, "/tmp/f") == b"f" and open_read(sc, "/tmp/g") == b"g"

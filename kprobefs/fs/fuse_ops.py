@@ -205,7 +205,8 @@ class KprobeFS(fuse.Operations):
         raise fuse.FuseOSError(errno.EPERM)
 
     def rename(self, old, new):
-        raise fuse.FuseOSError(errno.EPERM)
+        self.gateway.rename(old, new, _caller())
+        return 0
 
     def symlink(self, target, source):
         # fusepy's names: the link `target` is created, pointing to `source`.

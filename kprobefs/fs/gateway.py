@@ -897,6 +897,12 @@ class Gateway:
     def unlink(self, path: str, ctx: Caller) -> None:
         self._sys(self._caller(ctx), "unlink", self.kernel_path(path))
 
+    def rename(self, old: str, new: str, ctx: Caller) -> None:
+        """``mv old new`` within the mount: the caller's renameat2 (the kernel's errno:
+        EXDEV across filesystems, EPERM where the filesystem has no rename)."""
+        self._sys(self._caller(ctx), "renameat2", AT_FDCWD, self.kernel_path(old),
+                  AT_FDCWD, self.kernel_path(new), 0)
+
     def symlink(self, path: str, target: str, ctx: Caller) -> None:
         """Creates the symlink path -> target (``ln -s target path``)."""
         self._sys(self._caller(ctx), "symlinkat", target, AT_FDCWD, self.kernel_path(path))

@@ -14,11 +14,12 @@ SYSCALLS = {
     "rt_sigaction": 13, "getpid": 39, "socket": 41, "accept": 43, "bind": 49,
     "listen": 50, "clone": 56, "fork": 57, "execve": 59, "exit": 60, "wait4": 61,
     "kill": 62, "uname": 63, "getcwd": 79, "chdir": 80, "mkdir": 83, "rmdir": 84,
-    "unlink": 87, "symlink": 88, "readlink": 89, "getppid": 110,
+    "unlink": 87, "symlink": 88, "readlink": 89, "rename": 82, "getppid": 110,
     "setpriority": 141, "sched_setscheduler": 144, "prctl": 157,
     "gettid": 186, "getdents64": 217, "exit_group": 231, "tgkill": 234, "openat": 257,
     "mkdirat": 258, "newfstatat": 262, "unlinkat": 263, "symlinkat": 266,
-    "readlinkat": 267, "accept4": 288, "execveat": 322, "clone3": 435,
+    "readlinkat": 267, "renameat": 264, "accept4": 288, "renameat2": 316,
+    "execveat": 322, "clone3": 435,
 }
 
 AT_FDCWD = -100

@@ -202,6 +202,42 @@ void dput(struct dentry *dentry)
 	}
 }
 
+/* rename: dentry takes target's name and place (its parent, its hash); target, unhashed,
+ * keeps its own name for whoever still holds it. */
+void d_move(struct dentry *dentry, struct dentry *target)
+{
+	unsigned int len = target->d_name.len;
+	char *dname = len >= sizeof(dentry->d_iname) ? kmalloc(len + 1, GFP_KERNEL) : NULL;
+	char *old_name = NULL;
+	struct dentry *old_parent = NULL;
+
+	if (!dname)
+		dname = dentry->d_iname;	/* fits, or no memory: cut to the inline name */
+	if (dname == dentry->d_iname && len >= sizeof(dentry->d_iname))
+		len = sizeof(dentry->d_iname) - 1;
+	spin_lock(&dcache_lock);
+	target->d_flags &= ~DCACHE_HASHED;
+	__d_hash_del(dentry);
+	if (dentry->d_name.name != dentry->d_iname)
+		old_name = (char *)dentry->d_name.name;
+	memmove(dname, target->d_name.name, len);
+	dname[len] = 0;
+	dentry->d_name.name = dname;
+	dentry->d_name.len = len;
+	dentry->d_name.hash = target->d_name.hash;
+	if (dentry->d_parent != target->d_parent) {
+		old_parent = dentry->d_parent;
+		dentry->d_parent = dget(target->d_parent);
+		list_del_init(&dentry->d_child);
+		list_add_tail(&dentry->d_child, &target->d_parent->d_subdirs);
+	}
+	dentry->d_hash_next = *d_hash(dentry->d_name.hash);
+	*d_hash(dentry->d_name.hash) = dentry;
+	spin_unlock(&dcache_lock);
+	kfree(old_name);
+	dput(old_parent);
+}
+
 static inline bool d_same_name(const struct dentry *dentry, const struct qstr *name)
 {
 	return dentry->d_name.len == name->len &&

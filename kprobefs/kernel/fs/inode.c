@@ -5,8 +5,9 @@ struct user_namespace init_user_ns = { .level = 0 };
 unsigned long nr_inodes;
 
 /* Directory operations serialise on the directory's inode lock.  Struct inode has no
- * room for one, so locks are hashed by address; no code path holds two at once, so a
- * collision can only make a CPU wait, never deadlock. */
+ * room for one, so locks are hashed by address; only rename holds two at once, and
+ * takes them with lock_two_inodes (one lock when they hash alike, else in address
+ * order), so a collision can only make a CPU wait, never deadlock. */
 #define INODE_LOCK_BITS 6
 static spinlock_t inode_locks[1 << INODE_LOCK_BITS];
 
@@ -25,6 +26,28 @@ void inode_lock(struct inode *inode)
 void inode_unlock(struct inode *inode)
 {
 	spin_unlock(inode_lock_ptr(inode));
+}
+
+/* rename's two directories (lock_rename). */
+void lock_two_inodes(struct inode *a, struct inode *b)
+{
+	spinlock_t *la = inode_lock_ptr(a), *lb = inode_lock_ptr(b);
+
+	if (la == lb) {
+		spin_lock(la);
+		return;
+	}
+	spin_lock(la < lb ? la : lb);
+	spin_lock(la < lb ? lb : la);
+}
+
+void unlock_two_inodes(struct inode *a, struct inode *b)
+{
+	spinlock_t *la = inode_lock_ptr(a), *lb = inode_lock_ptr(b);
+
+	spin_unlock(la);
+	if (lb != la)
+		spin_unlock(lb);
 }
 
 static DEFINE_SPINLOCK(inode_sb_list_lock);

@@ -53,6 +53,32 @@ int simple_rmdir(struct inode *dir, struct dentry *dentry)
 	return 0;
 }
 
+/* ramfs's rename: a target that exists is replaced (a directory only by a directory,
+ * and only when empty); the link counts follow the directories' ".." entries. */
+int simple_rename(struct inode *old_dir, struct dentry *old_dentry, struct inode *new_dir,
+		  struct dentry *new_dentry, unsigned int flags)
+{
+	struct inode *inode = old_dentry->d_inode;
+	bool they_are_dirs = d_is_dir(old_dentry);
+
+	if (flags & ~RENAME_NOREPLACE)
+		return -EINVAL;
+	if (!d_is_negative(new_dentry)) {
+		if (!simple_empty(new_dentry))
+			return -ENOTEMPTY;
+		if (they_are_dirs) {
+			drop_nlink(new_dentry->d_inode);
+			drop_nlink(old_dir);
+		}
+		simple_unlink(new_dir, new_dentry);
+	} else if (they_are_dirs) {
+		drop_nlink(old_dir);
+		inc_nlink(new_dir);
+	}
+	old_dir->i_mtime = new_dir->i_mtime = inode->i_mtime = ktime_get_ns();
+	return 0;
+}
+
 /* The file type bits of an inode, as getdents64 reports them. */
 static inline unsigned char dt_type(const struct inode *inode)
 {

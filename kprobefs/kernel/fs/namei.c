@@ -1017,3 +1017,147 @@ SYSCALL_DECL(readlink)
 	return do_readlinkat(AT_FDCWD, (const char __user *)regs->di, (char __user *)regs->si,
 			     (int)regs->dx);
 }
+
+/* ---- rename ---------------------------------------------------------------------------- */
+
+/* Whether dentry is ancestor or one of its descendants (the rename trap). */
+static bool is_subdir(struct dentry *dentry, struct dentry *ancestor)
+{
+	for (;;) {
+		if (dentry == ancestor)
+			return true;
+		if (IS_ROOT(dentry))
+			return false;
+		dentry = dentry->d_parent;
+	}
+}
+
+int vfs_rename(struct inode *old_dir, struct dentry *old_dentry, struct inode *new_dir,
+	       struct dentry *new_dentry, unsigned int flags)
+{
+	struct inode *source = old_dentry->d_inode;
+	struct inode *target = new_dentry->d_inode;
+	bool is_dir = d_is_dir(old_dentry);
+	int error;
+
+	if (source == target)
+		return 0;
+	error = may_delete(old_dir, old_dentry, is_dir);
+	if (error)
+		return error;
+	if (!target)
+		error = may_create(new_dir, new_dentry);
+	else
+		error = may_delete(new_dir, new_dentry, is_dir);
+	if (error)
+		return error;
+	if (!old_dir->i_op->rename)
+		return -EPERM;
+	if (is_local_mountpoint(old_dentry) || is_local_mountpoint(new_dentry))
+		return -EBUSY;
+	error = old_dir->i_op->rename(old_dir, old_dentry, new_dir, new_dentry, flags);
+	if (error)
+		return error;
+	if (target)
+		d_delete(new_dentry);
+	d_move(old_dentry, new_dentry);
+	return 0;
+}
+
+int do_renameat2(int olddfd, struct filename *from, int newdfd, struct filename *to,
+		 unsigned int flags)
+{
+	struct dentry *old_dentry, *new_dentry, *trap;
+	struct path old_path, new_path;
+	struct qstr old_last, new_last;
+	int old_type, new_type;
+	int error;
+
+	error = -EINVAL;
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT))
+		goto put_names;
+	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
+		goto put_names;
+	/* exchange and whiteouts: no filesystem here has them (ramfs in 6.1 has exchange) */
+	if (flags & (RENAME_EXCHANGE | RENAME_WHITEOUT))
+		goto put_names;
+	error = filename_parentat(olddfd, from, 0, &old_path, &old_last, &old_type);
+	if (error)
+		goto put_names;
+	error = filename_parentat(newdfd, to, 0, &new_path, &new_last, &new_type);
+	if (error)
+		goto exit1;
+	error = -EXDEV;
+	if (old_path.dentry->d_sb != new_path.dentry->d_sb)
+		goto exit2;
+	error = -EBUSY;
+	if (old_type != LAST_NORM)
+		goto exit2;
+	if (flags & RENAME_NOREPLACE)
+		error = -EEXIST;
+	if (new_type != LAST_NORM)
+		goto exit2;
+	trap = old_path.dentry;
+	lock_two_inodes(old_path.dentry->d_inode, new_path.dentry->d_inode);
+	old_dentry = lookup_one_qstr_excl(&old_last, old_path.dentry, 0);
+	error = PTR_ERR(old_dentry);
+	if (IS_ERR(old_dentry))
+		goto exit3;
+	error = -ENOENT;
+	if (d_is_negative(old_dentry))
+		goto exit4;
+	new_dentry = lookup_one_qstr_excl(&new_last, new_path.dentry, 0);
+	error = PTR_ERR(new_dentry);
+	if (IS_ERR(new_dentry))
+		goto exit4;
+	error = -EEXIST;
+	if ((flags & RENAME_NOREPLACE) && !d_is_negative(new_dentry))
+		goto exit5;
+	if (!d_is_dir(old_dentry)) {
+		error = -ENOTDIR;
+		if (old_last.name[old_last.len] || new_last.name[new_last.len])
+			goto exit5;
+	}
+	/* source should not be an ancestor of the target, nor the target of the source */
+	error = -EINVAL;
+	if (new_path.dentry != trap && is_subdir(new_path.dentry, old_dentry))
+		goto exit5;
+	error = -ENOTEMPTY;
+	if (old_path.dentry != new_path.dentry && is_subdir(old_path.dentry, new_dentry))
+		goto exit5;
+	error = vfs_rename(old_path.dentry->d_inode, old_dentry, new_path.dentry->d_inode,
+			   new_dentry, flags);
+exit5:
+	dput(new_dentry);
+exit4:
+	dput(old_dentry);
+exit3:
+	unlock_two_inodes(old_path.dentry->d_inode, new_path.dentry->d_inode);
+exit2:
+	path_put(&new_path);
+exit1:
+	path_put(&old_path);
+put_names:
+	putname(from);
+	putname(to);
+	return error;
+}
+
+SYSCALL_DECL(renameat2)
+{
+	return do_renameat2((int)regs->di, getname((const char __user *)regs->si),
+			    (int)regs->dx, getname((const char __user *)regs->r10),
+			    (unsigned int)regs->r8);
+}
+
+SYSCALL_DECL(renameat)
+{
+	return do_renameat2((int)regs->di, getname((const char __user *)regs->si),
+			    (int)regs->dx, getname((const char __user *)regs->r10), 0);
+}
+
+SYSCALL_DECL(rename)
+{
+	return do_renameat2(AT_FDCWD, getname((const char __user *)regs->di),
+			    AT_FDCWD, getname((const char __user *)regs->si), 0);
+}

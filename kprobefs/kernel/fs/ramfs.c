@@ -11,6 +11,8 @@ struct dentry *simple_lookup(struct inode *dir, struct dentry *dentry, unsigned 
 void simple_pin(struct dentry *dentry);
 int simple_unlink(struct inode *dir, struct dentry *dentry);
 int simple_rmdir(struct inode *dir, struct dentry *dentry);
+int simple_rename(struct inode *old_dir, struct dentry *old_dentry, struct inode *new_dir,
+		  struct dentry *new_dentry, unsigned int flags);
 
 static const struct inode_operations ramfs_dir_inode_operations;
 static const struct inode_operations ramfs_file_inode_operations;
@@ -331,6 +333,7 @@ static const struct inode_operations ramfs_dir_inode_operations = {
 	.mkdir = ramfs_mkdir,
 	.rmdir = simple_rmdir,
 	.unlink = simple_unlink,
+	.rename = simple_rename,
 	.symlink = ramfs_symlink,
 	.mknod = ramfs_mknod,
 };

@@ -81,7 +81,13 @@ struct inode_operations {
 	const char *(*get_link)(struct dentry *, struct inode *);
 	int (*setattr)(struct user_namespace *, struct dentry *, struct iattr *);
 	int (*mknod)(struct inode *, struct dentry *, umode_t, unsigned int);
+	int (*rename)(struct inode *, struct dentry *, struct inode *, struct dentry *,
+		      unsigned int);
 };
+
+#define RENAME_NOREPLACE	(1 << 0)	/* don't overwrite the target */
+#define RENAME_EXCHANGE		(1 << 1)	/* exchange source and destination */
+#define RENAME_WHITEOUT		(1 << 2)	/* whiteout the source */
 
 struct super_operations {
 	struct inode *(*alloc_inode)(struct super_block *sb);
@@ -324,6 +330,8 @@ static inline struct inode *ihold(struct inode *inode)
 }
 void inode_lock(struct inode *inode);
 void inode_unlock(struct inode *inode);
+void lock_two_inodes(struct inode *a, struct inode *b);
+void unlock_two_inodes(struct inode *a, struct inode *b);
 void inc_nlink(struct inode *inode);
 void drop_nlink(struct inode *inode);
 void clear_nlink(struct inode *inode);
@@ -390,6 +398,9 @@ int vfs_symlink(struct user_namespace *mnt_userns, struct inode *dir, struct den
 int do_mkdirat(int dfd, struct filename *name, umode_t mode);
 int do_symlinkat(struct filename *from, int newdfd, struct filename *to);
 int do_unlinkat(int dfd, struct filename *name);
+int do_renameat2(int olddfd, struct filename *from, int newdfd, struct filename *to,
+		 unsigned int flags);
+void d_move(struct dentry *dentry, struct dentry *target);
 int do_rmdir(int dfd, struct filename *name);
 int vfs_readlink(struct dentry *dentry, char __user *buffer, int buflen);
 

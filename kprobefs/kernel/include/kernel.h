@@ -79,6 +79,7 @@ typedef unsigned long uintptr_t;
 #define EFAULT 14
 #define EBUSY 16
 #define EEXIST 17
+#define EXDEV 18
 #define ENOTDIR 20
 #define EISDIR 21
 #define EINVAL 22

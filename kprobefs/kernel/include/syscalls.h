@@ -28,6 +28,7 @@
 #define __NR_rmdir 84
 #define __NR_unlink 87
 #define __NR_symlink 88
+#define __NR_rename 82
 #define __NR_readlink 89
 #define __NR_getppid 110
 #define __NR_setpriority 141
@@ -42,8 +43,10 @@
 #define __NR_newfstatat 262
 #define __NR_unlinkat 263
 #define __NR_symlinkat 266
+#define __NR_renameat 264
 #define __NR_readlinkat 267
 #define __NR_accept4 288
+#define __NR_renameat2 316
 #define __NR_execveat 322
 #define __NR_clone3 435
 #define NR_syscalls 436

@@ -40,6 +40,66 @@ static void log_store(const char *text, size_t len)
 	log_next += len;
 }
 
+/* The console (the host's log): as Linux's, whoever holds console_lock prints every
+ * record not printed yet, in console_unlock(); a printk that finds the console taken
+ * leaves its record to the holder (console_trylock), so printk never waits on it, in
+ * an interrupt either. */
+static int console_locked;
+static unsigned long console_pos;	/* the next unprinted byte of log_buf */
+static u64 console_seq;			/* and its record's sequence number */
+
+int console_trylock(void)
+{
+	return !__atomic_exchange_n(&console_locked, 1, __ATOMIC_ACQUIRE);
+}
+
+/* Copies the record at console_pos (its text, without "<level>[seconds] ") and its
+ * level; caller holds logbuf_lock and the console. */
+static int console_next_record(char *text, int size, int *level)
+{
+	unsigned long pos = console_pos;
+	int n = 0;
+
+	if (pos < log_first) {			/* overwritten meanwhile: skip what is gone */
+		pos = log_first;
+		console_seq = log_first_seq;
+	}
+	*level = log_char(pos + 1) - '0';
+	while (pos < log_next && log_char(pos) != ']')
+		pos++;
+	pos += 2;				/* "] " */
+	while (pos < log_next && log_char(pos) != '\n') {
+		if (n < size - 1)
+			text[n++] = log_char(pos);
+		pos++;
+	}
+	console_pos = pos + 1;
+	console_seq++;
+	return n;
+}
+
+noinline void console_unlock(void)
+{
+	char text[256];
+	int n, level;
+
+again:
+	for (;;) {
+		spin_lock(&logbuf_lock);
+		if (console_seq >= log_next_seq) {
+			spin_unlock(&logbuf_lock);
+			break;
+		}
+		n = console_next_record(text, sizeof(text), &level);
+		spin_unlock(&logbuf_lock);
+		hypercall(HC_CONSOLE, text, n, level, 0);
+	}
+	__atomic_store_n(&console_locked, 0, __ATOMIC_RELEASE);
+	/* a record stored after the check above, whose printk found the console taken */
+	if (READ_ONCE(console_seq) < READ_ONCE(log_next_seq) && console_trylock())
+		goto again;
+}
+
 static int printk_get_level(const char *buffer)
 {
 	if (buffer[0] == '<' && buffer[1] >= '0' && buffer[1] <= '7' && buffer[2] == '>')
@@ -70,7 +130,8 @@ static int vprintk_level(int level, const char *fmt, __builtin_va_list args)
 	log_store("\n", 1);
 	log_next_seq++;
 	spin_unlock(&logbuf_lock);
-	hypercall(HC_CONSOLE, line, n, level, 0);
+	if (console_trylock())
+		console_unlock();
 	return n;
 }
 

@@ -76,6 +76,8 @@ SYSCALL_METADATA(__NR_rmdir, rmdir, 1, const char __user *, pathname)
 SYSCALL_METADATA(__NR_unlink, unlink, 1, const char __user *, pathname)
 SYSCALL_METADATA(__NR_symlink, symlink, 2, const char __user *, oldname,
 		 const char __user *, newname)
+SYSCALL_METADATA(__NR_rename, rename, 2, const char __user *, oldname,
+		 const char __user *, newname)
 SYSCALL_METADATA(__NR_readlink, readlink, 3, const char __user *, path, char __user *, buf,
 		 int, bufsiz)
 SYSCALL_METADATA(__NR_getppid, getppid, 0)
@@ -99,10 +101,14 @@ SYSCALL_METADATA(__NR_unlinkat, unlinkat, 3, int, dfd, const char __user *, path
 		 int, flag)
 SYSCALL_METADATA(__NR_symlinkat, symlinkat, 3, const char __user *, oldname, int, newdfd,
 		 const char __user *, newname)
+SYSCALL_METADATA(__NR_renameat, renameat, 4, int, olddfd, const char __user *, oldname,
+		 int, newdfd, const char __user *, newname)
 SYSCALL_METADATA(__NR_readlinkat, readlinkat, 4, int, dfd, const char __user *, pathname,
 		 char __user *, buf, int, bufsiz)
 SYSCALL_METADATA(__NR_accept4, accept4, 4, int, fd, struct sockaddr __user *, upeer_sockaddr,
 		 int __user *, upeer_addrlen, int, flags)
+SYSCALL_METADATA(__NR_renameat2, renameat2, 5, int, olddfd, const char __user *, oldname,
+		 int, newdfd, const char __user *, newname, unsigned int, flags)
 SYSCALL_METADATA(__NR_execveat, execveat, 5, int, fd, const char __user *, filename,
 		 const char __user *const __user *, argv,
 		 const char __user *const __user *, envp, int, flags)
