@@ -55,7 +55,7 @@ def fuse_options(allow_other: bool = False) -> dict:
     """The mount options (fusepy keyword arguments)."""
     opts = dict(fsname="debugfs", subtype="kprobefs", atomic_o_trunc=True, big_writes=True,
                 max_write=MAX_WRITE, max_readahead=0, default_permissions=True,
-                attr_timeout=0, entry_timeout=0, negative_timeout=0)
+                attr_timeout=1.0, entry_timeout=0, negative_timeout=0)
     if allow_other:
         opts["allow_other"] = True
     return opts

@@ -119,28 +119,36 @@ def host_comm(pid: int) -> str:
         return ""
 
 
-def host_parent(pid: int) -> int | None:
-    """The host process's parent pid, None when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-        return int(data[data.rindex(b")") + 2:].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+class HostProcess(NamedTuple):
+    """What one read of /proc/PID/stat tells of a host process."""
+
+    comm: str
+    ppid: int | None
+    start: int | None    # clock ticks since boot
 
 
-def host_start_time(pid: int) -> int | None:
-    """The host process's start time (clock ticks since boot), None when it is gone; tells
-    a live process from a later one that reuses its pid."""
+def host_process(pid: int) -> HostProcess | None:
+    """The host process's comm, parent and start time in one read; None when it is
+    gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
     except OSError:
         return None
     try:
-        return int(data[data.rindex(b")") + 2:].split()[19])
+        close = data.rindex(b")")
+        comm = data[data.index(b"(") + 1:close].decode("utf-8", "replace")[:15]
+        fields = data[close + 2:].split()
+        return HostProcess(comm, int(fields[1]), int(fields[19]))
     except (ValueError, IndexError):
         return None
+
+
+def host_start_time(pid: int) -> int | None:
+    """The host process's start time (clock ticks since boot), None when it is gone; tells
+    a live process from a later one that reuses its pid."""
+    proc = host_process(pid)
+    return None if proc is None else proc.start
 
 
 def host_signal_pending(pid: int) -> bool:
@@ -357,11 +365,12 @@ class Gateway:
                 return known
             if known is not None:
                 self._forget(known)
-            comm = host_comm(pid) or f"pid{pid}"
-            parent = self._known_parent(pid)
+            proc = host_process(pid) or HostProcess("", None, None)
+            comm = proc.comm or f"pid{pid}"
+            parent = self._known_parent(proc.ppid)
             task = self._spawn(comm, pid, parent.task if parent is not None else None)
             # a forked task has its parent's working directory already
-            start = host_start_time(pid)
+            start = proc.start
             caller = _Caller(pid, start, comm, task,
                              cwd=parent.cwd if parent is not None else None,
                              mirrored=(parent is not None and parent.mirrored)
@@ -466,9 +475,9 @@ class Gateway:
         # the task's working directory mirrors the process's inside the mount
         return path if _mount_relative(pid, cwd) is not None else kpath
 
-    def _known_parent(self, pid: int) -> _Caller | None:
-        """The host process's parent, if that one is known and its task lives."""
-        ppid = host_parent(pid)
+    def _known_parent(self, ppid: int | None) -> _Caller | None:
+        """The caller of host pid ppid (a process's parent), if that one is known and its
+        task lives."""
         with self._lock:
             parent = self._callers.get(ppid) if ppid else None
         return parent if parent is not None and parent.task.state != "dead" else None
@@ -929,6 +938,10 @@ def _mount_relative(pid: int, path: str) -> str | None:
 def mount_relative(mountinfo: list[str], path: str) -> str | None:
     """:func:`_mount_relative` on the lines of a mountinfo file: the last of the
     deepest mounts holding ``path`` decides (a mount on top of another hides it)."""
+    # Most paths (a working directory anywhere) are under no kprobefs mount at all.
+    if not any(_inside(path, _unescape(line.split(" ")[4]))
+               for line in mountinfo if " - fuse.kprobefs " in line):
+        return None
     best = None
     for line in mountinfo:
         fields = line.split(" ")
@@ -937,14 +950,17 @@ def mount_relative(mountinfo: list[str], path: str) -> str | None:
         except ValueError:
             continue
         point = _unescape(fields[4])
-        inside = path == point or path.startswith(point.rstrip("/") + "/")
-        if inside and (best is None or len(point) >= len(best[0])):
+        if _inside(path, point) and (best is None or len(point) >= len(best[0])):
             best = (point, _unescape(fields[3]), fields[sep + 1])
     if best is None or best[2] != "fuse.kprobefs":
         return None
     point, root, _ = best
     rest = path[len(point):].lstrip("/")
     return "/" + "/".join(p for p in (root.strip("/"), rest) if p)
+
+
+def _inside(path: str, point: str) -> bool:
+    return path == point or path.startswith(point.rstrip("/") + "/")
 
 
 def _unescape(field: str) -> str:

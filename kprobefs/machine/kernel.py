@@ -952,13 +952,29 @@ class Kernel:
         set_tid_addr = parent.window + PAGE + 88
         clone_args = struct.pack("<11Q", 0, 0, 0, 0, 17, 0, 0, 0,
                                  set_tid_addr if pid else 0, 1 if pid else 0, 0)
-        child = self.syscall(parent, "clone3", clone_args + struct.pack("<q", pid or 0), 88,
-                             timeout=timeout)
+        name = comm.encode()[:15] + b"\0"
+        naming: list[SyscallRequest] = []
+
+        def name_child(req: SyscallRequest) -> None:
+            # The machine thread, as clone3 returns: the child's prctl is queued at
+            # once, so the caller waits for the machine once, not twice.
+            child = req.result if req.error is None else None
+            if child is not None and child > 0 and child in self.tasks:
+                try:
+                    naming.append(self.submit(self.tasks[child], "prctl",
+                                              abi.PR_SET_NAME, name))
+                except (ProcessExited, KernelStuck):
+                    pass
+
+        child = self.wait(self.submit(parent, "clone3",
+                                      clone_args + struct.pack("<q", pid or 0), 88,
+                                      on_done=name_child), timeout)
         if child < 0:
             raise KernelError(-child, "clone3")
         task = self.tasks[child]
-        if self.syscall(task, "prctl", abi.PR_SET_NAME, comm.encode()[:15] + b"\0",
-                        timeout=timeout) == 0:
+        named = self.wait(naming[0], timeout) if naming else \
+            self.syscall(task, "prctl", abi.PR_SET_NAME, name, timeout=timeout)
+        if named == 0:
             task.comm = comm[:15]
         return task
 
