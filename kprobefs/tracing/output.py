@@ -207,9 +207,21 @@ _UNSIGNED_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
 _SIGNED_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
 
 
+class CompiledText(NamedTuple):
+    """An event's text as a ``%`` format and the function that gives a record's values
+    for it: ``fmt % values(record)`` is the text.  The formatter folds ``fmt`` into the
+    whole line's format, so a line is one ``%``."""
+
+    fmt: str
+    values: Callable[[tuple], tuple]
+
+    def __call__(self, rec: tuple) -> str:
+        return self.fmt % self.values(rec)
+
+
 def compile_probe_text(name: str, is_return: bool, args: Sequence,
                        symbolize: Callable[[int, bool], str | None]
-                       ) -> Callable[[tuple], str] | None:
+                       ) -> CompiledText | None:
     """The event text of a kprobe record, ``NAME: (ip) a=… b=…\\n``, as one ``%``
     format over the record's argument bytes unpacked at once, with the probed address
     symbolized once per address.  ``None`` when an argument needs more than a number
@@ -232,23 +244,23 @@ def compile_probe_text(name: str, is_return: bool, args: Sequence,
     if is_return:
         fmt = name + ": (%s <- %s)" + "".join(texts) + "\n"
 
-        def text(rec: tuple) -> str:
+        def values(rec: tuple) -> tuple:
             key = (rec[5], rec[4])
             head = heads.get(key)
             if head is None:
                 head = heads[key] = (format_ip_sym(rec[5], symbolize, True),
                                      format_ip_sym(rec[4], symbolize, False))
-            return fmt % (*head, *unpack(rec[6]))
+            return (*head, *unpack(rec[6]))
     else:
         fmt = name + ": (%s)" + "".join(texts) + "\n"
 
-        def text(rec: tuple) -> str:
+        def values(rec: tuple) -> tuple:
             ip = rec[4]
             head = heads.get(ip)
             if head is None:
                 head = heads[ip] = format_ip_sym(ip, symbolize, True)
-            return fmt % (head, *unpack(rec[6]))
-    return text
+            return (head, *unpack(rec[6]))
+    return CompiledText(fmt, values)
 
 
 class TraceFormatter:
@@ -270,27 +282,29 @@ class TraceFormatter:
         if not options.context_info:
             return "".join(self._text_of(rec[3], general)(rec) for _cpu, rec in pairs)
         in_ns, irq = options.in_ns, options.irq_info
-        find_comm, texts, text_of = self._find_comm, self._texts, self._text_of
-        prefixes: dict = {}
+        find_comm = self._find_comm
+        # (pid, cpu, flags, event) -> the whole line's format and the event's values
+        lines: dict = {}
         out = []
         append = out.append
         for cpu, rec in pairs:
-            key = (rec[1], cpu, rec[2])
-            prefix = prefixes.get(key)
-            if prefix is None:
+            key = (rec[1], cpu, rec[2], id(rec[3]))
+            line = lines.get(key)
+            if line is None:
                 pid = rec[1]
                 prefix = f"{find_comm(pid):>16s}-{pid:<7d} [{cpu:03d}] " + (
                     flags_text(rec[2]) if irq else "")
-                prefixes[key] = prefix
-            text = texts.get(id(rec[3]))
-            if text is None:
-                text = text_of(rec[3], general)
+                text = self._text_of(rec[3], general)
+                fmt, values = text if isinstance(text, CompiledText) else (
+                    "%s", lambda r, text=text: (text(r),))
+                stamp = " %5d.%06d: " if in_ns else " %12d: "
+                line = lines[key] = (prefix.replace("%", "%%") + stamp + fmt, values)
+            fmt, values = line
             if in_ns:
                 usecs = (rec[0] + 500) // 1000
-                append("%s %5d.%06d: %s" % (prefix, usecs // 1_000_000, usecs % 1_000_000,
-                                            text(rec)))
+                append(fmt % (usecs // 1_000_000, usecs % 1_000_000, *values(rec)))
             else:
-                append("%s %12d: %s" % (prefix, rec[0], text(rec)))
+                append(fmt % (rec[0], *values(rec)))
         return "".join(out)
 
     def _text_of(self, ev, general: Callable[[tuple], str]) -> Callable[[tuple], str]:

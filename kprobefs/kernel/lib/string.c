@@ -5,7 +5,10 @@ void *memcpy(void *dst, const void *src, size_t n)
 {
 	void *ret = dst;
 
-	__asm__ __volatile__("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
+	size_t quads = n >> 3, tail = n & 7;
+
+	__asm__ __volatile__("rep movsq" : "+D"(dst), "+S"(src), "+c"(quads) : : "memory");
+	__asm__ __volatile__("rep movsb" : "+D"(dst), "+S"(src), "+c"(tail) : : "memory");
 	return ret;
 }
 
