@@ -466,38 +466,6 @@ def test_fchdir_is_mirrored_as_its_directorys_chdir(mnt, chdir_eprobe):
     assert 'file="/sys/kernel/tracing/events"' in trace
 
 
-def test_killsnoop_sees_the_shells_own_kill(mnt):
-    """killsnoop's events for a kill the shell makes: sys_enter_kill of the shell's own
-    pid with the target and the signal, and the target's task dying of it as the
-    process does; a kill the target handles is not mirrored (its task lives, as the
-    process does), and kill -0 is."""
-    t = "/sys/kernel/tracing"
-    out = sh(mnt, f"echo 1 > {t}/events/syscalls/sys_enter_kill/enable; "
-                  f"echo 1 > {t}/events/signal/signal_generate/enable; "
-                  "sleep 30 & victim=$!; sleep 0.3; kill -0 $victim; kill $victim; "
-                  "wait $victim; "
-                  f"{sys.executable} -c 'import signal, time; "
-                  "signal.signal(signal.SIGUSR1, lambda *a: None); time.sleep(30)' & "
-                  "handler=$!; sleep 0.5; kill -USR1 $handler; kill -KILL $handler; "
-                  "wait $handler; "
-                  f"echo 0 > {t}/events/syscalls/sys_enter_kill/enable; "
-                  f"echo 0 > {t}/events/signal/signal_generate/enable; "
-                  f"echo $$ $victim $handler; cat {t}/trace")
-    pids, trace = out.split("\n", 1)
-    shell, victim, handler = pids.split()
-    kills = re.findall(rf"-{shell} .*sys_enter_kill: sys_kill\(pid: ([0-9a-f]+), "
-                       r"sig: ([0-9a-f]+)\)", trace)
-    assert (format(int(victim), "x"), "0") in kills, trace
-    assert (format(int(victim), "x"), "f") in kills, trace
-    assert (format(int(handler), "x"), "9") in kills, trace
-    assert (format(int(handler), "x"), "a") not in kills, trace     # handled: not mirrored
-    # the victim's task dies of the signal: by the mirrored kill (signal_generate for
-    # it) or, when the host's exit event comes first, of the exit status it mirrors;
-    # either way its parent hears CLD_KILLED
-    assert re.search(rf"-{victim} .*signal_generate: sig=17 errno=0 code=2 comm=sh "
-                     rf"pid={shell} ", trace), trace
-
-
 # ---- perf --------------------------------------------------------------------------------
 def _kallsyms(mnt: Path) -> dict[str, int]:
     out = {}

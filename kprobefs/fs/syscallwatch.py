@@ -24,17 +24,8 @@ listener fd is left open.  The daemon closes its listener fds only when it stops
 which is at umount: a tool still running then has lost its mount anyway.  Hence the
 mirrored set is kept to calls whose failure a tool survives (a ``cd`` that fails is a
 shell error message, not a crash); the daemon dying uncleanly (SIGKILL) has the same
-effect.  A ``kill`` that fails then is the shell's error message too.
-
-Kills.  ``kill`` and ``tgkill`` of one process are mirrored when the host target takes
-the signal as its task will (the task has none of the host's handlers): signal 0, or a
-signal the target neither catches, ignores nor blocks and whose default ends it; then
-the task dies of it as the process does (``sys_enter_kill``, ``signal_generate``,
-the target's exit).  A kill the two would take differently (a caught SIGUSR1) or of
-a process group is not mirrored, so that no task dies while its process lives.  The
-pid is the host's: the tasks of the processes that use the mount have their pids;
-a kill of a pid the emulated kernel has no task for records ESRCH there, and one of
-a pid the host has no process for is not mirrored.
+effect.  ``kill``, ``tgkill`` and the like join the table once the emulated kernel has
+them, each as one :class:`Mirror` entry.
 
 What is mirrored, and what not.  A directory inside the mount becomes the emulated
 kernel's path for it (``/sys/kernel/tracing`` in the exec view is tracefs's
@@ -120,53 +111,10 @@ def _directory(path: str | None) -> tuple | None:
     return None if path is None else (path,)
 
 
-#: Signals whose default action ends a process (SIGKILL, which none can catch, too).
-_FATAL_BY_DEFAULT = frozenset((1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 24,
-                               25, 26, 27, 29, 30, 31))
-
-
-def _s32(value: int) -> int:
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value & (1 << 31) else value
-
-
-def _taken_alike(pid: int, sig: int) -> bool:
-    """Whether the host process ``pid`` takes ``sig`` as its task in the emulated kernel
-    will, which has none of the host's handlers: signal 0 (a check only), or a signal
-    the host process neither catches, ignores nor blocks, and whose default ends it.
-    A kill the two would take differently (a handled SIGUSR1) is not mirrored: the
-    task must not die while its process lives."""
-    if sig == 0:
-        return True
-    if sig not in _FATAL_BY_DEFAULT:
-        return False
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return False
-    bit = 1 << (sig - 1)
-    return not any(int(line.split(":", 1)[1], 16) & bit for line in lines
-                   if line.startswith(("SigBlk:", "SigIgn:", "SigCgt:")))
-
-
-def _kill_args(_p: HostProcess, a: tuple) -> tuple | None:
-    """kill(pid, sig) of one process (not of a process group)."""
-    pid, sig = _s32(a[0]), _s32(a[1])
-    return (pid, sig) if pid > 0 and _taken_alike(pid, sig) else None
-
-
-def _tgkill_args(_p: HostProcess, a: tuple) -> tuple | None:
-    tgid, pid, sig = _s32(a[0]), _s32(a[1]), _s32(a[2])
-    return (tgid, pid, sig) if pid > 0 and _taken_alike(pid, sig) else None
-
-
 #: The mirrored calls (kept to calls a tool survives failing: module docstring).
 MIRRORED = {m.nr: m for m in (
     Mirror(80, "chdir", lambda p, a: _directory(p.directory(p.string(a[0])))),
     Mirror(81, "chdir", lambda p, a: _directory(p.directory(p.fd_path(a[0])))),
-    Mirror(62, "kill", _kill_args),
-    Mirror(234, "tgkill", _tgkill_args),
 )}
 
 
