@@ -31,6 +31,7 @@ _NR_SECCOMP = 317                       # x86_64
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_GET_NOTIF_SIZES = 3
 _SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
+_SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV = 1 << 5     # Linux 5.19
 _SECCOMP_USER_NOTIF_FLAG_CONTINUE = 1
 _PR_SET_NO_NEW_PRIVS = 38
 AUDIT_ARCH_X86_64 = 0xC000003E
@@ -131,13 +132,26 @@ def install_listener(nrs: Sequence[int]) -> int:
     prog = struct.pack("<H6xQ", len(code) // _SOCK_FILTER.size, ctypes.addressof(buf))
     fprog = ctypes.create_string_buffer(prog, len(prog))
     try:
-        return _seccomp(_SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_NEW_LISTENER, fprog)
+        return _install(fprog)
     except SeccompError as e:
         if e.errno != errno.EACCES:
             raise
     if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise SeccompError(err, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(err)}")
+    return _install(fprog)
+
+
+def _install(fprog) -> int:
+    """The filter with a listener; once the listener has a notification, the caller's
+    wait for the answer is killable only (a signal no longer fails the call with
+    EINTR), where the host kernel knows the flag (5.19)."""
+    try:
+        return _seccomp(_SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_NEW_LISTENER
+                        | _SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, fprog)
+    except SeccompError as e:
+        if e.errno != errno.EINVAL:
+            raise
     return _seccomp(_SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_NEW_LISTENER, fprog)
 
 

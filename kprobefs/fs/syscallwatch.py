@@ -24,8 +24,16 @@ listener fd is left open.  The daemon closes its listener fds only when it stops
 which is at umount: a tool still running then has lost its mount anyway.  Hence the
 mirrored set is kept to calls whose failure a tool survives (a ``cd`` that fails is a
 shell error message, not a crash); the daemon dying uncleanly (SIGKILL) has the same
-effect.  ``kill``, ``tgkill`` and the like join the table once the emulated kernel has
-them, each as one :class:`Mirror` entry.
+effect.
+
+Why ``kill`` is not mirrored.  A notified call waits for the listener's answer, and
+until the listener has received the notification a signal interrupts that wait: the
+call then fails with EINTR when the process's handler lacks SA_RESTART, unrun (the
+filter asks for SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV where the host has it, so only
+that short window is open).  dash catches SIGCHLD without SA_RESTART, so a script's
+``kill -1 $p1; kill -1 $p2`` had its second kill fail as the first child died, and its
+``wait`` never ended (ftracetest's ``instance.tc``).  A ``cd`` that fails so is an
+error message; a kill that does not happen is a hang, so kills stay unmirrored.
 
 What is mirrored, and what not.  A directory inside the mount becomes the emulated
 kernel's path for it (``/sys/kernel/tracing`` in the exec view is tracefs's
