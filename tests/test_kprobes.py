@@ -467,6 +467,52 @@ def test_kretprobe_maxactive_and_recursion(kernel):
     assert len(rp.free_instances) == 3
 
 
+def test_a_return_probe_without_entry_handler_enters_in_the_kernel(kernel):
+    """No entry handler: the entry is the kernel's kretprobe_native_entry (no host code
+    on it), the return the kernel's trampoline, then the host's handler.  What the
+    handler sees is what the host's own entry path gives (an entry handler keeps the
+    entry on the host)."""
+    eng = kernel.kprobes
+
+    def run(**kw):
+        seen = []
+        rp = Kretprobe(symbol_name="kprobe_target", handler=lambda ri, regs: seen.append(
+            (regs.ax & 0xFFFFFFFF, ri.ret_addr, regs.ip, regs.sp - ri.fp, ri.task)), **kw)
+        kernel.register_kretprobe(rp)
+        native = eng.get_kprobe(rp.kp.addr).native
+        assert loop(kernel, 3) == expected_loop(3)
+        assert not eng._instances
+        kernel.unregister_kretprobe(rp)
+        return seen, native
+
+    in_kernel, native = run()
+    assert native[0] == sym(kernel, "kretprobe_native_entry").addr
+    on_host, none = run(entry_handler=lambda ri, regs: 0)
+    assert none is None
+    assert in_kernel == on_host and [s[0] for s in in_kernel] == [7, 23, 71]
+    for _ax, ret_addr, ip, above, _task in in_kernel:
+        assert ret_addr == ip and above == 8      # regs.sp is the caller's, over the slot
+
+
+def test_both_entry_paths_take_instances_from_one_count(kernel):
+    """maxactive bounds the kernel's entry and the host's together: with a kprobe at the
+    same address the host runs the kretprobe's entry (an aggregate), without it the
+    kernel does, and the instances each took are free again for the other."""
+    depths = []
+    rp = Kretprobe(symbol_name="kprobe_recurse", maxactive=3,
+                   handler=lambda ri, regs: depths.append(regs.ax))
+    kernel.register_kretprobe(rp)
+    other = Kprobe(symbol_name="kprobe_recurse", pre_handler=lambda p, regs: 0)
+    kernel.register_kprobe(other)
+    assert kernel.kprobes.get_kprobe(rp.kp.addr).native is None     # the host's path
+    assert kernel.upcall("kprobe_recurse", 5) == 15
+    kernel.unregister_kprobe(other)
+    assert kernel.kprobes.get_kprobe(rp.kp.addr).native is not None  # the kernel's
+    assert kernel.upcall("kprobe_recurse", 5) == 15
+    assert depths == [6, 10, 15, 6, 10, 15]
+    assert rp.nmissed == 6
+
+
 def test_kretprobe_entry_handler_and_instance_data(kernel):
     seen = []
 
@@ -513,13 +559,15 @@ def test_kretprobe_instances_flushed_when_a_task_exits(kernel):
 
 
 def test_a_return_with_nothing_pending_is_told_apart(kernel):
-    """The return trampoline's slot word is checked against the pending returns: an
-    unknown slot is None (the arch then takes %rsp), a known one gives its address."""
+    """The host's return trampoline's slot word is checked against the pending returns:
+    an unknown slot is None (the arch then takes %rsp), a known one gives its address.
+    (An entry handler keeps the entry on the host, and the return on its trampoline.)"""
     eng = kernel.kprobes
     regs = type("Regs", (), {"ip": 0})()
     assert eng.kretprobe_trampoline_handler(regs, 0xFFFF888000123458) is None
     seen = []
-    rp = Kretprobe(symbol_name="kprobe_target", handler=lambda ri, r: seen.append(ri.fp))
+    rp = Kretprobe(symbol_name="kprobe_target", handler=lambda ri, r: seen.append(ri.fp),
+                   entry_handler=lambda ri, r: 0)
     kernel.register_kretprobe(rp)
     assert loop(kernel, 3) == expected_loop(3)
     assert len(seen) == 3 and not eng._instances

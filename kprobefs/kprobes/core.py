@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 from ..errors import ProbeError
 from .faults import TRAP_BP, TRAP_DB, HandlerErrorLog
 from .ftrace import Ftrace, FtraceOps
+from .kretprobe_native import KretprobeNatives
 from .probes import (
     KPROBE_FLAG_DISABLED, KPROBE_FLAG_FTRACE, KPROBE_FLAG_GONE, KPROBE_FLAG_OPTIMIZED,
     KRETPROBE_MAX_DATA_SIZE, MAX_STACK_SIZE, Jprobe, Kprobe, Kretprobe, KretprobeInstance,
@@ -208,6 +209,7 @@ class KprobeEngine:
         # instance without asking which task is current.
         self._instances: dict[int, KretprobeInstance] = {}
         self._native_aggrs = _NativeAggrs(kernel)
+        self._kret_natives = KretprobeNatives(kernel)
         self._jprobe_layout = None
         # Called on every kretprobe or jprobe hit: bound once.
         self._current_task = kernel.current_task
@@ -515,10 +517,18 @@ class KprobeEngine:
             self._unoptimize(ap)
             self._try_to_optimize(ap)
 
+    def _native_handler(self, p: Kprobe) -> tuple[int, int] | None:
+        """p's own native handler, else, for a return probe's kprobe, the kernel's
+        kretprobe entry when it has one (kretprobe_native.py)."""
+        if p.native is not None or p.kind != "r":
+            return p.native
+        rp = p.owner
+        return (self._kret_natives.entry, rp.native_at) if rp.native_at else None
+
     def _native_of(self, ap: AggrKprobe) -> tuple[int, int] | None:
         """ap's native handler (see AggrKprobe), taking or giving back its slot."""
         aggrs = self._native_aggrs
-        natives = [c.native for c in ap.children if not c.is_disabled()]
+        natives = [self._native_handler(c) for c in ap.children if not c.is_disabled()]
         usable = (bool(natives) and None not in natives and ap.post_handler is None
                   and not ap.is_gone())
         if not usable or len(natives) == 1 or len(natives) > aggrs.max:
@@ -747,12 +757,20 @@ class KprobeEngine:
         kp.symbol_name, kp.addr, kp.offset = rp.symbol_name, rp.addr, rp.offset
         kp.pre_handler, kp.post_handler = self._pre_handler_kretprobe, None
         kp.kind, kp.owner = "r", rp
-        self.register_kprobe(kp)
+        # Without an entry handler the entry can be kernel code (kretprobe_native.py).
+        if rp.entry_handler is None:
+            self._kret_natives.attach(rp)
+        try:
+            self.register_kprobe(kp)
+        except ProbeError:
+            self._kret_natives.detach(rp)
+            raise
         for ri in rp.free_instances:
             ri.func = kp.addr
 
     def unregister_kretprobe(self, rp: Kretprobe) -> None:
         self.unregister_kprobe(rp.kp)
+        self._kret_natives.detach(rp)
         # Instances still on tasks' stacks return through the trampoline without a handler.
         rp.free_instances = []
 
@@ -772,7 +790,7 @@ class KprobeEngine:
     def _pre_handler_kretprobe(self, p: Kprobe, regs) -> int:
         rp: Kretprobe = p.owner
         free = rp.free_instances
-        if not free:
+        if not free or (rp.native_at and not self._kret_natives.take(rp)):
             rp.nmissed += 1
             return 0
         ri = free.pop()
@@ -786,16 +804,21 @@ class KprobeEngine:
             if skip:
                 free.append(ri)
                 return 0
-        ri.ret_addr, slot = self._prepare_kretprobe(regs)
+        ret_addr, slot = self._prepare_kretprobe(regs)
+        self._pend(ri, slot, ret_addr)
+        return 0
+
+    def _pend(self, ri: KretprobeInstance, slot: int, ret_addr: int) -> None:
+        """ri's return is pending at slot, whose real return address was ret_addr."""
+        ri.ret_addr = ret_addr
         ri.fp = slot
         instances = self._instances
         below = instances.get(slot)
-        if below is not None and ri.ret_addr != self.arch.kretprobe_trampoline:
+        if below is not None and ret_addr != self.arch.kretprobe_trampoline:
             self._recycle(below)    # its return was never taken (cannot happen normally)
             below = None
         ri.below = below
         instances[slot] = ri
-        return 0
 
     def kretprobe_trampoline_handler(self, regs, slot: int) -> int | None:
         """A function with a hijacked return address returned: run its kretprobe's
@@ -815,19 +838,43 @@ class KprobeEngine:
             return ret
         kp = rp.kp
         if kp.registered:
-            handler = rp.handler
-            if handler is not None and not kp.flags & _SKIP:
-                kcb = self.kprobe_ctlblks[self.kernel.cpu.index]
-                if kcb.current is None:
-                    kcb.current, kcb.status = kp, "hit_active"
-                    try:
-                        handler(ri, regs)
-                    except Exception as e:
-                        self.handle_fault(kp, regs, TRAP_BP, e)
-                    finally:
-                        kcb.current = kcb.status = None
+            self._run_return_handler(rp, ri, regs)
             rp.free_instances.append(ri)
+            if rp.native_at:
+                self._kret_natives.give(rp)
         return ret
+
+    def _run_return_handler(self, rp: Kretprobe, ri: KretprobeInstance, regs) -> None:
+        kp = rp.kp
+        handler = rp.handler
+        if handler is not None and not kp.flags & _SKIP:
+            kcb = self.kprobe_ctlblks[self.kernel.cpu.index]
+            if kcb.current is None:
+                kcb.current, kcb.status = kp, "hit_active"
+                try:
+                    handler(ri, regs)
+                except Exception as e:
+                    self.handle_fault(kp, regs, TRAP_BP, e)
+                finally:
+                    kcb.current = kcb.status = None
+
+    def kretprobe_native_return(self, cpu: int, regs) -> None:
+        """A return hijacked by the kernel's kretprobe entry was taken (the kernel put
+        the real return address back and gave its instance back already): run the
+        probe's handler.  The registers are the function's at its return."""
+        natives = self._kret_natives
+        words, at = natives.words, natives.rets[cpu]
+        rp = natives.probe(words[at])
+        if rp is None or not rp.kp.registered:
+            return
+        free = rp.free_instances
+        ri = free.pop() if free else KretprobeInstance(
+            rp, data=bytearray(rp.data_size), pid_of=self.kernel.task_pid, func=rp.kp.addr)
+        ri.ret_addr = regs.ip = words[at + 1]
+        ri.fp = words[at + 2]
+        ri.task_struct = words[at + 3]
+        self._run_return_handler(rp, ri, regs)
+        free.append(ri)
 
     def rethook_trampoline_handler(self, regs, slot: int) -> int:
         return self.fprobes.on_return(regs, slot)
@@ -838,14 +885,15 @@ class KprobeEngine:
         for slot in [slot for slot, ri in instances.items() if ri.task == pid]:
             self._recycle(instances.pop(slot))
 
-    @staticmethod
-    def _recycle(ri: KretprobeInstance | None) -> None:
+    def _recycle(self, ri: KretprobeInstance | None) -> None:
         """Back to their free lists: ri and the instances below it on its slot."""
         while ri is not None:
             below, ri.below = ri.below, None
-            if ri.rp is not None and getattr(ri.rp, "kp", None) is not None \
-                    and ri.rp.kp.registered:
-                ri.rp.free_instances.append(ri)
+            rp = ri.rp
+            if rp is not None and getattr(rp, "kp", None) is not None and rp.kp.registered:
+                rp.free_instances.append(ri)
+                if rp.native_at:
+                    self._kret_natives.give(rp)
             ri = below
 
     # ==== modules =============================================================================

@@ -41,11 +41,12 @@ class Kprobe:
     ``native`` = (handler, argument) names a pre-handler in the emulated kernel's own
     code, ``void handler(void *argument, struct pt_regs *regs)``, with an even
     ``argument``.  When p is alone at its address, its detour, its ftrace site's
-    trampoline, or (a boostable instruction) its int3 calls that in the kernel, as Linux
-    calls kernel handlers.  A hit that trapped passes ``argument + 1``: Linux's handlers
+    trampoline, or its int3 (then the copy of the instruction runs boosted, or
+    single-stepped without a post-handler) calls that in the kernel, as Linux calls
+    kernel handlers.  A hit that trapped passes ``argument + 1``: Linux's handlers
     find interrupts off and an NMI-like context there.  ``pre_handler`` still runs on
-    every other path (several probes at one address, instructions that are emulated or
-    single-stepped), so the two must do the same thing.  After changing ``native`` on a
+    every other path (several probes at one address, instructions that are emulated,
+    a reentered hit), so the two must do the same thing.  After changing ``native`` on a
     registered probe, call the engine's ``refresh_kprobe(p)``.
     """
 
@@ -135,6 +136,11 @@ class Kretprobe:
     kp: Kprobe = field(default_factory=Kprobe)
     # ---- engine-private --------------------------------------------------------------
     free_instances: list = field(default_factory=list)
+    # its struct kretprobe_native when its entry runs as kernel code (kretprobe_native.py):
+    # the address, the physical word where it starts, and its id; 0 when it has none
+    native_at: int = 0
+    native_word: int = 0
+    native_id: int = 0
 
 
 @dataclass(eq=False)

@@ -72,6 +72,7 @@ class HC:
     SELF_IPI = 42
     TASK_FREE = 43
     FTRACE_DIRECT = 50
+    KRETPROBE_MISSED = 51
 
 
 IDLE_WAKE_TASK = 1

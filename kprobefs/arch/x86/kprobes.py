@@ -43,7 +43,8 @@ X86_TRAP_DB, X86_TRAP_BP, X86_TRAP_GP, X86_TRAP_PF = 1, 3, 13, 14
 FENTRY_NOP = bytes.fromhex("0f1f440000")
 _Q = struct.Struct("<Q")
 _SKIP = 1 | 2       # KPROBE_FLAG_GONE | KPROBE_FLAG_DISABLED: a child that must not run
-_SLOT = 48          # an instruction slot: [copy][int3] at 0, [copy][jmp back] at 16
+_SLOT = 48          # an instruction slot: [copy][jmp back or int3] at 0, [copy][jmp back]
+_BOOST = 24         # at 24 (a copy is at most 15 bytes, a jump 5)
 _DETOUR = 256       # a detour buffer: template, copied instructions, jmp back
 _PAGE = 4096
 
@@ -68,9 +69,12 @@ class ArchKprobe:
     opcode: bytes               # the original first byte(s) the int3 replaced
     emulate: bool               # branch/call/ret/flags instructions are emulated
     boostable: bool
-    slot: int | None = None     # [copy][int3] at slot, [copy][jmp back] at slot + 16
-    #: (native handler, its stub): the native template, then a jump to the boosted copy
+    slot: int | None = None     # see _SLOT
+    #: (native handler, where it resumes, the stub): the native template, then a jump to
+    #: the boosted copy or the copy to single-step
     native_stub: tuple | None = None
+    #: the code hook that ends a single-step when the copy ends in a jump back
+    ss_hook: int | None = None
 
     @property
     def ss_addr(self) -> int:
@@ -78,7 +82,7 @@ class ArchKprobe:
 
     @property
     def boost_addr(self) -> int:
-        return self.slot + 16
+        return self.slot + _BOOST
 
 
 @dataclass(eq=False)
@@ -200,6 +204,11 @@ class X86Kprobes:
                 ("rethook_trampoline_call",
                  self._tramp(core.rethook_trampoline_handler, "rethook_tramp")))
         ]
+        native_call = kernel.image.symbol_value("kretprobe_native_call")
+        if native_call is not None:
+            self._hooks.append(kernel.hook_code_raw(
+                native_call, native_call,
+                self._native_return(core.kretprobe_native_return)))
 
     # ==== the original bytes of text, as if no probe were there ===========================
     def _set_text_tables(self, img) -> None:
@@ -249,19 +258,30 @@ class X86Kprobes:
                            boostable=can_boost(insn, p.addr in self._extable))
         if not ainsn.emulate:
             slot = self.slots.get(_SLOT)
+            end = slot + insn.length        # where the single-stepped copy ends
+            # With a code hook to spare, the copy to single-step ends in a jump back and
+            # the hook on it is the trap that ends the step (so nothing moves %rip);
+            # else in an int3 that traps.
+            jump = self.kernel.fast_hooks_available()
             try:
-                ss_copy = relocate(insn, slot) + bytes([INT3])
-                boost_copy = relocate(insn, slot + 16)
-                boost_copy += synthesize_reljump(slot + 16 + len(boost_copy), insn.next_address)
+                ss_copy = relocate(insn, slot)
+                ss_copy += (synthesize_reljump(end, insn.next_address) if jump
+                            else bytes([INT3]))
+                boost_copy = relocate(insn, slot + _BOOST)
+                boost_copy += synthesize_reljump(slot + _BOOST + len(boost_copy),
+                                                 insn.next_address)
             except ProbeError:
                 self.slots.free(_SLOT, slot)
                 raise
             self.kernel.text_poke(slot, ss_copy)
-            self.kernel.text_poke(slot + 16, boost_copy)
+            self.kernel.text_poke(slot + _BOOST, boost_copy)
             ainsn.slot = slot
-            self._ss_slots[slot + insn.length] = p
-            self.kernel.insert_breakpoint(slot + insn.length,
-                                          lambda k, cpu, ip: self._singlestep_done(cpu, p))
+            self._ss_slots[end] = p
+            done = self._singlestep_callback(p, insn.next_address, moves_ip=not jump)
+            if jump:
+                ainsn.ss_hook = self.kernel.hook_code_raw(end, end, self._raw_trap(done))
+            else:
+                self.kernel.insert_breakpoint(end, done)
         return ainsn
 
     def arm(self, p) -> None:
@@ -296,6 +316,9 @@ class X86Kprobes:
         if a is not None and a.native_stub is not None:
             self._free_stub(a)
         if a is not None and a.slot is not None:
+            if a.ss_hook is not None:
+                self.kernel.hook_del(a.ss_hook)
+                a.ss_hook = None
             self.kernel.remove_breakpoint(a.slot + a.insn.length)
             self._ss_slots.pop(a.slot + a.insn.length, None)
             self.kernel.text_poke(a.slot, bytes([INT3]) * _SLOT)
@@ -319,10 +342,18 @@ class X86Kprobes:
             if a.emulate or kcb.current is not None:
                 return general(kernel, cpu, ip)
             boosted = a.boostable and self.boost
-            if boosted and p.native is not None:
+            native = p.native
+            if native is not None:
                 # The kernel handlers run from a stub that then jumps to the boosted
-                # copy: no host code but this hook.
-                fast.set(UC_X86_REG_RIP, self._native_stub(p, p.native))
+                # copy (no host code but this hook), or to the copy to single-step.
+                resume = boost_addr if boosted else ss_addr
+                stub = a.native_stub
+                if stub is None or stub[1] != resume or stub[0] != native:
+                    self._native_stub(p, native, resume)
+                    stub = a.native_stub
+                if not boosted:
+                    kcb.current, kcb.status = p, "hit_ss"
+                fast.set(UC_X86_REG_RIP, stub[2])
                 return True
             active = p.active
             if len(active) != 1 or p.post_handler is not None or p.detour is not None:
@@ -349,25 +380,26 @@ class X86Kprobes:
 
         return kprobe_int3_handler
 
-    def _native_stub(self, p, native: tuple[int, int]) -> int:
+    def _native_stub(self, p, native: tuple[int, int], resume: int) -> int:
         """The stub an int3 hit of p enters to call its kernel handler: the native
-        template with ``argument + 1`` (the hit trapped), then `jmp` to the boosted copy
-        of the probed instruction."""
+        template with ``argument + 1`` (the hit trapped), then `jmp` to ``resume``, the
+        boosted copy of the probed instruction or the copy to single-step (whose int3
+        ends the hit)."""
         a = p.ainsn
         if a.native_stub is not None:
-            if a.native_stub[0] == native:
-                return a.native_stub[1]
+            if a.native_stub[:2] == (native, resume):
+                return a.native_stub[2]
             self._free_stub(a)
         buf = self.slots.get(_DETOUR)
         handler, arg = native
         code = self._native_template_for(buf, p.addr, (handler, arg + 1))
-        code += synthesize_reljump(buf + len(code), a.boost_addr)
+        code += synthesize_reljump(buf + len(code), resume)
         self.kernel.text_poke(buf, code)
-        a.native_stub = (native, buf)
+        a.native_stub = (native, resume, buf)
         return buf
 
     def _free_stub(self, a: ArchKprobe) -> None:
-        buf = a.native_stub[1]
+        buf = a.native_stub[2]
         self.kernel.text_poke(buf, bytes([INT3]) * _DETOUR)
         self.slots.free(_DETOUR, buf)
         a.native_stub = None
@@ -429,21 +461,61 @@ class X86Kprobes:
     def _has_post_handler(p) -> bool:
         return p.post_handler is not None
 
+    def _raw_trap(self, handler):
+        """A raw code hook running ``handler(kernel, cpu, ip)`` as a trap handler; an
+        exception in it panics the machine (it must not unwind through Unicorn)."""
+        kernel = self.kernel
+
+        def trap(_uc, address, _size, _ud):
+            try:
+                handler(kernel, kernel.cpu, address)
+            except Exception as e:
+                log.exception("single-step handler failed at %#x", address)
+                kernel.panicked = f"single-step handler failed: {e!r}"
+                kernel.uc.emu_stop()
+
+        return trap
+
+    def _singlestep_callback(self, p, next_ip: int, moves_ip: bool):
+        """The trap after p's copy: the single-step is over, go on at next_ip (the jump
+        that ends the copy goes there itself unless ``moves_ip``: an int3 ends it).  The
+        common case (not a reentered hit, no post-handler) is kept to a few lookups."""
+        ctl, fast = self.core.kprobe_ctlblks, self._fast
+
+        def singlestep_done(kernel, cpu, _ip):
+            kcb = ctl[cpu.index]
+            if kcb.current is not p:
+                return False
+            if moves_ip:
+                fast.set(UC_X86_REG_RIP, next_ip)
+            if kcb.status == "hit_ss" and p.post_handler is None:
+                kcb.current = kcb.status = None
+            elif kcb.status == "reenter":
+                kcb.pop()
+            else:
+                self._post(p, kcb, next_ip)
+            return True
+
+        return singlestep_done
+
     def _singlestep_done(self, cpu, p) -> bool:
         kcb = self.core.kprobe_ctlblk(cpu.index)
         if kcb.current is not p:
             return False
         a = p.ainsn
-        self._fast.set(UC_X86_REG_RIP, a.insn.next_address)
+        if a.ss_hook is None:
+            self._fast.set(UC_X86_REG_RIP, a.insn.next_address)
         if kcb.status == "reenter":
             kcb.pop()
             return True
-        self._post(p, kcb)
+        self._post(p, kcb, a.insn.next_address)
         return True
 
-    def _post(self, p, kcb) -> None:
+    def _post(self, p, kcb, ip: int | None = None) -> None:
+        """The post-handler, with regs.ip where execution goes on (default: %rip)."""
         if p.post_handler is not None:
-            regs = ProbeRegs(self._fast, self._mem, self._fast.get(UC_X86_REG_RIP))
+            regs = ProbeRegs(self._fast, self._mem,
+                             self._fast.get(UC_X86_REG_RIP) if ip is None else ip)
             kcb.status = "hit_ssdone"
             try:
                 p.post_handler(p, regs, 0)
@@ -773,6 +845,29 @@ class X86Kprobes:
             words[ret_word] = ret
 
         return trampoline
+
+
+    def _native_return(self, handler):
+        """The code hook at kretprobe_native_call: the kernel's return trampoline put
+        the real return address back in its slot, where %rsp points, and restored every
+        register; ``handler(cpu, regs)`` runs the probe's handler (regs.sp is the
+        caller's, above the slot)."""
+        fast, mem, kernel = self._fast, self._mem, self.kernel
+        regs_of = [ProbeRegs(fast, mem, 0, sp_offset=8) for _ in range(kernel.nr_cpus)]
+
+        def native_return(_uc, _address, _size, _ud) -> None:
+            cpu = kernel.cpu.index
+            regs = regs_of[cpu]
+            if regs is None:    # nested (a handler's kernel call returned through one)
+                regs = ProbeRegs(fast, mem, 0, sp_offset=8)
+            else:
+                regs_of[cpu] = None
+            try:
+                handler(cpu, regs)
+            finally:
+                regs_of[cpu] = regs
+
+        return native_return
 
 
 class _EmulRegs:

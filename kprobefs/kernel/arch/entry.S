@@ -178,6 +178,31 @@ optprobe_native_template_end:
 	ud2
 	.size optprobe_native_template_entry, .-optprobe_native_template_entry
 
+/* The body of a return trampoline whose handler is kernel code: the function's ret
+ * landed here; a slot is pushed where the return address was and a struct pt_regs
+ * built below it (regs->sp is the caller's, above the slot); \handler(regs) returns
+ * the real return address, which goes into the slot.  It ends with every register and
+ * the flags as the function returned them, %rsp at the slot, for the final ret. */
+.macro RET_TRAMPOLINE_FRAME handler
+	pushq $0			/* the real return address goes here */
+	pushq $0x18			/* ss */
+	pushq %rax			/* sp, filled in below */
+	pushfq
+	pushq $0x10			/* cs */
+	pushq $0			/* ip: the handler sets it */
+	pushq $-1			/* orig_ax */
+	PUSH_PT_REGS_GPRS
+	leaq 22*8(%rsp), %rax		/* past the registers and the slot */
+	movq %rax, 19*8(%rsp)
+	movq %rsp, %rdi
+	call \handler
+	movq %rax, 21*8(%rsp)		/* into the slot */
+	POP_PT_REGS_GPRS
+	leaq 3*8(%rsp), %rsp		/* orig_ax, ip, cs */
+	popfq
+	leaq 2*8(%rsp), %rsp		/* sp, ss */
+.endm
+
 /* A return probe replaces a return address with this.  The function's ret lands here,
  * with %rsp just above the slot that held the return address; %rsp is left in
  * kretprobe_tramp_sp and the host's handler (at kretprobe_trampoline_call) leaves the
@@ -207,25 +232,24 @@ kretprobe_trampoline_call:
 	.globl trace_native_ret_trampoline
 	.type trace_native_ret_trampoline, @function
 trace_native_ret_trampoline:
-	pushq $0			/* the real return address goes here */
-	pushq $0x18			/* ss */
-	pushq %rax			/* sp, filled in below */
-	pushfq
-	pushq $0x10			/* cs */
-	pushq $0			/* ip: the handler sets it */
-	pushq $-1			/* orig_ax */
-	PUSH_PT_REGS_GPRS
-	leaq 22*8(%rsp), %rax		/* past the registers and the slot */
-	movq %rax, 19*8(%rsp)
-	movq %rsp, %rdi
-	call trace_native_ret_handler
-	movq %rax, 21*8(%rsp)		/* into the slot */
-	POP_PT_REGS_GPRS
-	leaq 3*8(%rsp), %rsp		/* orig_ax, ip, cs */
-	popfq
-	leaq 2*8(%rsp), %rsp		/* sp, ss */
+	RET_TRAMPOLINE_FRAME trace_native_ret_handler
 	ret
 	.size trace_native_ret_trampoline, .-trace_native_ret_trampoline
+
+/* A return probe whose entry was kernel code (kprobes_native.c) replaces a return
+ * address with this.  As trace_native_ret_trampoline, kretprobe_native_ret_handler(regs)
+ * gives back the real return address, for the slot; then, with every register as the
+ * function returned it and %rsp at the slot, the host's handler runs in a code hook on
+ * kretprobe_native_call, reading the CPU's struct kretprobe_native_ret. */
+	.globl kretprobe_native_trampoline
+	.type kretprobe_native_trampoline, @function
+kretprobe_native_trampoline:
+	RET_TRAMPOLINE_FRAME kretprobe_native_ret_handler
+	.globl kretprobe_native_call
+kretprobe_native_call:
+	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00
+	ret
+	.size kretprobe_native_trampoline, .-kretprobe_native_trampoline
 
 /* The same contract for fprobe exit hooks (rethook). */
 	.balign 32

@@ -228,6 +228,7 @@ enum hypercall_nr {
 	HC_SELF_IPI = 42,	/* (vector): interrupt this CPU (the local APIC's self-IPI) */
 	HC_TASK_FREE = 43,	/* (pid): the task is reaped (release_task) */
 	HC_FTRACE_DIRECT = 50,	/* (1 register / 0 unregister, ip, addr): 0 or -errno */
+	HC_KRETPROBE_MISSED = 51,	/* (id): a native kretprobe entry found no instance */
 };
 
 /* Kernel work the host asks for in process context (see kernel/host_work.c). */

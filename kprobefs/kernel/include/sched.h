@@ -84,6 +84,7 @@ struct task_struct {
 	struct fs_struct *fs;
 	wait_queue_head_t wait_chldexit;
 	struct list_head kretprobe_instances;	/* for the host's kretprobe engine */
+	struct list_head kretprobe_native_instances;	/* kprobes_native.c's */
 	unsigned long nvcsw, nivcsw;
 	unsigned long utime_ns;
 	unsigned long start_time;
@@ -121,6 +122,9 @@ static __always_inline struct task_struct *get_current(void)
 	return t;
 }
 #define current get_current()
+
+void kretprobe_native_init(void);
+void kretprobe_native_task_free(struct task_struct *task);
 static __always_inline int smp_processor_id(void)
 {
 	int cpu;

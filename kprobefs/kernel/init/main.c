@@ -38,6 +38,7 @@ struct task_struct init_task __section(".data.init_task") = {
 	.tasks = LIST_HEAD_INIT(init_task.tasks),
 	.pid_chain = LIST_HEAD_INIT(init_task.pid_chain),
 	.kretprobe_instances = LIST_HEAD_INIT(init_task.kretprobe_instances),
+	.kretprobe_native_instances = LIST_HEAD_INIT(init_task.kretprobe_native_instances),
 };
 
 static struct task_struct idle_tasks[NR_CPUS - 1];
@@ -66,6 +67,7 @@ static void init_idle(struct task_struct *idle, int cpu, void *stack)
 	INIT_LIST_HEAD(&idle->tasks);
 	INIT_LIST_HEAD(&idle->pid_chain);
 	INIT_LIST_HEAD(&idle->kretprobe_instances);
+	INIT_LIST_HEAD(&idle->kretprobe_native_instances);
 	p->idle = idle;
 	p->current_task = idle;
 	idle_stack_top[cpu] = (unsigned long)stack + THREAD_SIZE;
@@ -97,6 +99,7 @@ void __noreturn start_kernel(void)
 	init_idle(&init_task, 0, &init_thread_union);
 	mem_init(boot_params.mem_start, boot_params.mem_end);
 	kmem_cache_init();
+	kretprobe_native_init();
 	pidhash_init();
 	for (cpu = 1; cpu < nr_cpu_ids; cpu++)
 		init_idle(&idle_tasks[cpu - 1], cpu, &idle_stacks[cpu - 1]);

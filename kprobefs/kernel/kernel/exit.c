@@ -99,6 +99,7 @@ static noinline void release_task(struct task_struct *p)
 	trace_event_pid_exit(p);
 	hypercall(HC_TASK_FREE, p->pid, 0, 0, 0);	/* the host's pid lists, likewise */
 	trace_native_task_free(p);
+	kretprobe_native_task_free(p);
 	put_task_stack(p);
 	kfree(p);
 }

@@ -62,6 +62,7 @@ static noinline struct task_struct *dup_task_struct(struct task_struct *orig)
 	INIT_LIST_HEAD(&tsk->tasks);
 	INIT_LIST_HEAD(&tsk->pid_chain);
 	INIT_LIST_HEAD(&tsk->kretprobe_instances);
+	INIT_LIST_HEAD(&tsk->kretprobe_native_instances);
 	init_waitqueue_head(&tsk->wait_chldexit);
 	return tsk;
 }
