@@ -20,11 +20,13 @@ _ARG_TYPES = (str, bytes, bytearray, memoryview, int)
 
 class UserBuffer:
     """An output buffer for a system call: size bytes of user memory whose contents are
-    copied back into ``data`` when the call returns."""
+    copied back into ``data`` when the call returns.  Only ``initial`` (when given) is
+    written there first: as for a process's own buffer, what the call does not write
+    is what the memory held."""
 
     def __init__(self, size: int, initial: bytes = b""):
         self.size = size
-        self.data = bytes(initial[:size]).ljust(size, b"\0")
+        self.data = bytes(initial[:size])
         self.addr: int | None = None
 
 
@@ -131,7 +133,8 @@ def marshal(mem, task: Task, req: SyscallRequest) -> list[int]:
             cursor += (len(data) + 15) & ~15
         elif isinstance(a, UserBuffer):
             mem.ensure_user_pages(cursor, a.size)
-            mem.write(cursor, a.data)
+            if a.data:
+                mem.write(cursor, a.data)
             a.addr = cursor
             req.outputs.append(a)
             out.append(cursor)
