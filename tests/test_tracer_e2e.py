@@ -83,12 +83,12 @@ def test_fetch_args_on_real_kernel_data(sysfs):
     fd = kernel.syscall(t, "openat", AT_FDCWD, "/tmp/hello", O_CREAT | O_RDWR, 0o644)
     kernel.syscall(t, "write", fd, b"Hi there", 8)
     kernel.syscall(t, "lseek", fd, 0, 0)
-    buf = UserBuffer(8)
+    buf = UserBuffer(8, b"*" * 8)                 # what the buffer holds at entry
     assert kernel.syscall(t, "read", fd, buf, 8) == 8
     (rd,) = trace_lines(root, "rd")
     assert rd.lstrip().startswith(f"readme-{t.pid} ")
     m = re.search(r"rd: \(vfs_read\+0x0/0x[0-9a-f]+\) file=0x([0-9a-f]+) count=8 "
-                  r"buf=0x([0-9a-f]+) first=0 ret=(ksys_read\+0x[0-9a-f]+/0x[0-9a-f]+) "
+                  r"buf=0x([0-9a-f]+) first=42 ret=(ksys_read\+0x[0-9a-f]+/0x[0-9a-f]+) "
                   r'comm="readme"$', rd)
     assert m, rd
     assert int(m.group(2), 16) == buf.addr        # the user buffer read() was given

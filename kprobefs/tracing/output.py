@@ -208,15 +208,21 @@ _SIGNED_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
 
 
 class CompiledText(NamedTuple):
-    """An event's text as a ``%`` format and the function that gives a record's values
-    for it: ``fmt % values(record)`` is the text.  The formatter folds ``fmt`` into the
-    whole line's format, so a line is one ``%``."""
+    """A kprobe event's text as a ``%`` format over its unpacked argument bytes, with
+    the probed address(es) folded in: ``fold(key) % unpack(record[6])`` is the text of
+    a record whose address key is ``key`` (``record[4]``, or ``(record[5], record[4])``
+    for a return probe: ``is_return``).  The formatter folds that into the whole line's
+    format, per task and address, so a line is one ``%`` with no call in between."""
 
-    fmt: str
-    values: Callable[[tuple], tuple]
+    is_return: bool
+    unpack: Callable[[bytes], tuple]
+    fold: Callable[[object], str]
+
+    def key(self, rec: tuple):
+        return (rec[5], rec[4]) if self.is_return else rec[4]
 
     def __call__(self, rec: tuple) -> str:
-        return self.fmt % self.values(rec)
+        return self.fold(self.key(rec)) % self.unpack(rec[6])
 
 
 def compile_probe_text(name: str, is_return: bool, args: Sequence,
@@ -240,27 +246,23 @@ def compile_probe_text(name: str, is_return: bool, args: Sequence,
                      + ("0x%x" if ftype.name[0] == "x" else "%d"))
     unpack = struct.Struct("<" + "".join(codes)).unpack_from
     name = name.replace("%", "%%")
-    heads: dict = {}
-    if is_return:
-        fmt = name + ": (%s <- %s)" + "".join(texts) + "\n"
+    tail = "".join(texts) + "\n"
+    folded: dict = {}
 
-        def values(rec: tuple) -> tuple:
-            key = (rec[5], rec[4])
-            head = heads.get(key)
-            if head is None:
-                head = heads[key] = (format_ip_sym(rec[5], symbolize, True),
-                                     format_ip_sym(rec[4], symbolize, False))
-            return (*head, *unpack(rec[6]))
-    else:
-        fmt = name + ": (%s)" + "".join(texts) + "\n"
+    def sym(ip: int, offset: bool) -> str:
+        return format_ip_sym(ip, symbolize, offset).replace("%", "%%")
 
-        def values(rec: tuple) -> tuple:
-            ip = rec[4]
-            head = heads.get(ip)
-            if head is None:
-                head = heads[ip] = format_ip_sym(ip, symbolize, True)
-            return (head, *unpack(rec[6]))
-    return CompiledText(fmt, values)
+    def fold(key) -> str:
+        fmt = folded.get(key)
+        if fmt is None:
+            if is_return:
+                head = f"{sym(key[0], True)} <- {sym(key[1], False)}"
+            else:
+                head = sym(key, True)
+            fmt = folded[key] = f"{name}: ({head}){tail}"
+        return fmt
+
+    return CompiledText(is_return, unpack, fold)
 
 
 class TraceFormatter:
@@ -283,7 +285,8 @@ class TraceFormatter:
             return "".join(self._text_of(rec[3], general)(rec) for _cpu, rec in pairs)
         in_ns, irq = options.in_ns, options.irq_info
         find_comm = self._find_comm
-        # (pid, cpu, flags, event) -> the whole line's format and the event's values
+        # (pid, cpu, flags, event) -> (the line's format before the event text, the
+        # event's compiled text or None, its formats by address key or the general text)
         lines: dict = {}
         out = []
         append = out.append
@@ -295,16 +298,25 @@ class TraceFormatter:
                 prefix = f"{find_comm(pid):>16s}-{pid:<7d} [{cpu:03d}] " + (
                     flags_text(rec[2]) if irq else "")
                 text = self._text_of(rec[3], general)
-                fmt, values = text if isinstance(text, CompiledText) else (
-                    "%s", lambda r, text=text: (text(r),))
                 stamp = " %5d.%06d: " if in_ns else " %12d: "
-                line = lines[key] = (prefix.replace("%", "%%") + stamp + fmt, values)
-            fmt, values = line
+                head = prefix.replace("%", "%%") + stamp
+                line = lines[key] = ((head, text, {}) if isinstance(text, CompiledText)
+                                     else (head + "%s", None, text))
+            head, text, more = line
+            if text is not None:
+                # a compiled kprobe text: one format per address, folded into the line
+                at = (rec[5], rec[4]) if text.is_return else rec[4]
+                fmt = more.get(at)
+                if fmt is None:
+                    fmt = more[at] = head + text.fold(at)
+                args = text.unpack(rec[6])
+            else:
+                fmt, args = head, (more(rec),)
             if in_ns:
                 usecs = (rec[0] + 500) // 1000
-                append(fmt % (usecs // 1_000_000, usecs % 1_000_000, *values(rec)))
+                append(fmt % (usecs // 1_000_000, usecs % 1_000_000, *args))
             else:
-                append(fmt % (rec[0], *values(rec)))
+                append(fmt % (rec[0], *args))
         return "".join(out)
 
     def _text_of(self, ev, general: Callable[[tuple], str]) -> Callable[[tuple], str]:
