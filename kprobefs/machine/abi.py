@@ -5,7 +5,7 @@ __all__ = [
     "O_EXCL", "O_TRUNC", "O_APPEND", "O_NONBLOCK", "O_DIRECTORY", "PR_SET_NAME",
     "PR_GET_NAME", "AF_INET", "SOCK_STREAM", "HC", "IDLE_WAKE_TASK",
     "IDLE_UPCALL", "TASK_INTERRUPTIBLE", "TASK_UNINTERRUPTIBLE", "NO_SYSCALL",
-    "S_IFDIR", "S_IFREG", "S_IFLNK",
+    "S_IFDIR", "S_IFREG", "S_IFLNK", "U64", "signed64",
 ]
 
 #: x86_64 system call numbers the kernel implements.
@@ -78,3 +78,12 @@ class HC:
 IDLE_WAKE_TASK = 1
 IDLE_UPCALL = 3
 HYPERCALL_VECTOR = 0x81
+
+
+#: A register's width: values written to registers are masked with it.
+U64 = 0xFFFFFFFFFFFFFFFF
+
+
+def signed64(v: int) -> int:
+    """A 64-bit register value as the signed long the kernel means by it."""
+    return v - (1 << 64) if v & (1 << 63) else v

@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
-from .abi import HC
+from .abi import HC, signed64
 
 __all__ = ["KernelCall", "HostWork"]
 
@@ -32,10 +32,6 @@ _DATA_SIZE = 512
 #: The hostfs operations after which the kernel runs the queue (kernel/fs/hostfs.c).
 WORK_POINTS = frozenset({HC.HOSTFS_OPEN, HC.HOSTFS_READ, HC.HOSTFS_WRITE,
                          HC.HOSTFS_RELEASE})
-
-
-def _signed(v: int) -> int:
-    return v - (1 << 64) if v & (1 << 63) else v
 
 
 @dataclass(eq=False)
@@ -141,5 +137,5 @@ class HostWork:
         call = self._running.pop(self.kernel.cpu.index, None)
         if call is None:
             return result
-        outcome = self._complete(call, _signed(ret))
+        outcome = self._complete(call, signed64(ret))
         return result if outcome is None else outcome & _U64

@@ -19,7 +19,6 @@ the machine stuck when host code in it does not return.
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import struct
 import threading
@@ -37,7 +36,7 @@ from unicorn.x86_const import (
 
 from ..errors import KernelError, KernelOops, KernelStuck, KernelWedged, MachineError
 from . import abi
-from .abi import HC
+from .abi import HC, U64, signed64
 from .clock import TscClock
 from .cpu import (
     KERNEL_CS, KERNEL_DS, PT_REGS_SIZE, UC_REG, Registers, pack_pt_regs, unpack_pt_regs,
@@ -48,10 +47,12 @@ from .image import FENTRY_NOP, KernelImage
 from .irq import InterruptController
 from .jump_label import JumpLabels
 from .module import ModuleLoader
+from .driver import MachineDriver
+from .syscalls import SystemCalls
 from .hostwork import WORK_POINTS, HostWork, KernelCall
 from .printk import oops_report, read_log_buf
 from .task import (
-    Cpu, ProcessExited, SyscallRequest, Task, UserBuffer, _Upcall, check_syscall_args, marshal,
+    Cpu, ProcessExited, SyscallRequest, Task, UserBuffer, _Upcall,
 )
 from .watchdog import MachineLock, Watchdog
 from .memory import (
@@ -64,7 +65,6 @@ __all__ = ["Kernel", "Task", "UserBuffer", "SyscallRequest", "Cpu", "ProcessExit
 log = logging.getLogger("kprobefs.machine")
 
 MSR_EFER = 0xC0000080
-_U64 = 0xFFFFFFFFFFFFFFFF
 _QWORD, _PID = struct.Struct("<Q"), struct.Struct("<i")
 _VECTOR_STUB = {0: "asm_exc_divide_error", 1: "asm_exc_debug", 2: "asm_exc_nmi",
                 3: "asm_exc_int3", 6: "asm_exc_invalid_op",
@@ -77,11 +77,7 @@ _CONTRIBUTORY = {0, 8, 10, 11, 12, 13, 14}
 HZ = 250
 
 
-def _signed(v: int) -> int:
-    return v - (1 << 64) if v & (1 << 63) else v
-
-
-class Kernel:
+class Kernel(MachineDriver, SystemCalls):
     """The emulated kernel, booted and ready for system calls.
 
     ``Kernel(cpus=2, seed=0)`` boots the bundled image.  ``spawn(comm)`` creates a user
@@ -213,7 +209,7 @@ class Kernel:
         fentry = self._sym("__fentry__")
         for site in img.ftrace_sites:
             insn = self.mem.read(site, 5)
-            target = (site + 5 + struct.unpack("<i", insn[1:])[0]) & _U64
+            target = (site + 5 + struct.unpack("<i", insn[1:])[0]) & U64
             if insn[0] != 0xE8 or target != fentry:
                 raise MachineError(f"ftrace site {site:#x} is not a call to __fentry__")
             self.mem.write(site, FENTRY_NOP)
@@ -417,7 +413,7 @@ class Kernel:
     def _update_jiffies(self) -> None:
         j = (time.monotonic_ns() - self._boot_ns) * HZ // 1_000_000_000
         # jiffies wraps (unsigned long) five minutes after boot, as Linux's does.
-        self.mem.write(self._jiffies_addr, struct.pack("<Q", (j + self._jiffies_base) & _U64))
+        self.mem.write(self._jiffies_addr, struct.pack("<Q", (j + self._jiffies_base) & U64))
 
     @property
     def _jiffies_addr(self) -> int:
@@ -425,111 +421,6 @@ class Kernel:
 
     #: Linux starts jiffies 5 minutes before wrap-around so wrap bugs show early.
     _jiffies_base = (1 << 64) - 300 * HZ
-
-    # ---- who drives ------------------------------------------------------------------
-    def serve(self) -> None:
-        """From now on a machine thread of its own drives the machine; callers only
-        post work and wait for it (with a bound).  Idempotent."""
-        if self._machine_thread is None:
-            self._machine_thread = threading.Thread(target=self._machine_loop,
-                                                    name="kprobefs-machine", daemon=True)
-            self._machine_thread.start()
-
-    def close(self) -> None:
-        """Stop the machine thread and the watchdog (the machine is not used again)."""
-        self._closing = True
-        self._work.set()
-        thread = self._machine_thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
-
-    def _machine_loop(self) -> None:
-        next_periodic = 0.0
-        while not self._closing:
-            self._work.clear()
-            try:
-                with self.lock:
-                    ran = self.run_slice()
-                    now = time.monotonic()
-                    if now >= next_periodic:
-                        next_periodic = now + 0.02
-                        self._run_periodic()
-            except MachineError as e:
-                self.watchdog.declare_stuck(str(e))
-                log.exception("the machine stopped")
-                return
-            if self.lock.waiting:
-                time.sleep(0.001)    # let the waiter in before the next slice
-            elif not ran:
-                self._work.wait(0.02)
-
-    def _run_periodic(self) -> None:
-        for duty in self.periodic:
-            try:
-                duty()
-            except Exception:
-                log.exception("periodic machine work failed")
-
-    def _serving_elsewhere(self) -> bool:
-        """Whether another thread drives the machine (the caller must only wait)."""
-        thread = self._machine_thread
-        return thread is not None and thread.is_alive() and \
-            thread is not threading.current_thread()
-
-    def _await(self, done: threading.Event, timeout: float | None, what: str) -> None:
-        """Wait for done, driving the machine unless the machine thread does.  Raises
-        KernelStuck at once while the machine is stuck, KernelWedged after timeout."""
-        if not self._serving_elsewhere():
-            with self._locked(timeout):
-                self._drive(done.is_set, timeout)
-            return
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not done.is_set():
-            if self.stuck is not None:
-                raise KernelStuck(f"the machine is stuck: {self.stuck}")
-            left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
-            if left <= 0:
-                raise KernelWedged(f"{what} has not finished in {timeout:g} s")
-            done.wait(left)
-
-    @contextlib.contextmanager
-    def _locked(self, timeout: float | None):
-        """Hold the machine lock, waiting at most timeout seconds for it: a thread stuck
-        in the emulation (a handler that never returns) must not hang its callers."""
-        if not self.lock.acquire(timeout=-1 if timeout is None else timeout):
-            raise KernelWedged(f"the machine has been busy for {timeout:g} s")
-        try:
-            yield
-        finally:
-            self.lock.release()
-
-    def _drive(self, done: Callable[[], bool], timeout: float | None = None) -> None:
-        """Run the machine until done() holds.  Raises KernelWedged when done() is still
-        false after timeout seconds, busy or not; with timeout None, as soon as the
-        kernel is idle with done() false."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not done():
-            if self.stuck is not None:
-                raise KernelStuck(f"the machine is stuck: {self.stuck}")
-            ran = self.run_slice()
-            if done():
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                raise KernelWedged("the awaited event has not happened in "
-                                   f"{timeout:g} s ({'busy' if ran else 'idle'} kernel)")
-            if ran:
-                continue
-            if deadline is None:
-                raise KernelWedged("the kernel is idle but the awaited event has not happened")
-            self._cond.wait(timeout=min(0.05, max(0.0, deadline - time.monotonic())))
-
-    def run_until_idle(self, max_slices: int = 1_000_000) -> None:
-        """Run until every CPU is idle."""
-        with self.lock:
-            for _ in range(max_slices):
-                if not self.run_slice():
-                    return
-            raise KernelWedged("the kernel did not go idle")
 
     # ==== interrupts and hypercalls =========================================================
     def _on_interrupt(self, _handle, intno, _user_data) -> None:
@@ -579,7 +470,7 @@ class Kernel:
             uc.emu_stop()
             return
         regs = self.regs.snapshot()
-        regs["orig_ax"] = error_code if vector in _HAS_ERROR_CODE else _U64
+        regs["orig_ax"] = error_code if vector in _HAS_ERROR_CODE else U64
         regs["cs"], regs["ss"] = KERNEL_CS, KERNEL_DS
         frame = ((regs["sp"] - PT_REGS_SIZE - 64) & ~0xF)
         try:
@@ -675,7 +566,7 @@ class Kernel:
     def _hc_upcall_done(self):
         call = self._upcalls_running.pop(self.cpu.index, None)
         if call is not None:
-            call.result = _signed(self._args()[0])
+            call.result = signed64(self._args()[0])
             call.done.set()
             self._cond.notify_all()
         return 0
@@ -740,7 +631,7 @@ class Kernel:
     # ---- tasks ---------------------------------------------------------------------------
     def _hc_task_new(self):
         pid, ppid = self._args()[:2]
-        pid = _signed(pid)
+        pid = signed64(pid)
         if self._free_windows:
             slot = self._free_windows.pop()
         elif self._next_window < self.MAX_TASKS:
@@ -750,17 +641,17 @@ class Kernel:
         base = USER_WINDOW_BASE + slot * USER_WINDOW_SIZE
         self.tasks[pid] = Task(pid=pid, window=base)
         for listener in self.fork_listeners:
-            listener(_signed(ppid), pid)
+            listener(signed64(ppid), pid)
         return base
 
     def _hc_task_exit(self):
         pid, code = self._args()[:2]
-        pid = _signed(pid)
+        pid = signed64(pid)
         task = self.tasks.pop(pid, None)
         if task is None:
             return 0
         task.state = "dead"
-        task.exit_code = _signed(code)
+        task.exit_code = signed64(code)
         oops = self.mem.read(self.current_task() + self.kabi["task.oops"], 4) != bytes(4)
         if oops:
             report = oops_report(self.console, self.image.format_address)
@@ -785,7 +676,7 @@ class Kernel:
         return 0
 
     def _hc_task_free(self):
-        pid = _signed(self._args()[0])
+        pid = signed64(self._args()[0])
         for listener in self.free_listeners:
             listener(pid)
         return 0
@@ -827,156 +718,6 @@ class Kernel:
     def current_comm(self) -> str:
         t = self.current_task()
         return self.mem.read_cstring(t + self.kabi["task.comm"], 16).decode("utf-8", "replace")
-
-    def _hc_syscall_done(self):
-        ret, pid, regs_ptr, no_call = self._args()[:4]
-        task = self.tasks.get(_signed(pid))
-        if task is None:
-            return 0
-        task.regs_ptr = regs_ptr
-        if no_call and task.active is not None:
-            return 1    # a signal woke the task, and its next call is loaded meanwhile
-        if task.active is not None and not no_call:
-            req, task.active = task.active, None
-            req.result = _signed(ret)
-            self._copy_out(req)
-            self._finish(req)
-        self._end_turn()
-        while task.pending:
-            if self._load_request(task, task.pending.popleft()):
-                return 1
-        task.state = "user"
-        return 0
-
-    def _finish(self, req: SyscallRequest) -> None:
-        req.done.set()
-        if req.on_done is not None:
-            req.on_done(req)
-        self._cond.notify_all()
-
-    # ---- system calls --------------------------------------------------------------------
-    def _load_request(self, task: Task, req: SyscallRequest) -> bool:
-        """Make req the task's system call (its arguments in the user window, its
-        registers in the task's pt_regs).  False, with req failed, when its arguments
-        do not fit."""
-        try:
-            values = marshal(self.mem, task, req)
-        except KernelError as e:
-            req.error = e
-            self._finish(req)
-            return False
-        values += [0] * (6 - len(values))
-        regs = dict(zip(("di", "si", "dx", "r10", "r8", "r9"), values))
-        regs["orig_ax"] = req.nr
-        regs["ax"] = (-38) & _U64
-        self.mem.write(task.regs_ptr, pack_pt_regs(regs))
-        task.active = req
-        task.state = "kernel"
-        return True
-
-    def _copy_out(self, req: SyscallRequest) -> None:
-        for buf in req.outputs:
-            buf.data = self.mem.read(buf.addr, buf.size)
-
-    def submit(self, task: Task, name: str, *args, on_done: Callable | None = None
-               ) -> SyscallRequest:
-        """Queue a system call for task without waiting for it."""
-        try:
-            nr = abi.SYSCALLS[name] if isinstance(name, str) else int(name)
-        except KeyError:
-            raise ValueError(f"unknown system call {name!r}") from None
-        check_syscall_args(args)
-        if task.state == "dead":
-            raise ProcessExited(task.pid, task.exit_code)
-        if self.stuck is not None:
-            raise KernelStuck(f"the machine is stuck: {self.stuck}")
-        req = SyscallRequest(task, nr, str(name), args, on_done=on_done)
-        self._post(lambda: self._accept(req))
-        return req
-
-    def run_user(self, task: Task, sleep_state: int = abi.TASK_INTERRUPTIBLE
-                 ) -> SyscallRequest:
-        """Mirror one run of task's host process: the task, asleep between system calls,
-        is woken (try_to_wake_up), runs, and sleeps again in sleep_state
-        (TASK_INTERRUPTIBLE or TASK_UNINTERRUPTIBLE), all through the kernel's own
-        scheduler and without a system call (user_mode_loop).  Queued like a system
-        call, after the task's pending ones; wait() on the request returns 0."""
-        if task.state == "dead":
-            raise ProcessExited(task.pid, task.exit_code)
-        if self.stuck is not None:
-            raise KernelStuck(f"the machine is stuck: {self.stuck}")
-        req = SyscallRequest(task, abi.NO_SYSCALL, "user", (sleep_state,))
-        self._post(lambda: self._accept(req))
-        return req
-
-    def _accept(self, req: SyscallRequest) -> None:
-        task = req.task
-        if task.state == "dead":
-            req.error = ProcessExited(task.pid, task.exit_code)
-            self._finish(req)
-        elif task.state == "user" and task.active is None and not task.pending:
-            if self._load_request(task, req):
-                self._wakeups.append(abi.IDLE_WAKE_TASK | (task.pid << 8))
-        else:
-            task.pending.append(req)
-
-    def wait(self, req: SyscallRequest, timeout: float | None = 30.0) -> int:
-        """Wait until req completes (driving the machine unless its own thread does);
-        returns its raw result.  Raises what the task died of, KernelStuck at once while
-        the machine is stuck, or KernelWedged if req does not complete within timeout."""
-        self._await(req.done, timeout, f"{req.name} of pid {req.task.pid}")
-        if req.error is not None:
-            raise req.error
-        return req.result
-
-    def syscall(self, task: Task, name: str, *args, timeout: float | None = 30.0) -> int:
-        """Run one system call for task and return its raw result (negative errno on
-        failure, as the syscall instruction returns it)."""
-        return self.wait(self.submit(task, name, *args), timeout)
-
-    def sys(self, task: Task, name: str, *args) -> int:
-        """Like syscall(), but a negative result raises KernelError."""
-        ret = self.syscall(task, name, *args)
-        if -4095 <= ret < 0:
-            raise KernelError(-ret, name)
-        return ret
-
-    def spawn(self, comm: str, pid: int | None = None, parent: Task | None = None,
-              timeout: float | None = 30.0) -> Task:
-        """A new user task forked (clone3) from parent (default: init) and named comm.
-        With pid, the task gets exactly that pid (clone3's set_tid).  Raises
-        KernelWedged if the kernel does not finish within timeout seconds."""
-        parent = parent or self.init_task
-        # Arguments are laid out from the start of the parent's scratch page, so the
-        # set_tid array's user address is known before the call is marshalled.
-        set_tid_addr = parent.window + PAGE + 88
-        clone_args = struct.pack("<11Q", 0, 0, 0, 0, 17, 0, 0, 0,
-                                 set_tid_addr if pid else 0, 1 if pid else 0, 0)
-        name = comm.encode()[:15] + b"\0"
-        naming: list[SyscallRequest] = []
-
-        def name_child(req: SyscallRequest) -> None:
-            # The machine thread, as clone3 returns: the child's prctl is queued at
-            # once, so the caller waits for the machine once, not twice.
-            child = req.result if req.error is None else None
-            if child is not None and child > 0 and child in self.tasks:
-                try:
-                    naming.append(self.submit(self.tasks[child], "prctl",
-                                              abi.PR_SET_NAME, name))
-                except (ProcessExited, KernelStuck):
-                    pass
-
-        child = self.wait(self.submit(parent, "clone3",
-                                      clone_args + struct.pack("<q", pid or 0), 88,
-                                      on_done=name_child), timeout)
-        if child < 0:
-            raise KernelError(-child, "clone3")
-        task = self.tasks[child]
-        named = self.wait(naming[0], timeout) if naming else \
-            self.syscall(task, "prctl", abi.PR_SET_NAME, name, timeout=timeout)
-        if named == 0:
-            task.comm = comm[:15]
-        return task
 
     # ==== helpers for the layers above ======================================================
     def text_poke(self, addr: int, data: bytes) -> None:
@@ -1093,7 +834,7 @@ class Kernel:
             if fast.get(UC_X86_REG_RIP) != self._host_call_return:
                 raise MachineError(f"the kernel call of {self.image.format_address(func)}"
                                    " was stopped before it returned")
-            return _signed(fast.get(UC_X86_REG_RAX))
+            return signed64(fast.get(UC_X86_REG_RAX))
         finally:
             self._scratch_depth -= 1
             uc.context_restore(saved)
@@ -1110,7 +851,7 @@ class Kernel:
                 values.append(cursor)
                 cursor += (len(a) + 15) & ~15
             else:
-                values.append(a & _U64)
+                values.append(a & U64)
         return values
 
     def hook_code(self, begin: int, end: int, callback: Callable) -> int:

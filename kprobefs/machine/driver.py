@@ -1,0 +1,132 @@
+"""Who drives the machine: a machine thread of its own, or the caller that waits.
+
+In a daemon, :meth:`MachineDriver.serve` starts the one thread that ever runs emulated
+code; everyone else posts work and waits on it with a bound, so a kernel that never returns
+cannot hold a caller.  Without it (the Python API, tests) the waiting caller drives the
+machine itself, a slice at a time, until what it waits for is done.  A mixin of
+:class:`~kprobefs.machine.kernel.Kernel`, which owns the state used here (``lock``,
+``_work``, ``_cond``, the watchdog).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Callable
+
+from ..errors import KernelStuck, KernelWedged, MachineError
+
+__all__ = ["MachineDriver"]
+
+log = logging.getLogger("kprobefs.machine")
+
+
+class MachineDriver:
+    """Running the machine: the machine thread, periodic work, bounded waits."""
+
+    def serve(self) -> None:
+        """From now on a machine thread of its own drives the machine; callers only
+        post work and wait for it (with a bound).  Idempotent."""
+        if self._machine_thread is None:
+            self._machine_thread = threading.Thread(target=self._machine_loop,
+                                                    name="kprobefs-machine", daemon=True)
+            self._machine_thread.start()
+
+    def close(self) -> None:
+        """Stop the machine thread and the watchdog (the machine is not used again)."""
+        self._closing = True
+        self._work.set()
+        thread = self._machine_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+    def _machine_loop(self) -> None:
+        next_periodic = 0.0
+        while not self._closing:
+            self._work.clear()
+            try:
+                with self.lock:
+                    ran = self.run_slice()
+                    now = time.monotonic()
+                    if now >= next_periodic:
+                        next_periodic = now + 0.02
+                        self._run_periodic()
+            except MachineError as e:
+                self.watchdog.declare_stuck(str(e))
+                log.exception("the machine stopped")
+                return
+            if self.lock.waiting:
+                time.sleep(0.001)    # let the waiter in before the next slice
+            elif not ran:
+                self._work.wait(0.02)
+
+    def _run_periodic(self) -> None:
+        for duty in self.periodic:
+            try:
+                duty()
+            except Exception:
+                log.exception("periodic machine work failed")
+
+    def _serving_elsewhere(self) -> bool:
+        """Whether another thread drives the machine (the caller must only wait)."""
+        thread = self._machine_thread
+        return thread is not None and thread.is_alive() and \
+            thread is not threading.current_thread()
+
+    def _await(self, done: threading.Event, timeout: float | None, what: str) -> None:
+        """Wait for done, driving the machine unless the machine thread does.  Raises
+        KernelStuck at once while the machine is stuck, KernelWedged after timeout."""
+        if not self._serving_elsewhere():
+            with self._locked(timeout):
+                self._drive(done.is_set, timeout)
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done.is_set():
+            if self.stuck is not None:
+                raise KernelStuck(f"the machine is stuck: {self.stuck}")
+            left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+            if left <= 0:
+                raise KernelWedged(f"{what} has not finished in {timeout:g} s")
+            done.wait(left)
+
+    @contextlib.contextmanager
+    def _locked(self, timeout: float | None):
+        """Hold the machine lock, waiting at most timeout seconds for it: a thread stuck
+        in the emulation (a handler that never returns) must not hang its callers."""
+        if not self.lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise KernelWedged(f"the machine has been busy for {timeout:g} s")
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+    def _drive(self, done: Callable[[], bool], timeout: float | None = None) -> None:
+        """Run the machine until done() holds.  Raises KernelWedged when done() is still
+        false after timeout seconds, busy or not; with timeout None, as soon as the
+        kernel is idle with done() false."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done():
+            if self.stuck is not None:
+                raise KernelStuck(f"the machine is stuck: {self.stuck}")
+            ran = self.run_slice()
+            if done():
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise KernelWedged("the awaited event has not happened in "
+                                   f"{timeout:g} s ({'busy' if ran else 'idle'} kernel)")
+            if ran:
+                continue
+            if deadline is None:
+                raise KernelWedged("the kernel is idle but the awaited event has not happened")
+            self._cond.wait(timeout=min(0.05, max(0.0, deadline - time.monotonic())))
+
+    def run_until_idle(self, max_slices: int = 1_000_000) -> None:
+        """Run until every CPU is idle."""
+        with self.lock:
+            for _ in range(max_slices):
+                if not self.run_slice():
+                    return
+            raise KernelWedged("the kernel did not go idle")
+

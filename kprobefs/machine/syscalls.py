@@ -1,0 +1,176 @@
+"""System calls made on behalf of host code, and the tasks that make them.
+
+A request is loaded into its task (arguments in the user window, registers in the task's
+pt_regs) and run when the kernel next returns the task to user mode; its outputs are copied
+back when the kernel reports the call done.  A mixin of
+:class:`~kprobefs.machine.kernel.Kernel`, driven by :class:`~.driver.MachineDriver`.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Callable
+
+from ..errors import KernelError, KernelStuck
+from . import abi
+from .abi import U64, signed64
+from .cpu import pack_pt_regs
+from .memory import PAGE
+from .task import ProcessExited, SyscallRequest, Task, check_syscall_args, marshal
+
+__all__ = ["SystemCalls"]
+
+
+class SystemCalls:
+    """Submitting, running and finishing system calls; spawning tasks."""
+
+    def _hc_syscall_done(self):
+        ret, pid, regs_ptr, no_call = self._args()[:4]
+        task = self.tasks.get(signed64(pid))
+        if task is None:
+            return 0
+        task.regs_ptr = regs_ptr
+        if no_call and task.active is not None:
+            return 1    # a signal woke the task, and its next call is loaded meanwhile
+        if task.active is not None and not no_call:
+            req, task.active = task.active, None
+            req.result = signed64(ret)
+            self._copy_out(req)
+            self._finish(req)
+        self._end_turn()
+        while task.pending:
+            if self._load_request(task, task.pending.popleft()):
+                return 1
+        task.state = "user"
+        return 0
+
+    def _finish(self, req: SyscallRequest) -> None:
+        req.done.set()
+        if req.on_done is not None:
+            req.on_done(req)
+        self._cond.notify_all()
+
+    # ---- requests --------------------------------------------------------------------
+    def _load_request(self, task: Task, req: SyscallRequest) -> bool:
+        """Make req the task's system call (its arguments in the user window, its
+        registers in the task's pt_regs).  False, with req failed, when its arguments
+        do not fit."""
+        try:
+            values = marshal(self.mem, task, req)
+        except KernelError as e:
+            req.error = e
+            self._finish(req)
+            return False
+        values += [0] * (6 - len(values))
+        regs = dict(zip(("di", "si", "dx", "r10", "r8", "r9"), values))
+        regs["orig_ax"] = req.nr
+        regs["ax"] = (-38) & U64
+        self.mem.write(task.regs_ptr, pack_pt_regs(regs))
+        task.active = req
+        task.state = "kernel"
+        return True
+
+    def _copy_out(self, req: SyscallRequest) -> None:
+        for buf in req.outputs:
+            buf.data = self.mem.read(buf.addr, buf.size)
+
+    def submit(self, task: Task, name: str, *args, on_done: Callable | None = None
+               ) -> SyscallRequest:
+        """Queue a system call for task without waiting for it."""
+        try:
+            nr = abi.SYSCALLS[name] if isinstance(name, str) else int(name)
+        except KeyError:
+            raise ValueError(f"unknown system call {name!r}") from None
+        check_syscall_args(args)
+        if task.state == "dead":
+            raise ProcessExited(task.pid, task.exit_code)
+        if self.stuck is not None:
+            raise KernelStuck(f"the machine is stuck: {self.stuck}")
+        req = SyscallRequest(task, nr, str(name), args, on_done=on_done)
+        self._post(lambda: self._accept(req))
+        return req
+
+    def run_user(self, task: Task, sleep_state: int = abi.TASK_INTERRUPTIBLE
+                 ) -> SyscallRequest:
+        """Mirror one run of task's host process: the task, asleep between system calls,
+        is woken (try_to_wake_up), runs, and sleeps again in sleep_state
+        (TASK_INTERRUPTIBLE or TASK_UNINTERRUPTIBLE), all through the kernel's own
+        scheduler and without a system call (user_mode_loop).  Queued like a system
+        call, after the task's pending ones; wait() on the request returns 0."""
+        if task.state == "dead":
+            raise ProcessExited(task.pid, task.exit_code)
+        if self.stuck is not None:
+            raise KernelStuck(f"the machine is stuck: {self.stuck}")
+        req = SyscallRequest(task, abi.NO_SYSCALL, "user", (sleep_state,))
+        self._post(lambda: self._accept(req))
+        return req
+
+    def _accept(self, req: SyscallRequest) -> None:
+        task = req.task
+        if task.state == "dead":
+            req.error = ProcessExited(task.pid, task.exit_code)
+            self._finish(req)
+        elif task.state == "user" and task.active is None and not task.pending:
+            if self._load_request(task, req):
+                self._wakeups.append(abi.IDLE_WAKE_TASK | (task.pid << 8))
+        else:
+            task.pending.append(req)
+
+    def wait(self, req: SyscallRequest, timeout: float | None = 30.0) -> int:
+        """Wait until req completes (driving the machine unless its own thread does);
+        returns its raw result.  Raises what the task died of, KernelStuck at once while
+        the machine is stuck, or KernelWedged if req does not complete within timeout."""
+        self._await(req.done, timeout, f"{req.name} of pid {req.task.pid}")
+        if req.error is not None:
+            raise req.error
+        return req.result
+
+    def syscall(self, task: Task, name: str, *args, timeout: float | None = 30.0) -> int:
+        """Run one system call for task and return its raw result (negative errno on
+        failure, as the syscall instruction returns it)."""
+        return self.wait(self.submit(task, name, *args), timeout)
+
+    def sys(self, task: Task, name: str, *args) -> int:
+        """Like syscall(), but a negative result raises KernelError."""
+        ret = self.syscall(task, name, *args)
+        if -4095 <= ret < 0:
+            raise KernelError(-ret, name)
+        return ret
+
+    def spawn(self, comm: str, pid: int | None = None, parent: Task | None = None,
+              timeout: float | None = 30.0) -> Task:
+        """A new user task forked (clone3) from parent (default: init) and named comm.
+        With pid, the task gets exactly that pid (clone3's set_tid).  Raises
+        KernelWedged if the kernel does not finish within timeout seconds."""
+        parent = parent or self.init_task
+        # Arguments are laid out from the start of the parent's scratch page, so the
+        # set_tid array's user address is known before the call is marshalled.
+        set_tid_addr = parent.window + PAGE + 88
+        clone_args = struct.pack("<11Q", 0, 0, 0, 0, 17, 0, 0, 0,
+                                 set_tid_addr if pid else 0, 1 if pid else 0, 0)
+        name = comm.encode()[:15] + b"\0"
+        naming: list[SyscallRequest] = []
+
+        def name_child(req: SyscallRequest) -> None:
+            # The machine thread, as clone3 returns: the child's prctl is queued at
+            # once, so the caller waits for the machine once, not twice.
+            child = req.result if req.error is None else None
+            if child is not None and child > 0 and child in self.tasks:
+                try:
+                    naming.append(self.submit(self.tasks[child], "prctl",
+                                              abi.PR_SET_NAME, name))
+                except (ProcessExited, KernelStuck):
+                    pass
+
+        child = self.wait(self.submit(parent, "clone3",
+                                      clone_args + struct.pack("<q", pid or 0), 88,
+                                      on_done=name_child), timeout)
+        if child < 0:
+            raise KernelError(-child, "clone3")
+        task = self.tasks[child]
+        named = self.wait(naming[0], timeout) if naming else \
+            self.syscall(task, "prctl", abi.PR_SET_NAME, name, timeout=timeout)
+        if named == 0:
+            task.comm = comm[:15]
+        return task
+
