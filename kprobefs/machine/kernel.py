@@ -305,17 +305,24 @@ class Kernel(MachineDriver, SystemCalls):
             self._inbox.popleft()()
 
     def _dispatch_wakeups(self) -> None:
+        """Hand queued work to idle CPUs.  A task's wake-up is left queued while a CPU
+        whose task just went back to user mode runs: it takes the wake-up at its idle
+        loop in the same turn, as Linux's sync wake-ups stay on the waker's CPU about
+        to go idle; woken elsewhere, that CPU would take one more turn only to idle."""
+        syncing = any(c.idling and c.state == "running" for c in self.cpus)
         for cpu in self.cpus:
-            if not (self._wakeups or self._upcalls or self.irq.has_work()):
+            if not ((self._wakeups and not syncing) or self._upcalls or self.irq.has_work()):
                 return
             if cpu.state != "idle":
                 continue
             if self.irq.wake_idle(cpu):
                 cpu.resume_rax = 0      # HC_IDLE returns nothing: the interrupt is the work
-            elif self._wakeups:
+            elif self._wakeups and not syncing:
                 cpu.resume_rax = self._wakeups.popleft()
-            else:
+            elif self._upcalls:
                 self._start_upcall(cpu, self._upcalls.popleft())
+            else:
+                continue
             cpu.state = "running"
 
     def run_slice(self) -> bool:
@@ -348,6 +355,7 @@ class Kernel(MachineDriver, SystemCalls):
         """Run cpu until it ends its turn at a hypercall (idle, yield, a return to user
         mode while another CPU waits, or TURN_SECONDS are up), or the watchdog stops it."""
         self.cpu = cpu
+        cpu.idling = False
         self._in_emulation += 1
         self._emu_thread = threading.get_ident()
         self._turn_id += 1

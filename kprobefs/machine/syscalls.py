@@ -42,6 +42,7 @@ class SystemCalls:
             if self._load_request(task, task.pending.popleft()):
                 return 1
         task.state = "user"
+        self.cpu.idling = True
         return 0
 
     def _finish(self, req: SyscallRequest) -> None:

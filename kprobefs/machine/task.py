@@ -73,6 +73,9 @@ class Cpu:
     current_pa: int = 0      # physical address of this CPU's pcpu.current_task
     killed: int = 0          # the task_struct the watchdog last killed here
     wedged_at: str = ""      # where it spun when it was taken out of service
+    #: Its task went back to user mode as its turn ended: at its next turn it goes idle
+    #: (or runs its next task) and takes a queued wake-up itself (WF_SYNC's affinity).
+    idling: bool = False
 
 
 @dataclass(eq=False)
