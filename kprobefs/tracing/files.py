@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from kprobefs.tracing.cpumask import format_cpumask, parse_cpumask
 from kprobefs.tracing.events import TraceEvent, Tracer
 from kprobefs.tracing.ftrace_events import FTRACE_EVENTS, FTRACE_SYSTEM
+from kprobefs.tracing.gcpause import gc_paused
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, TraceArray
 from kprobefs.tracing.trace_printk import printk_formats_text
 from kprobefs.tracing.output import TraceOptions
@@ -904,7 +905,8 @@ class _TraceFile:
         options = t.trace_options()
         buffer = t.trace_buffer()
         header = t.trace_header(options, self.cpu, buffer)
-        pairs = buffer.snapshot(self.cpu)
+        with gc_paused():
+            pairs = buffer.snapshot(self.cpu)
         return _Handle(lambda: header + t.render(pairs, options), lambda data: len(data),
                        t.unpause if paused else None)
 

@@ -61,7 +61,13 @@ _CPU = struct.Struct("<IIQII")              # struct tn_cpu: used .. count
 _SYNC = struct.Struct("<IIQ")               # struct tn_cpu: used, has_last, last_ts
 _STAGED = struct.Struct("<II")              # struct tn_cpu: staged, count
 _STAGED_AT, _COUNT_AT, _WAITERS_AT, _COMM_TASK_AT = 16, 20, 24, 32
+_ENTRY_SIZE = _ENTRY.size
 _Q = struct.Struct("<Q")
+_QQ = struct.Struct("<QQ")
+#: How a staged entry's data is laid out (native._decode): a kprobe's (the probed
+#: address first), a kretprobe's (the function and the return address), a static
+#: event's (its fields only).
+_KPROBE, _KRETPROBE, _FIELDS = 1, 2, 3
 _U32 = struct.Struct("<I")
 _ARENA_UNIT = 64
 
@@ -428,24 +434,37 @@ class NativeRecorder:
     def _decode(self, data: bytes) -> list[tuple]:
         """Record tuples of staged entries: (ts, pid, flags, event, ip, 0, args)."""
         out = []
+        append = out.append
         offset, end = 0, len(data)
-        unpack, q = _ENTRY.unpack_from, _Q.unpack_from
-        event_of = self._event_of
+        unpack, q, qq = _ENTRY.unpack_from, _Q.unpack_from, _QQ.unpack_from
+        kinds: dict = {}          # type -> (event, its layout), looked up once a chunk
         while offset < end:
             ts, size, length, type_, flags, pid = unpack(data, offset)
-            event = event_of(type_)
-            if event is not None:
-                start = offset + _ENTRY.size
-                if getattr(event, "static", False):     # trace_events.py: fields only
-                    out.append((ts, pid, flags, event, 0, 0, data[start:start + length]))
-                elif event.is_return:         # __probe_func, __probe_ret_ip
-                    out.append((ts, pid, flags, event, q(data, start)[0],
-                                q(data, start + 8)[0], data[start + 16:start + length]))
-                else:
-                    out.append((ts, pid, flags, event, q(data, start)[0], 0,
-                                data[start + 8:start + length]))
+            kind = kinds.get(type_)
+            if kind is None:
+                kind = kinds[type_] = self._layout(type_)
+            event, layout = kind
+            start = offset + _ENTRY_SIZE
+            if layout == _KPROBE:
+                append((ts, pid, flags, event, q(data, start)[0], 0,
+                        data[start + 8:start + length]))
+            elif layout == _KRETPROBE:        # __probe_func, __probe_ret_ip
+                func, ret_ip = qq(data, start)
+                append((ts, pid, flags, event, func, ret_ip, data[start + 16:start + length]))
+            elif layout == _FIELDS:           # trace_events.py: fields only
+                append((ts, pid, flags, event, 0, 0, data[start:start + length]))
             offset += size
         return out
+
+    def _layout(self, type_: int) -> tuple:
+        """(event, how its entry is laid out) of an event type; (None, None) when the
+        type is gone (its records are dropped)."""
+        event = self._event_of(type_)
+        if event is None:
+            return None, None
+        if getattr(event, "static", False):
+            return event, _FIELDS
+        return event, (_KRETPROBE if event.is_return else _KPROBE)
 
     # ------------------------------------------------------------ hypercalls
     def attach(self, buffer) -> None:

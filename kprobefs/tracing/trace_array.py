@@ -28,6 +28,7 @@ from kprobefs.tracing.filter import (
     EventFilter, FilterParseError, FILTER_ERRORS, compile_filter, filter_fields,
 )
 from kprobefs.tracing.ftrace_events import FTRACE_EVENTS
+from kprobefs.tracing.gcpause import gc_paused
 from kprobefs.tracing.output import (
     FLAGS_NONE, TraceFormatter, TraceOptions, format_header, format_ip_sym,
 )
@@ -875,11 +876,12 @@ class TraceArray:
         def compile_text(ev):
             compile_ = getattr(ev, "compile_text", None)
             return compile_(symbolize) if compile_ is not None else None
-        text = self.current_tracer.print_trace(self, pairs, options)
-        if text is not None:
-            return text
-        return TraceFormatter(self.comm_cache.find, options, compile_text).render(
-            pairs, lambda rec: rec[3].render(rec, self, options))
+        with gc_paused():
+            text = self.current_tracer.print_trace(self, pairs, options)
+            if text is not None:
+                return text
+            return TraceFormatter(self.comm_cache.find, options, compile_text).render(
+                pairs, lambda rec: rec[3].render(rec, self, options))
 
     def trace_header(self, options: TraceOptions, cpu: int | None = None,
                      buffer: RingBuffer | None = None) -> str:
