@@ -5,6 +5,7 @@ hostfs protocol) and, at the end, the real kernel."""
 import errno
 import logging
 import os
+import stat
 import subprocess
 import threading
 import time
@@ -83,14 +84,34 @@ def test_paths_map_onto_the_kernels_mounts():
 
 def test_a_new_pid_becomes_a_task_with_its_pid_and_comm(setup, sleeper):
     kernel, _, gateway = setup
-    gateway.getattr("/", Caller(sleeper.pid))
+    gateway.getattr("/proc", Caller(sleeper.pid))
     task = kernel.tasks[sleeper.pid]
     assert task.comm == "sleep"
     assert gateway.tasks()[sleeper.pid] is task
     assert (sleeper.pid, "sleep", "newfstatat") in kernel.syscalls
     # the same process keeps its task
-    gateway.getattr("/", Caller(sleeper.pid))
+    gateway.getattr("/proc", Caller(sleeper.pid))
     assert gateway.tasks()[sleeper.pid] is task
+
+
+def test_debugfs_and_tracefs_attributes_come_from_the_host_tree(setup, sleeper):
+    """A LOOKUP of a debugfs or tracefs name is answered from the tree the kernel's
+    hostfs serves, without a system call; the caller's task is made all the same."""
+    kernel, _, gateway = setup
+    attrs = gateway.getattr("/tracing/kprobe_events", Caller(sleeper.pid))
+    assert stat.S_ISREG(attrs.mode) and attrs.nlink == 1
+    assert stat.S_ISDIR(gateway.getattr("/tracing", Caller(sleeper.pid)).mode)
+    assert sleeper.pid in gateway.tasks()
+    assert not [c for c in kernel.syscalls if c[2] == "newfstatat"]
+    with pytest.raises(OSError) as e:
+        gateway.getattr("/tracing/nonexistent", Caller(sleeper.pid))
+    assert e.value.errno == errno.ENOENT
+    with pytest.raises(OSError) as e:
+        gateway.getattr("/tracing/kprobe_events/x", Caller(sleeper.pid))
+    assert e.value.errno == errno.ENOTDIR
+    with pytest.raises(OSError) as e:
+        gateway.getattr("/tracing/" + "x" * 256, Caller(sleeper.pid))
+    assert e.value.errno == errno.ENAMETOOLONG
 
 
 def test_a_pid_taken_in_the_kernel_gets_an_automatic_one(setup, sleeper):
@@ -303,7 +324,7 @@ def test_a_machine_call_that_cannot_finish_is_eio(kernel_class, caplog):
 
 def test_a_task_that_oopses_is_replaced(setup):
     kernel, _, gateway = setup
-    gateway.getattr("/", ME)
+    gateway.getattr("/proc", ME)
     first = gateway.tasks()[os.getpid()]
     original = kernel._execute
 
@@ -315,9 +336,9 @@ def test_a_task_that_oopses_is_replaced(setup):
         req.done.set()
     kernel._execute = oops_once
     with pytest.raises(OSError) as e:
-        gateway.getattr("/", ME)
+        gateway.getattr("/proc", ME)
     assert e.value.errno == errno.EIO
-    gateway.getattr("/", ME)
+    gateway.getattr("/proc", ME)
     assert gateway.tasks()[os.getpid()] is not first
 
 
@@ -386,7 +407,7 @@ def test_real_kernel_runs_requests_as_the_callers_task(real, sleeper):
 
 
 def test_mount_relative_follows_the_top_mount_and_its_root():
-    from kprobefs.fs.gateway import mount_relative
+    from kprobefs.fs.hostproc import mount_relative
     info = [
         "22 1 0:21 / / rw - ext4 /dev/sda1 rw",
         "30 22 0:12 / /sys/kernel/tracing rw - tracefs tracefs rw",
@@ -401,3 +422,26 @@ def test_mount_relative_follows_the_top_mount_and_its_root():
     assert mount_relative(info, "/sys/kernel") is None
     assert mount_relative(info, "/other/x") is None
     assert mount_relative(info, "/sys/kernel/tracingx") is None
+
+
+def test_a_namespaces_mount_table_is_read_again_only_after_a_mount(tmp_path):
+    """MountTables keeps a namespace's mountinfo open and reads it again when poll(2)
+    says its mounts changed: a tmpfs mounted meanwhile shows, and goes with its
+    unmount."""
+    from kprobefs.fs.hostproc import MountTables
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root")
+    tables = MountTables()
+    point = str(tmp_path)
+    try:
+        before = tables.lines(os.getpid())
+        assert before is tables.lines(os.getpid())            # unchanged: not re-read
+        subprocess.run(["mount", "-t", "tmpfs", "none", point], check=True)
+        try:
+            assert any(f" {point} " in line for line in tables.lines(os.getpid()))
+        finally:
+            subprocess.run(["umount", point], check=True)
+        assert not any(f" {point} " in line for line in tables.lines(os.getpid()))
+        assert tables.lines(2 ** 22 + 12345) is None            # no such process
+    finally:
+        tables.close()

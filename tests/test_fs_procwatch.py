@@ -20,6 +20,16 @@ def events():
     ev.close()
 
 
+def _drain_until(events, wanted, timeout: float = 5.0) -> list:
+    """Every event drained until one is wanted (or timeout seconds have passed)."""
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline and not any(wanted(e) for e in seen):
+        seen += events.drain()
+        time.sleep(0.01)
+    return seen
+
+
 def test_fork_exec_exit_of_a_child_arrive_in_order(events):
     events.drain()
     child = subprocess.run(["sh", "-c", "(true); exec sh -c 'exit 7'"])
@@ -42,6 +52,30 @@ def test_fork_exec_exit_of_a_child_arrive_in_order(events):
     assert mine[-1].exit_code == 7 << 8
 
 
+def test_once_a_process_is_watched_only_its_family_is_kept(events):
+    """watch(): the events of the watched process, of what it forks (a grandchild
+    too), and nothing of the rest of the host."""
+    events.drain()
+    watched = subprocess.Popen(["sh", "-c", "read x; (sleep 0.01); exit 3"],
+                               stdin=subprocess.PIPE)
+    events.watch(watched.pid)
+    other = subprocess.run(["sh", "-c", "(true); exit 5"])
+    assert other.returncode == 5
+    watched.communicate(b"go\n")
+    assert watched.returncode == 3
+    seen = _drain_until(events, lambda e: e.what == EXIT and e.pid == watched.pid)
+    pids = {e.pid for e in seen} | {e.tgid for e in seen}
+    forks = [e for e in seen if e.what == FORK]
+    assert forks and all(e.pid == watched.pid or e.tgid == watched.pid or
+                         e.pid in {f.child for f in forks} for e in forks)
+    kids = {e.child for e in forks}
+    assert pids <= {watched.pid} | kids
+    # the subshell's exec of sleep and its exit are there
+    assert any(e.what == EXEC and e.pid in kids for e in seen)
+    assert any(e.what == EXIT and e.pid in kids for e in seen)
+    assert [e.exit_code for e in seen if e.what == EXIT and e.pid == watched.pid] == [3 << 8]
+
+
 def test_the_reader_thread_queues_events_with_the_execd_comm_and_signals_them(events):
     events.drain()
     events.start_reader()
@@ -49,12 +83,7 @@ def test_the_reader_thread_queues_events_with_the_execd_comm_and_signals_them(ev
     child = subprocess.Popen(["sleep", "0.3"])
     try:
         assert events.arrived.wait(5)
-        deadline = time.monotonic() + 5
-        seen = []
-        while time.monotonic() < deadline and not any(
-                e.what == EXEC and e.pid == child.pid for e in seen):
-            seen += events.drain()
-            time.sleep(0.01)
+        seen = _drain_until(events, lambda e: e.what == EXEC and e.pid == child.pid)
     finally:
         child.wait()
     execs = [e for e in seen if e.what == EXEC and e.pid == child.pid]

@@ -195,7 +195,7 @@ def _calls_of(kernel, pid):
 def test_a_mirrored_call_runs_before_the_processs_next_request(gateway, sleeper):
     gateway.mirror(HostCall(sleeper.pid, "chdir", ("/sys/kernel/tracing",), "/"))
     assert sleeper.pid not in gateway.tasks()      # queued only
-    gateway.getattr("/tracing", Caller(sleeper.pid))
+    gateway.getattr("/proc", Caller(sleeper.pid))
     assert _calls_of(gateway.kernel, sleeper.pid)[-2:] == ["chdir", "newfstatat"]
     assert gateway.kernel.tasks[sleeper.pid].cwd == "/sys/kernel/tracing"
     assert gateway.stats["mirrored"] == 1
@@ -251,7 +251,7 @@ def test_mirroring_never_waits_on_the_machine(gateway, sleeper):
     assert not release.is_set()                        # mirror() returned meanwhile
     release.set()
     worker.join(30)
-    gateway.getattr("/", Caller(sleeper.pid))
+    gateway.getattr("/proc", Caller(sleeper.pid))
     assert gateway.kernel.tasks[sleeper.pid].cwd == "/sys/kernel/debug"
 
 
@@ -264,7 +264,7 @@ def test_emulated_directory_names(gateway, monkeypatch):
                 return root.rstrip("/") + path[len(point):] or "/"
         return None
 
-    monkeypatch.setattr(gateway_module, "_mount_relative", relative)
+    monkeypatch.setattr(gateway_module, "mount_relative_of", relative)
     name = gateway.emulated_directory
     assert name(1, "/sys/kernel/tracing", "/") == "/sys/kernel/tracing"
     assert name(1, "/sys/kernel/tracing/", "/") == "/sys/kernel/tracing/"

@@ -39,7 +39,6 @@ import contextlib
 import errno
 import logging
 import os
-import re
 import stat
 import struct
 import threading
@@ -49,11 +48,12 @@ from typing import Callable, NamedTuple
 
 from ..errors import KernelError, KernelOops, KernelStuck, KernelWedged, MachineError
 from ..machine.kernel import ProcessExited, UserBuffer
+from .hostproc import (HostProcess, host_comm, host_process, host_signal_pending,
+                       host_start_time, mount_relative_of)
 from .procwatch import COMM, EXEC, EXIT, FORK, ProcessEvent, ProcessEvents, host_exec_image
-from .tree import HostFS
+from .tree import DEBUGFS_ROOT, HostFS
 
-__all__ = ["Gateway", "Caller", "Attributes", "host_comm", "host_start_time",
-           "host_signal_pending", "mount_relative"]
+__all__ = ["Gateway", "Caller", "Attributes"]
 
 log = logging.getLogger("kprobefs.fs.gateway")
 
@@ -89,6 +89,7 @@ MAX_MIRRORED = 256
 #: The daemon's own file (see the module docstring).
 STATUS_PATH = "/kprobefs/status"
 AT_SYMLINK_NOFOLLOW = 0x100
+NAME_MAX = 255
 
 
 class Caller(NamedTuple):
@@ -110,79 +111,59 @@ class Attributes(NamedTuple):
     ctime: float
 
 
-def host_comm(pid: int) -> str:
-    """The host process's comm, or "" when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/comm", "rb") as f:
-            return f.read().rstrip(b"\n").decode("utf-8", "replace")[:15]
-    except OSError:
-        return ""
+class _Spawning:
+    """A task being made: its clone3 is queued, not waited for.  :meth:`get` waits for
+    it (once; every later call gives the same task or raises the same error)."""
 
+    def __init__(self, resolve: Callable[[], object]):
+        self._resolve = resolve
+        self._lock = threading.Lock()
+        self._outcome: tuple | None = None
 
-class HostProcess(NamedTuple):
-    """What one read of /proc/PID/stat tells of a host process."""
+    def get(self):
+        with self._lock:
+            if self._outcome is None:
+                try:
+                    self._outcome = (True, self._resolve())
+                except OSError as e:
+                    self._outcome = (False, e)
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
 
-    comm: str
-    ppid: int | None
-    start: int | None    # clock ticks since boot
-
-
-def host_process(pid: int) -> HostProcess | None:
-    """The host process's comm, parent and start time in one read; None when it is
-    gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    try:
-        close = data.rindex(b")")
-        comm = data[data.index(b"(") + 1:close].decode("utf-8", "replace")[:15]
-        fields = data[close + 2:].split()
-        return HostProcess(comm, int(fields[1]), int(fields[19]))
-    except (ValueError, IndexError):
-        return None
-
-
-def host_start_time(pid: int) -> int | None:
-    """The host process's start time (clock ticks since boot), None when it is gone; tells
-    a live process from a later one that reuses its pid."""
-    proc = host_process(pid)
-    return None if proc is None else proc.start
-
-
-def host_signal_pending(pid: int) -> bool:
-    """Whether the host thread has a signal pending that it neither blocks nor ignores
-    (a reader blocked in a FUSE read is killed or interrupted): its read must return."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            text = f.read().decode("ascii", "replace")
-    except OSError:
-        return True
-    fields = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key in ("SigPnd", "ShdPnd", "SigBlk", "SigIgn"):
-            try:
-                fields[key] = int(value.strip(), 16)
-            except ValueError:
-                return False
-    pending = fields.get("SigPnd", 0) | fields.get("ShdPnd", 0)
-    return bool(pending & ~fields.get("SigBlk", 0) & ~fields.get("SigIgn", 0))
+    @property
+    def done(self) -> bool:
+        return self._outcome is not None and self._outcome[0]
 
 
 @dataclass(eq=False)
 class _Caller:
-    """A host process and its emulated task."""
+    """A host process and its emulated task (``made``: the task, or its spawn still
+    under way; :attr:`task` waits for it)."""
 
     pid: int
     start: int | None
     comm: str
-    task: object
+    made: object
     exec_seen: bool = False  # the host process exec'd since its comm was last copied
     cwd: str | None = None   # its host working directory, as last followed
     comm_seen: str = ""      # its comm as its last COMM event gave it
     mirrored: bool = False   # its chdirs are mirrored (syscallwatch), not followed
+
+    @property
+    def task(self):
+        """The emulated task, once made; OSError when it could not be."""
+        made = self.made
+        if isinstance(made, _Spawning):
+            made = self.made = made.get()
+        return made
+
+    @property
+    def has_task(self) -> bool:
+        """Whether the task is made (reading :attr:`task` would not wait)."""
+        made = self.made
+        return not isinstance(made, _Spawning) or made.done
 
 
 @dataclass(eq=False)
@@ -341,7 +322,7 @@ class Gateway:
         self._sync_host_processes()
         with self._lock:
             known = self._callers.get(pid)
-        if known is not None and known.task.state != "dead":
+        if known is not None and self._live(known):
             if known.exec_seen:
                 self._rename(known)
             if not known.mirrored:
@@ -354,30 +335,50 @@ class Gateway:
         self._submit_mirrored(caller)
         return caller
 
+    def _live(self, caller: _Caller) -> bool:
+        """Whether the caller's task lives (a spawn under way counts, not waited for);
+        a task that could not be made is forgotten, so that the next request tries
+        again."""
+        if not caller.has_task:
+            return True
+        try:
+            return caller.task.state != "dead"
+        except OSError:
+            self._forget(caller)
+            raise
+
     def _new_caller(self, pid: int) -> _Caller:
-        """The task of a pid not seen yet (or whose task died): spawned once, in the
-        host process's working directory (the one it had at its first mirrored call
-        still queued, if any: that call may have changed it since)."""
+        """The task of a pid not seen yet (or whose task died): spawned once (clone3
+        queued, waited for when the task is first needed), in the host process's
+        working directory (the one it had at its first mirrored call still queued, if
+        any: that call may have changed it since)."""
         with self._spawn_lock:
             with self._lock:
                 known = self._callers.get(pid)
-            if known is not None and known.task.state != "dead":
+            if known is not None and self._live(known):
                 return known
             if known is not None:
                 self._forget(known)
             proc = host_process(pid) or HostProcess("", None, None)
             comm = proc.comm or f"pid{pid}"
             parent = self._known_parent(proc.ppid)
-            task = self._spawn(comm, pid, parent.task if parent is not None else None)
+            task = self._start_spawn(comm, pid, parent.task if parent is not None else None)
             # a forked task has its parent's working directory already
             start = proc.start
             caller = _Caller(pid, start, comm, task,
                              cwd=parent.cwd if parent is not None else None,
                              mirrored=(parent is not None and parent.mirrored)
                              or self._is_marked(pid, start))
-            self._follow_cwd(caller, self._first_mirrored_cwd(pid))
             with self._lock:
                 self._callers[pid] = caller
+            events = self._events
+            if events is not None:
+                events.watch(pid)       # its forks, execs and exit from now on
+            try:
+                self._follow_cwd(caller, self._first_mirrored_cwd(pid))
+            except OSError:
+                self._forget(caller)
+                raise
             return caller
 
     def _follow_cwd(self, caller: _Caller, cwd: str | None = None) -> None:
@@ -397,7 +398,7 @@ class Gateway:
         if cwd == caller.cwd:
             return
         caller.cwd = cwd
-        path = _mount_relative(caller.pid, cwd)
+        path = mount_relative_of(caller.pid, cwd)
         if path is not None:
             try:
                 self._sys(caller, "chdir", self.kernel_path(path))
@@ -411,6 +412,9 @@ class Gateway:
         start = host_start_time(pid)
         with self._mirror_lock:
             self._mirror_marks[pid] = start
+        events = self._events
+        if events is not None:
+            events.watch(pid)
 
     def _is_marked(self, pid: int, start: int | None) -> bool:
         with self._mirror_lock:
@@ -450,10 +454,14 @@ class Gateway:
         """Queues the caller's mirrored calls on its task (not waited for), before the
         request it is about to make."""
         with self._mirror_lock:
+            if caller.pid not in self._mirror_pending:
+                return
+        task = caller.task          # made first: its spawn may still be under way
+        with self._mirror_lock:
             pending = self._mirror_pending.pop(caller.pid, None)
             for call in pending or ():
                 try:
-                    self.kernel.submit(caller.task, call.name, *call.args)
+                    self.kernel.submit(task, call.name, *call.args)
                 except (ProcessExited, MachineError, KernelError, ValueError) as e:
                     log.warning("pid %d: mirrored %s%r not run: %s", caller.pid,
                                 call.name, call.args, e)
@@ -466,21 +474,24 @@ class Gateway:
         same place in the emulated kernel, else that place's absolute path; None when
         the directory is outside the mount."""
         target = os.path.normpath(os.path.join(cwd, path))
-        rel = _mount_relative(pid, target)
+        rel = mount_relative_of(pid, target)
         if rel is None:
             return None
         kpath = self.kernel_path(rel)
         if os.path.isabs(path):
             return path if os.path.normpath(path) == kpath else kpath
         # the task's working directory mirrors the process's inside the mount
-        return path if _mount_relative(pid, cwd) is not None else kpath
+        return path if mount_relative_of(pid, cwd) is not None else kpath
 
     def _known_parent(self, ppid: int | None) -> _Caller | None:
         """The caller of host pid ppid (a process's parent), if that one is known and its
         task lives."""
         with self._lock:
             parent = self._callers.get(ppid) if ppid else None
-        return parent if parent is not None and parent.task.state != "dead" else None
+        try:
+            return parent if parent is not None and self._live(parent) else None
+        except OSError:
+            return None
 
     def _rename(self, caller: _Caller) -> None:
         """Copies the host process's comm to its task after an exec (prctl PR_SET_NAME,
@@ -508,7 +519,7 @@ class Gateway:
         with self._lock:
             execd = [c for c in self._callers.values() if c.exec_seen]
         for caller in execd:
-            if caller.task.state != "dead":
+            if caller.has_task and caller.task.state != "dead":
                 self._rename(caller)
 
     def _sync_host_processes(self) -> None:
@@ -539,7 +550,7 @@ class Gateway:
                     return
                 self._forget(child)
             with self._spawn_lock:
-                task = self._spawn(parent.comm, event.child, parent.task)
+                task = self._start_spawn(parent.comm, event.child, parent.task)
                 caller = _Caller(event.child, host_start_time(event.child), parent.comm,
                                  task, exec_seen=True, cwd=parent.cwd,
                                  mirrored=parent.mirrored)
@@ -588,11 +599,44 @@ class Gateway:
         caller.exec_seen = False
         caller.comm = caller.task.comm = os.path.basename(filename)[:15]
 
-    def _spawn(self, comm: str, pid: int, parent=None):
+    def _start_spawn(self, comm: str, pid: int, parent=None):
+        """The task for host pid (or its spawn under way, a :class:`_Spawning`): its
+        clone3 is queued now and waited for when the task is first needed, so that it
+        runs while the request that asked for it is answered."""
+        start = getattr(self.kernel, "start_spawn", None)
+        if start is None:
+            return self._spawn(comm, pid, parent)
+        forked_from = {} if parent is None else {"parent": parent}
+        try:
+            req = start(comm, pid=pid, **forked_from)
+        except (ProcessExited, KernelError, MachineError):
+            return self._spawn(comm, pid, parent)   # it sorts each case out
+
+        def resolve():
+            try:
+                return self.kernel.spawned(req, timeout=self.timeout)
+            except KernelError as e:
+                log.debug("pid %d is not available in the emulated kernel (%s)", pid, e)
+                return self._spawn(comm, None, parent)
+            except MachineError as e:
+                if parent is None:
+                    raise OSError(errno.EIO, f"cannot create a task: {e}") from e
+                log.warning("pid %d: its parent's task cannot fork (%s); forking from "
+                            "init", pid, e)
+                return self._spawn(comm, pid, None)
+
+        return _Spawning(resolve)
+
+    def _spawn(self, comm: str, pid: int | None, parent=None):
+        """The task for host pid, made now: with that pid when the kernel has it free,
+        else an automatic one; from parent's task, else (or when it cannot fork)
+        init's."""
         # the parent only when there is one: kernel.spawn forks from init by default
         forked_from = {} if parent is None else {"parent": parent}
         try:
-            return self.kernel.spawn(comm, pid=pid, timeout=self.timeout, **forked_from)
+            if pid is not None:
+                return self.kernel.spawn(comm, pid=pid, timeout=self.timeout,
+                                         **forked_from)
         except KernelError as e:
             log.debug("pid %d is not available in the emulated kernel (%s)", pid, e)
         except MachineError as e:
@@ -657,8 +701,11 @@ class Gateway:
         signal_generate: who sent it is not known here (the host's kill(2) makes no
         process event)."""
         self._forget(caller)
-        if caller.task.state == "dead":
-            return
+        try:
+            if caller.task.state == "dead":
+                return
+        except OSError:
+            return      # it was never made
         upcall = getattr(self.kernel, "upcall", None)
         try:
             if status & 0x7f and upcall is not None:
@@ -673,9 +720,9 @@ class Gateway:
             log.warning("exit returned for pid %d", caller.pid)
 
     def tasks(self) -> dict[int, object]:
-        """Host pid -> emulated task, for the callers known now."""
+        """Host pid -> emulated task, for the callers known now whose task is made."""
         with self._lock:
-            return {pid: c.task for pid, c in self._callers.items()}
+            return {pid: c.task for pid, c in self._callers.items() if c.has_task}
 
     def close(self) -> None:
         """Ends every task (their files close in do_exit) and releases what is left."""
@@ -695,12 +742,20 @@ class Gateway:
         return self.status is not None and path == STATUS_PATH
 
     def getattr(self, path: str, ctx: Caller) -> Attributes:
+        """What the kernel's newfstatat gives for path.  Most of these are the host's
+        path walk (a LOOKUP per component) rather than a stat(2) of the caller's: the
+        debugfs and tracefs names are answered from the host tree the kernel's hostfs
+        serves (the same mode and link count, without a system call); proc, dev and
+        tmp are the kernel's own and are asked of it."""
         if self._is_status(path):
             now = time.time()
             return Attributes(stat.S_IFREG | 0o444, 0x6b70, 1, now, now, now)
         buf = UserBuffer(_STAT.size)
         try:
             caller = self._caller(ctx)
+            parts = [p for p in path.split("/") if p]
+            if not parts or parts[0] not in ROOT_DIRS:
+                return self._host_attributes(parts)
             self._sys(caller, "newfstatat", AT_FDCWD, self.kernel_path(path), buf,
                       AT_SYMLINK_NOFOLLOW)
         except OSError as e:
@@ -713,6 +768,23 @@ class Gateway:
         (_dev, ino, nlink, mode, _uid, _gid, _pad, _rdev, _size, _blksize, _blocks,
          at, atn, mt, mtn, ct, ctn) = _STAT.unpack(buf.data[:_STAT.size])
         return Attributes(mode, ino, nlink, at + atn / 1e9, mt + mtn / 1e9, ct + ctn / 1e9)
+
+    def _host_attributes(self, parts: list[str]) -> Attributes:
+        """Attributes of the debugfs name at parts, from the host tree, as the kernel's
+        hostfs makes its inode (hostfs_lookup_host, new_inode: one link, a node that
+        is neither a directory nor a file shown as a file)."""
+        for part in parts:
+            if len(part.encode("utf-8", "surrogateescape")) > NAME_MAX:
+                raise OSError(errno.ENAMETOOLONG, "File name too long")
+
+        stuck = getattr(self.kernel, "stuck", None)
+        if stuck is not None:
+            self.stats["failed"] += 1
+            raise OSError(errno.EIO, f"the machine is stuck: {stuck}")
+        node_id, mode = self.hostfs.stat_path(DEBUGFS_ROOT, parts, self.timeout)
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            mode = stat.S_IFREG | stat.S_IMODE(mode)
+        return Attributes(mode, node_id, 1, 0.0, 0.0, 0.0)
 
     def readdir(self, path: str, ctx: Caller) -> list[tuple[str, int]]:
         """[(name, st_mode type bits)] including ``.`` and ``..``; the mount root also
@@ -921,51 +993,6 @@ class Gateway:
         n = self._sys(self._caller(ctx), "readlinkat", AT_FDCWD, self.kernel_path(path),
                       buf, 4096)
         return buf.data[:n].decode("utf-8", "surrogateescape")
-
-
-def _mount_relative(pid: int, path: str) -> str | None:
-    """``path`` (as the process ``pid`` sees it) relative to this filesystem's root,
-    when the mount that holds it in ``pid``'s mount namespace is a kprobefs mount (a
-    bind of a subdirectory counts from that directory); else None."""
-    try:
-        with open(f"/proc/{pid}/mountinfo", "rb") as f:
-            lines = f.read().decode("utf-8", "surrogateescape").splitlines()
-    except OSError:
-        return None
-    return mount_relative(lines, path)
-
-
-def mount_relative(mountinfo: list[str], path: str) -> str | None:
-    """:func:`_mount_relative` on the lines of a mountinfo file: the last of the
-    deepest mounts holding ``path`` decides (a mount on top of another hides it)."""
-    # Most paths (a working directory anywhere) are under no kprobefs mount at all.
-    if not any(_inside(path, _unescape(line.split(" ")[4]))
-               for line in mountinfo if " - fuse.kprobefs " in line):
-        return None
-    best = None
-    for line in mountinfo:
-        fields = line.split(" ")
-        try:
-            sep = fields.index("-")
-        except ValueError:
-            continue
-        point = _unescape(fields[4])
-        if _inside(path, point) and (best is None or len(point) >= len(best[0])):
-            best = (point, _unescape(fields[3]), fields[sep + 1])
-    if best is None or best[2] != "fuse.kprobefs":
-        return None
-    point, root, _ = best
-    rest = path[len(point):].lstrip("/")
-    return "/" + "/".join(p for p in (root.strip("/"), rest) if p)
-
-
-def _inside(path: str, point: str) -> bool:
-    return path == point or path.startswith(point.rstrip("/") + "/")
-
-
-def _unescape(field: str) -> str:
-    """A mountinfo path: blanks and backslashes are written as octal escapes."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def _parse_dirents(data: bytes) -> list[tuple[str, int]]:

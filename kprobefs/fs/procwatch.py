@@ -77,6 +77,11 @@ class ProcessEvents:
     With :meth:`start_reader`, a thread takes the events off the socket as they come
     (an EXEC's comm is read then, while a short command still lives) and sets
     ``arrived``; :meth:`drain` hands over what it queued, in order.
+
+    The socket hears every process of the host.  Once :meth:`watch` has named a
+    process, only the events of watched processes are kept: theirs, and the forks they
+    make, whose children are watched from then on (until their exit).  Nothing is read
+    of the others (no comm, no wake-up of whoever waits on ``arrived``).
     """
 
     RECV_SIZE = 1 << 16
@@ -90,6 +95,7 @@ class ProcessEvents:
         self._queue: collections.deque = collections.deque()
         self._reader: threading.Thread | None = None
         self._closed = False
+        self._watched: set[int] | None = None     # None: every process
 
     @classmethod
     def open(cls) -> "ProcessEvents | None":
@@ -112,6 +118,29 @@ class ProcessEvents:
                      "their requests", e)
             return None
         return cls(sock)
+
+    def watch(self, pid: int) -> None:
+        """Keep the events of process pid (and of the children it forks from now on);
+        from the first call on, the events of processes never watched are dropped."""
+        with self._lock:
+            if self._watched is None:
+                self._watched = set()
+            self._watched.add(pid)
+
+    def _kept(self, event: ProcessEvent) -> ProcessEvent | None:
+        """event as queued (an EXEC with its comm), or None when it is dropped (caller
+        holds _lock)."""
+        watched = self._watched
+        if watched is not None:
+            if event.what == FORK:
+                if event.pid not in watched and event.tgid not in watched:
+                    return None
+                watched.add(event.child)
+            elif event.pid not in watched and event.tgid not in watched:
+                return None
+            elif event.what == EXIT and event.pid == event.tgid:
+                watched.discard(event.pid)
+        return _with_exec_comm(event)
 
     def drain(self) -> list[ProcessEvent]:
         """Every FORK/EXEC/COMM/EXIT event queued now, oldest first."""
@@ -159,7 +188,10 @@ class ProcessEvents:
                     continue
                 log.error("reading host process events failed: %s", e)
                 return events
-            events.extend(_with_exec_comm(e) for e in _parse(data))
+            for event in _parse(data):
+                kept = self._kept(event)
+                if kept is not None:
+                    events.append(kept)
 
     def close(self) -> None:
         self._closed = True

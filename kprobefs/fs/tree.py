@@ -305,8 +305,16 @@ class HostFS:
     (anything else, logged with its traceback).
     """
 
+    #: The hypercalls whose handlers may add or remove names (a control file's open with
+    #: O_TRUNC, write or release; mkdir, rmdir): they hold :attr:`names_lock`.
+    _RENAMING = (HC_HOSTFS_OPEN, HC_HOSTFS_WRITE, HC_HOSTFS_RELEASE, HC_HOSTFS_MKDIR,
+                 HC_HOSTFS_RMDIR)
+
     def __init__(self, roots: dict[int, object]):
         self._lock = threading.Lock()
+        #: Held while names may change (:attr:`_RENAMING`), so that a walk from another
+        #: thread (:meth:`stat_path`) sees the tree before or after, never during.
+        self.names_lock = threading.RLock()
         self._places: dict[int, _Place] = {}
         self._ids: dict[tuple[int, str], int] = {}
         self._below: dict[int, set[int]] = {}  # parent id -> ids of remembered children
@@ -369,6 +377,26 @@ class HostFS:
                 self._forget(gone)
             raise OSError(errno.ENOENT, "No such file or directory")
         return self._remember(dir_id, name, child), child
+
+    def stat_path(self, root_id: int, parts: list[str], timeout: float) -> tuple[int, int]:
+        """(id, mode) of the name at parts below root_id, for a thread that is not the
+        machine's: taken between two name-changing hypercalls (waiting at most timeout
+        seconds for one in progress, then OSError(EIO)).  OSError(ENOENT/ENOTDIR) as
+        :func:`walk`."""
+        if not self.names_lock.acquire(timeout=timeout):
+            raise OSError(errno.EIO, "the tree has been busy for %g s" % timeout)
+        try:
+            for attempt in (1, 2):
+                try:
+                    node_id, node = walk(self, root_id, parts)
+                    return node_id, node_mode(node)
+                except RuntimeError:
+                    # a directory changed under its listing (host code that changes the
+                    # tree outside a hypercall, as the Python API may): once more
+                    if attempt == 2:
+                        raise
+        finally:
+            self.names_lock.release()
 
     def list_dir(self, dir_id: int) -> list[tuple[str, int, int]]:
         """[(name, child id, mode)] of directory dir_id, in the directory's own order."""
@@ -512,6 +540,9 @@ class HostFS:
         if handler is None:
             return -errno.ENOSYS
         try:
+            if nr in self._RENAMING:
+                with self.names_lock:
+                    return handler(kernel, *args)
             return handler(kernel, *args)
         except FaultError as e:
             log.warning("hostfs hypercall %d: bad kernel buffer: %s", nr, e)

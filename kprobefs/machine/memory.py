@@ -76,6 +76,9 @@ class AddressSpace:
         self.pml4 = self._alloc_table()
         self._pages: dict[int, int] = {}  # virtual page number -> physical page address
         self._exec_pages: set[int] = set()  # virtual page numbers mapped executable
+        #: user window slot -> its mapped virtual page numbers (release without a scan
+        #: of every page of the machine)
+        self._window_pages: dict[int, list[int]] = {}
         self._user_free: list[int] = []
         self._user_next = 0
         self._user_end = layout.ram_size
@@ -275,14 +278,15 @@ class AddressSpace:
                 pa = self._alloc_user_page()
                 self.ram[pa:pa + PAGE] = bytes(PAGE)
                 self.map_page(page, pa, writable=True, user=True)
+                self._window_pages.setdefault(_window_slot(page), []).append(page >> 12)
 
     def release_user_window(self, base: int) -> None:
         """Unmap and free every page of the window at base."""
-        lo, hi = base >> 12, (base + USER_WINDOW_SIZE) >> 12
-        for vpn in [v for v in self._pages if lo <= v < hi]:
-            pa = self._pages[vpn]
-            self.unmap_page(vpn << 12)
-            self._user_free.append(pa)
+        for vpn in self._window_pages.pop(_window_slot(base), ()):
+            pa = self._pages.get(vpn)
+            if pa is not None:
+                self.unmap_page(vpn << 12)
+                self._user_free.append(pa)
 
     def flush_tlb(self) -> None:
         """Drop the CPU's cached translations after page-table changes (a CR3 reload,
@@ -290,3 +294,8 @@ class AddressSpace:
         from unicorn.x86_const import UC_X86_REG_CR3
 
         self.uc.reg_write(UC_X86_REG_CR3, self.pml4)
+
+
+def _window_slot(va: int) -> int:
+    """The user window slot va falls in (-1 below the windows)."""
+    return (va - USER_WINDOW_BASE) // USER_WINDOW_SIZE if va >= USER_WINDOW_BASE else -1

@@ -140,9 +140,17 @@ class SystemCalls:
 
     def spawn(self, comm: str, pid: int | None = None, parent: Task | None = None,
               timeout: float | None = 30.0) -> Task:
-        """A new user task forked (clone3) from parent (default: init) and named comm.
-        With pid, the task gets exactly that pid (clone3's set_tid).  Raises
-        KernelWedged if the kernel does not finish within timeout seconds."""
+        """A new user task forked (clone3) from parent (default: init) and named comm
+        (prctl PR_SET_NAME, queued on the child as clone3 returns: returned once clone3
+        is done, before the naming runs).  With pid, the task gets exactly that pid
+        (clone3's set_tid).  Raises KernelError when clone3 fails, KernelWedged if the
+        kernel does not finish within timeout seconds."""
+        return self.spawned(self.start_spawn(comm, pid, parent), timeout)
+
+    def start_spawn(self, comm: str, pid: int | None = None, parent: Task | None = None
+                    ) -> SyscallRequest:
+        """Queues :meth:`spawn`'s clone3 without waiting for it; :meth:`spawned` gives
+        the task."""
         parent = parent or self.init_task
         # Arguments are laid out from the start of the parent's scratch page, so the
         # set_tid array's user address is known before the call is marshalled.
@@ -150,28 +158,27 @@ class SystemCalls:
         clone_args = struct.pack("<11Q", 0, 0, 0, 0, 17, 0, 0, 0,
                                  set_tid_addr if pid else 0, 1 if pid else 0, 0)
         name = comm.encode()[:15] + b"\0"
-        naming: list[SyscallRequest] = []
 
         def name_child(req: SyscallRequest) -> None:
             # The machine thread, as clone3 returns: the child's prctl is queued at
-            # once, so the caller waits for the machine once, not twice.
+            # once, ahead of whatever its caller asks of it next.
             child = req.result if req.error is None else None
             if child is not None and child > 0 and child in self.tasks:
+                task = self.tasks[child]
                 try:
-                    naming.append(self.submit(self.tasks[child], "prctl",
-                                              abi.PR_SET_NAME, name))
+                    self.submit(task, "prctl", abi.PR_SET_NAME, name)
                 except (ProcessExited, KernelStuck):
-                    pass
+                    return
+                # PR_SET_NAME of a live task does not fail.
+                task.comm = comm[:15]
 
-        child = self.wait(self.submit(parent, "clone3",
-                                      clone_args + struct.pack("<q", pid or 0), 88,
-                                      on_done=name_child), timeout)
+        return self.submit(parent, "clone3", clone_args + struct.pack("<q", pid or 0), 88,
+                           on_done=name_child)
+
+    def spawned(self, req: SyscallRequest, timeout: float | None = 30.0) -> Task:
+        """The task a :meth:`start_spawn` made, once its clone3 is done."""
+        child = self.wait(req, timeout)
         if child < 0:
             raise KernelError(-child, "clone3")
-        task = self.tasks[child]
-        named = self.wait(naming[0], timeout) if naming else \
-            self.syscall(task, "prctl", abi.PR_SET_NAME, name, timeout=timeout)
-        if named == 0:
-            task.comm = comm[:15]
-        return task
+        return self.tasks[child]
 

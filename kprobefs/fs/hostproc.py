@@ -1,0 +1,185 @@
+"""What the host's /proc says of its processes: comm, parent and start time, pending
+signals, and where a path lies in a process's mount namespace.  No FUSE here.
+
+A mount namespace's table is read once and kept open (:class:`MountTables`): reading
+``/proc/PID/mountinfo`` costs the host tens of microseconds, and poll(2) on the open
+file tells when a mount or unmount changed it (``EPOLLPRI``), as util-linux's
+``findmnt --poll`` watches it.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import select
+import threading
+from typing import NamedTuple
+
+__all__ = ["HostProcess", "MountTables", "host_comm", "host_process", "host_start_time",
+           "host_signal_pending", "mount_relative", "mount_relative_of"]
+
+
+def host_comm(pid: int) -> str:
+    """The host process's comm, or "" when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read().rstrip(b"\n").decode("utf-8", "replace")[:15]
+    except OSError:
+        return ""
+
+
+class HostProcess(NamedTuple):
+    """What one read of /proc/PID/stat tells of a host process."""
+
+    comm: str
+    ppid: int | None
+    start: int | None    # clock ticks since boot
+
+
+def host_process(pid: int) -> HostProcess | None:
+    """The host process's comm, parent and start time in one read; None when it is
+    gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    try:
+        close = data.rindex(b")")
+        comm = data[data.index(b"(") + 1:close].decode("utf-8", "replace")[:15]
+        fields = data[close + 2:].split()
+        return HostProcess(comm, int(fields[1]), int(fields[19]))
+    except (ValueError, IndexError):
+        return None
+
+
+def host_start_time(pid: int) -> int | None:
+    """The host process's start time (clock ticks since boot), None when it is gone; tells
+    a live process from a later one that reuses its pid."""
+    proc = host_process(pid)
+    return None if proc is None else proc.start
+
+
+def host_signal_pending(pid: int) -> bool:
+    """Whether the host thread has a signal pending that it neither blocks nor ignores
+    (a reader blocked in a FUSE read is killed or interrupted): its read must return."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+    except OSError:
+        return True
+    fields = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("SigPnd", "ShdPnd", "SigBlk", "SigIgn"):
+            try:
+                fields[key] = int(value.strip(), 16)
+            except ValueError:
+                return False
+    pending = fields.get("SigPnd", 0) | fields.get("ShdPnd", 0)
+    return bool(pending & ~fields.get("SigBlk", 0) & ~fields.get("SigIgn", 0))
+
+
+class MountTables:
+    """The mountinfo lines of each mount namespace seen, read again only when poll(2)
+    says the namespace's mounts changed.  At most ``limit`` namespaces are kept (the
+    oldest seen is closed first).  Thread-safe."""
+
+    def __init__(self, limit: int = 32):
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._tables: collections.OrderedDict[str, _MountTable] = collections.OrderedDict()
+
+    def lines(self, pid: int) -> list[str] | None:
+        """pid's mount table as lines, or None when pid is gone."""
+        try:
+            ns = os.readlink(f"/proc/{pid}/ns/mnt")
+        except OSError:
+            return None
+        with self._lock:
+            table = self._tables.get(ns)
+            if table is None:
+                try:
+                    table = _MountTable(open(f"/proc/{pid}/mountinfo", "rb"))
+                except OSError:
+                    return None
+                self._tables[ns] = table
+                while len(self._tables) > self.limit:
+                    self._tables.popitem(last=False)[1].close()
+            try:
+                return table.lines()
+            except OSError:
+                del self._tables[ns]
+                table.close()
+                return None
+
+    def close(self) -> None:
+        with self._lock:
+            for table in self._tables.values():
+                table.close()
+            self._tables.clear()
+
+
+class _MountTable:
+    """One namespace's open mountinfo (the open file holds the namespace)."""
+
+    def __init__(self, file):
+        self._file = file
+        self._poll = select.poll()
+        self._poll.register(file, select.POLLPRI | select.POLLERR)
+        self._lines: list[str] | None = None
+
+    def lines(self) -> list[str]:
+        # poll reports a change once (it takes the namespace's event count as seen)
+        if self._lines is None or self._poll.poll(0):
+            self._file.seek(0)
+            self._lines = self._file.read().decode("utf-8", "surrogateescape").splitlines()
+        return self._lines
+
+    def close(self) -> None:
+        self._file.close()
+
+
+_MOUNT_TABLES = MountTables()
+
+
+def mount_relative_of(pid: int, path: str) -> str | None:
+    """``path`` (as the process ``pid`` sees it) relative to this filesystem's root,
+    when the mount that holds it in ``pid``'s mount namespace is a kprobefs mount (a
+    bind of a subdirectory counts from that directory); else None."""
+    lines = _MOUNT_TABLES.lines(pid)
+    return None if lines is None else mount_relative(lines, path)
+
+
+def mount_relative(mountinfo: list[str], path: str) -> str | None:
+    """:func:`mount_relative_of` on the lines of a mountinfo file: the last of the
+    deepest mounts holding ``path`` decides (a mount on top of another hides it)."""
+    # Most paths (a working directory anywhere) are under no kprobefs mount at all.
+    if not any(_inside(path, _unescape(line.split(" ")[4]))
+               for line in mountinfo if " - fuse.kprobefs " in line):
+        return None
+    best = None
+    for line in mountinfo:
+        fields = line.split(" ")
+        try:
+            sep = fields.index("-")
+        except ValueError:
+            continue
+        point = _unescape(fields[4])
+        if _inside(path, point) and (best is None or len(point) >= len(best[0])):
+            best = (point, _unescape(fields[3]), fields[sep + 1])
+    if best is None or best[2] != "fuse.kprobefs":
+        return None
+    point, root, _ = best
+    rest = path[len(point):].lstrip("/")
+    return "/" + "/".join(p for p in (root.strip("/"), rest) if p)
+
+
+def _inside(path: str, point: str) -> bool:
+    return path == point or path.startswith(point.rstrip("/") + "/")
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: blanks and backslashes are written as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
