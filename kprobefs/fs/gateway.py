@@ -90,6 +90,8 @@ MAX_MIRRORED = 256
 STATUS_PATH = "/kprobefs/status"
 AT_SYMLINK_NOFOLLOW = 0x100
 NAME_MAX = 255
+#: Mount-relative places that are the roots of the kernel's debugfs and tracefs mounts.
+_MOUNT_ROOTS = ((), ("tracing",))
 
 
 class Caller(NamedTuple):
@@ -319,7 +321,11 @@ class Gateway:
         """The caller's task, made on first sight (or when its pid was reused), after the
         host's process events queued so far are applied."""
         pid = ctx.pid if ctx.pid > 0 else os.getpid()
-        self._sync_host_processes()
+        with self._lock:
+            known = self._callers.get(pid)
+        # A new process's parent may have forked it an instant ago: its FORK event is
+        # read off the socket now.  A known one's own events are the reader's.
+        self._sync_host_processes(read_socket=known is None)
         with self._lock:
             known = self._callers.get(pid)
         if known is not None and self._live(known):
@@ -522,15 +528,16 @@ class Gateway:
             if caller.has_task and caller.task.state != "dead":
                 self._rename(caller)
 
-    def _sync_host_processes(self) -> None:
-        """Applies every host process event queued so far, in order (see procwatch)."""
+    def _sync_host_processes(self, read_socket: bool = True) -> None:
+        """Applies every host process event queued so far, in order (see procwatch);
+        with read_socket False, those its reader thread has queued."""
         if self._events is None:
             return
         with self._events_lock:
             events = self._events
             if events is None:
                 return
-            for event in events.drain():
+            for event in events.drain(read_socket):
                 try:
                     self._apply_process_event(event)
                 except OSError as e:
@@ -776,13 +783,14 @@ class Gateway:
         for part in parts:
             if len(part.encode("utf-8", "surrogateescape")) > NAME_MAX:
                 raise OSError(errno.ENAMETOOLONG, "File name too long")
-
         stuck = getattr(self.kernel, "stuck", None)
         if stuck is not None:
             self.stats["failed"] += 1
             raise OSError(errno.EIO, f"the machine is stuck: {stuck}")
         node_id, mode = self.hostfs.stat_path(DEBUGFS_ROOT, parts, self.timeout)
-        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        if tuple(parts) in _MOUNT_ROOTS:
+            mode = stat.S_IFDIR | 0o700     # the mount's root (hostfs_fill_super)
+        elif not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
             mode = stat.S_IFREG | stat.S_IMODE(mode)
         return Attributes(mode, node_id, 1, 0.0, 0.0, 0.0)
 
@@ -941,14 +949,35 @@ class Gateway:
             return n
 
     def release(self, fh: int) -> None:
-        """Closes every emulated fd behind fh (each in its own task)."""
+        """Closes every emulated fd behind fh (each in its own task).  Where a machine
+        thread runs them the closes are not waited for: the host's FUSE does not wait
+        for a RELEASE either, and each task's next system call queues behind its
+        close."""
         with self._lock:
             of = self._files.pop(fh, None)
         if of is None:
             return
+        # Without a machine thread nothing would run a queued close: waited for.
+        close = self._queue_close if getattr(self.kernel, "served", False) else \
+            self._close_fd
         for fd in list(of.fds.values()):
             if fd.caller.task.state != "dead":
-                self._close_fd(fd.caller, fd.fd)
+                close(fd.caller, fd.fd)
+
+    def _queue_close(self, caller: _Caller, fd: int) -> None:
+        def closed(req) -> None:     # the machine thread, as the close returns
+            if req.error is None and -4095 <= req.result < 0:
+                log.warning("close(%d) for pid %d failed: %s", fd, caller.pid,
+                            os.strerror(-req.result))
+
+        try:
+            self.kernel.submit(caller.task, "close", fd, on_done=closed)
+        except ProcessExited:
+            pass        # do_exit has closed the file already
+        except (MachineError, KernelError) as e:
+            log.warning("close(%d) for pid %d not queued: %s", fd, caller.pid, e)
+        else:
+            self.stats["calls"] += 1
 
     def _close_fd(self, caller: _Caller, fd: int) -> None:
         try:

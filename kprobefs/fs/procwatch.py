@@ -142,12 +142,15 @@ class ProcessEvents:
                 watched.discard(event.pid)
         return _with_exec_comm(event)
 
-    def drain(self) -> list[ProcessEvent]:
-        """Every FORK/EXEC/COMM/EXIT event queued now, oldest first."""
+    def drain(self, read_socket: bool = True) -> list[ProcessEvent]:
+        """Every FORK/EXEC/COMM/EXIT event queued now, oldest first; with read_socket
+        False (and a reader thread), only what the reader has queued: no system call,
+        but an event that has just happened may still be in the socket."""
         with self._lock:
             events = list(self._queue)
             self._queue.clear()
-            events.extend(self._read())
+            if read_socket or self._reader is None:
+                events.extend(self._read())
         return events
 
     def start_reader(self) -> None:

@@ -69,6 +69,13 @@ class MachineDriver:
             except Exception:
                 log.exception("periodic machine work failed")
 
+    @property
+    def served(self) -> bool:
+        """Whether a machine thread drives the machine (work posted now runs without
+        anyone waiting for it)."""
+        thread = self._machine_thread
+        return thread is not None and thread.is_alive()
+
     def _serving_elsewhere(self) -> bool:
         """Whether another thread drives the machine (the caller must only wait)."""
         thread = self._machine_thread

@@ -1,0 +1,137 @@
+"""The FUSE round trip's shortcuts, on the real kernel and tree (no mount): a LOOKUP of a
+debugfs or tracefs name is answered from the host tree, as the kernel's own newfstatat
+would answer it; a new caller's task is made while its first request is answered; a
+RELEASE does not wait for its close where a machine thread runs it."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import subprocess
+import threading
+import time
+
+import pytest
+
+from kprobefs import Kprobe
+from kprobefs.daemon import Daemon
+from kprobefs.fs import Caller
+from kprobefs.fs.gateway import _STAT, AT_FDCWD, AT_SYMLINK_NOFOLLOW, STATUS_PATH
+from kprobefs.machine.kernel import UserBuffer
+
+
+@pytest.fixture
+def daemon():
+    d = Daemon("/nonexistent", cpus=2)
+    d.boot()
+    yield d
+    d.kernel.close()
+
+
+@pytest.fixture
+def sleeper():
+    p = subprocess.Popen(["sleep", "60"])
+    yield p
+    p.kill()
+    p.wait()
+
+
+def _kernel_stat(kernel, task, path: str):
+    buf = UserBuffer(_STAT.size)
+    ret = kernel.syscall(task, "newfstatat", AT_FDCWD, path, buf, AT_SYMLINK_NOFOLLOW)
+    if ret < 0:
+        return -ret
+    fields = _STAT.unpack(buf.data[:_STAT.size])
+    return fields[3], fields[2]          # mode, nlink
+
+
+def _every_path(daemon, limit: int = 400):
+    """Mount-relative paths of the debugfs tree, breadth first (events/ cut short)."""
+    gateway, out, todo = daemon.gateway, [], ["/"]
+    me = Caller(os.getpid())
+    while todo and len(out) < limit:
+        path = todo.pop(0)
+        for name, mode in gateway.readdir(path, me):
+            if name in (".", "..") or (path == "/" and name in ("proc", "dev", "tmp")):
+                continue
+            child = path.rstrip("/") + "/" + name
+            out.append(child)
+            if stat.S_ISDIR(mode) and child.count("/") < 4:
+                todo.append(child)
+    return out
+
+
+def test_host_answered_attributes_are_the_kernels(daemon):
+    """For every name of debugfs and tracefs (and a few that are not there), the
+    attributes a LOOKUP gets from the host tree are what the kernel's newfstatat of
+    the same path reports: the same mode and link count, or the same errno."""
+    gateway, kernel = daemon.gateway, daemon.kernel
+    task = kernel.spawn("stat")
+    paths = _every_path(daemon) + ["/", "/tracing", "/tracing/no_such_file",
+                                   "/tracing/trace/x", "/kprobes/list/y"]
+    assert len(paths) > 100
+    me = Caller(os.getpid())
+    for path in paths:
+        if path == STATUS_PATH:
+            continue                        # the daemon's own file, not the kernel's
+        want = _kernel_stat(kernel, task, gateway.kernel_path(path))
+        try:
+            a = gateway.getattr(path, me)
+        except OSError as e:
+            assert want == e.errno, path
+        else:
+            assert want == (a.mode, a.nlink), path
+
+
+def test_a_lookup_makes_no_system_call(daemon, sleeper):
+    """Two LOOKUPs of a new process: its task is made (clone3 and prctl), and nothing
+    else reaches the kernel."""
+    kernel, gateway = daemon.kernel, daemon.gateway
+    seen = []
+    submit = kernel.submit
+
+    def counting(task, name, *args, **kw):
+        seen.append((task.pid, name))
+        return submit(task, name, *args, **kw)
+
+    kernel.submit = counting
+    gateway.getattr("/tracing", Caller(sleeper.pid))
+    gateway.getattr("/tracing/kprobe_events", Caller(sleeper.pid))
+    assert gateway._callers[sleeper.pid].task.comm == "sleep"   # made once needed
+    assert [name for _pid, name in seen] == ["clone3", "prctl"]
+    assert seen[1][0] == sleeper.pid
+    with pytest.raises(OSError) as e:
+        gateway.getattr("/tracing/events/nosuchgroup", Caller(sleeper.pid))
+    assert e.value.errno == errno.ENOENT
+
+
+def test_a_release_served_by_the_machine_thread_does_not_wait_for_its_close(daemon):
+    """release() returns while its close is held up in the kernel (a probe on the
+    close system call blocks), and the file is closed once the probe lets go."""
+    kernel, gateway = daemon.kernel, daemon.gateway
+    me = Caller(os.getpid())
+    fh = gateway.open("/tracing/README", os.O_RDONLY, me)
+    entered, go = threading.Event(), threading.Event()
+
+    def pre(p, regs):
+        entered.set()
+        go.wait(30)
+
+    kp = Kprobe(symbol_name="__x64_sys_close", pre_handler=pre)
+    with kernel.lock:
+        kernel.register_kprobe(kp)
+    kernel.serve()
+    releasing = threading.Thread(target=gateway.release, args=(fh,))
+    try:
+        releasing.start()
+        assert entered.wait(30)             # the close runs, held up by the probe
+        releasing.join(5)
+        assert not releasing.is_alive()     # release() did not wait for it
+        assert gateway.hostfs.open_handles == 1
+    finally:
+        go.set()
+    deadline = time.monotonic() + 30
+    while gateway.hostfs.open_handles and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gateway.hostfs.open_handles == 0
