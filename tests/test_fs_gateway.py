@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from conftest import start_sleep
 from fs_fakes import FakeKernel, FakeTracer
 from kprobefs.errors import KernelOops, MachineError
 from kprobefs.fs import Caller, Gateway, build_tree
@@ -28,25 +29,6 @@ def setup():
     gateway = Gateway(kernel, hostfs, timeout=5.0, wait_slice=0.05)
     yield kernel, tracer, gateway
     gateway.close()
-
-
-def _start_sleep():
-    """A live host process other than us, once it is "sleep" (exec done)."""
-    p = subprocess.Popen(["sleep", "60"])
-    for _ in range(200):
-        with open(f"/proc/{p.pid}/comm") as f:
-            if f.read().strip() == "sleep":
-                break
-        time.sleep(0.01)
-    return p
-
-
-@pytest.fixture
-def sleeper():
-    p = _start_sleep()
-    yield p
-    p.kill()
-    p.wait()
 
 
 ME = Caller(os.getpid())
@@ -262,7 +244,7 @@ def test_nonblocking_read_of_an_empty_pipe_is_eagain(setup):
 
 def test_a_blocked_reader_whose_process_died_is_interrupted(setup):
     _, _, gateway = setup
-    p = _start_sleep()
+    p = start_sleep()
     ctx = Caller(p.pid)
     fh = gateway.open("/tracing/trace_pipe", O_RDONLY, ctx)
     errors = []
@@ -283,7 +265,7 @@ def test_a_blocked_reader_whose_process_died_is_interrupted(setup):
 
 def test_tasks_of_gone_processes_exit(setup):
     kernel, _, gateway = setup
-    p = _start_sleep()
+    p = start_sleep()
     ctx = Caller(p.pid)
     fh = gateway.open("/tracing/kprobe_events", O_RDONLY, ctx)
     task = kernel.tasks[p.pid]

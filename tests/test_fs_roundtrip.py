@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import subprocess
 import threading
 import time
 
@@ -27,14 +26,6 @@ def daemon():
     d.boot()
     yield d
     d.kernel.close()
-
-
-@pytest.fixture
-def sleeper():
-    p = subprocess.Popen(["sleep", "60"])
-    yield p
-    p.kill()
-    p.wait()
 
 
 def _kernel_stat(kernel, task, path: str):

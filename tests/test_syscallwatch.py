@@ -180,14 +180,6 @@ def gateway():
     gateway.close()
 
 
-@pytest.fixture
-def sleeper():
-    p = subprocess.Popen(["sleep", "60"])
-    yield p
-    p.kill()
-    p.wait()
-
-
 def _calls_of(kernel, pid):
     return [name for p, _comm, name in kernel.syscalls if p == pid]
 

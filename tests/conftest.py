@@ -1,0 +1,27 @@
+"""Fixtures shared by the test modules."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+
+def start_sleep() -> subprocess.Popen:
+    """A live host process other than the test's, once it is "sleep" (exec done)."""
+    p = subprocess.Popen(["sleep", "60"])
+    for _ in range(200):
+        with open(f"/proc/{p.pid}/comm") as f:
+            if f.read().strip() == "sleep":
+                break
+        time.sleep(0.01)
+    return p
+
+
+@pytest.fixture
+def sleeper():
+    p = start_sleep()
+    yield p
+    p.kill()
+    p.wait()
