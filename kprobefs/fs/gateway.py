@@ -520,8 +520,9 @@ class Gateway:
     def mirror_host_processes(self) -> None:
         """Applies the host process events queued so far and gives exec'd processes
         their new comm now, not at their next request (the scheduling mirror calls it
-        before each sample)."""
-        self._sync_host_processes()
+        before each sample: what the reader thread has queued, without a read of the
+        socket of its own)."""
+        self._sync_host_processes(read_socket=False)
         with self._lock:
             execd = [c for c in self._callers.values() if c.exec_seen]
         for caller in execd:
@@ -624,7 +625,7 @@ class Gateway:
                 return self.kernel.spawned(req, timeout=self.timeout)
             except KernelError as e:
                 log.debug("pid %d is not available in the emulated kernel (%s)", pid, e)
-                return self._spawn(comm, None, parent)
+                return self._spawn(comm, pid, parent, with_pid=False)
             except MachineError as e:
                 if parent is None:
                     raise OSError(errno.EIO, f"cannot create a task: {e}") from e
@@ -634,14 +635,14 @@ class Gateway:
 
         return _Spawning(resolve)
 
-    def _spawn(self, comm: str, pid: int | None, parent=None):
-        """The task for host pid, made now: with that pid when the kernel has it free,
-        else an automatic one; from parent's task, else (or when it cannot fork)
-        init's."""
+    def _spawn(self, comm: str, pid: int, parent=None, with_pid: bool = True):
+        """The task for host pid, made now: with that pid when the kernel has it free
+        (and with_pid), else an automatic one; from parent's task, else (or when it
+        cannot fork) init's."""
         # the parent only when there is one: kernel.spawn forks from init by default
         forked_from = {} if parent is None else {"parent": parent}
         try:
-            if pid is not None:
+            if with_pid:
                 return self.kernel.spawn(comm, pid=pid, timeout=self.timeout,
                                          **forked_from)
         except KernelError as e:

@@ -91,6 +91,10 @@ class ProcessEvents:
         self.lost = 0       # times the socket overflowed (events were dropped)
         #: Set when the reader queued events (whoever applies them may clear it).
         self.arrived = threading.Event()
+        #: Held while the socket is read and what was read is queued: events leave the
+        #: socket and join the queue in order.  The queue itself has a lock of its
+        #: own, so that taking what is queued never waits on a read.
+        self._read_lock = threading.Lock()
         self._lock = threading.Lock()
         self._queue: collections.deque = collections.deque()
         self._reader: threading.Thread | None = None
@@ -121,15 +125,20 @@ class ProcessEvents:
 
     def watch(self, pid: int) -> None:
         """Keep the events of process pid (and of the children it forks from now on);
-        from the first call on, the events of processes never watched are dropped."""
-        with self._lock:
-            if self._watched is None:
-                self._watched = set()
-            self._watched.add(pid)
+        from the first call on, the events of processes never watched are dropped.
+        (An event the reader is filtering at this instant may go either way: it
+        happened before the call.)"""
+        watched = self._watched
+        if watched is None:
+            with self._read_lock:
+                if self._watched is None:
+                    self._watched = set()
+                watched = self._watched
+        watched.add(pid)
 
     def _kept(self, event: ProcessEvent) -> ProcessEvent | None:
         """event as queued (an EXEC with its comm), or None when it is dropped (caller
-        holds _lock)."""
+        holds _read_lock)."""
         watched = self._watched
         if watched is not None:
             if event.what == FORK:
@@ -146,11 +155,16 @@ class ProcessEvents:
         """Every FORK/EXEC/COMM/EXIT event queued now, oldest first; with read_socket
         False (and a reader thread), only what the reader has queued: no system call,
         but an event that has just happened may still be in the socket."""
-        with self._lock:
-            events = list(self._queue)
-            self._queue.clear()
-            if read_socket or self._reader is None:
-                events.extend(self._read())
+        if not read_socket and self._reader is not None:
+            with self._lock:
+                events = list(self._queue)
+                self._queue.clear()
+            return events
+        with self._read_lock:
+            with self._lock:
+                events = list(self._queue)
+                self._queue.clear()
+            events.extend(self._read())
         return events
 
     def start_reader(self) -> None:
@@ -168,14 +182,15 @@ class ProcessEvents:
                 return
             if not ready:
                 continue
-            with self._lock:
+            with self._read_lock:
                 got = self._read()
-                self._queue.extend(got)
+                with self._lock:
+                    self._queue.extend(got)
             if got:
                 self.arrived.set()
 
     def _read(self) -> list[ProcessEvent]:
-        """What the socket holds now (caller holds _lock)."""
+        """What the socket holds now (caller holds _read_lock)."""
         events: list[ProcessEvent] = []
         while True:
             try:
