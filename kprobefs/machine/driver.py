@@ -82,9 +82,10 @@ class MachineDriver:
         return thread is not None and thread.is_alive() and \
             thread is not threading.current_thread()
 
-    def _await(self, done: threading.Event, timeout: float | None, what: str) -> None:
-        """Wait for done, driving the machine unless the machine thread does.  Raises
-        KernelStuck at once while the machine is stuck, KernelWedged after timeout."""
+    def _await(self, done, timeout: float | None, what: str) -> None:
+        """Wait for done (a Flag or threading.Event), driving the machine unless the
+        machine thread does.  Raises KernelStuck at once while the machine is stuck,
+        KernelWedged after timeout."""
         if not self._serving_elsewhere():
             with self._locked(timeout):
                 self._drive(done.is_set, timeout)

@@ -48,6 +48,7 @@ from .irq import InterruptController
 from .jump_label import JumpLabels
 from .module import ModuleLoader
 from .driver import MachineDriver
+from .flag import Flag
 from .syscalls import SystemCalls
 from .hostwork import WORK_POINTS, HostWork, KernelCall
 from .printk import oops_report, read_log_buf
@@ -113,7 +114,7 @@ class Kernel(MachineDriver, SystemCalls):
         #: Work posted by other threads (system calls, upcalls, kills), taken by whoever
         #: drives the machine at the start of its next slice.
         self._inbox: collections.deque = collections.deque()
-        self._work = threading.Event()
+        self._work = Flag()
         self._upcalls: collections.deque = collections.deque()   # waiting for a CPU
         self._upcalls_running: dict[int, _Upcall] = {}          # cpu index -> upcall
         self._machine_thread: threading.Thread | None = None

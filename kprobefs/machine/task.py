@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import collections
 import struct
-import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import KernelError
+from .flag import Flag
 from .memory import PAGE, USER_WINDOW_SIZE
 
 __all__ = ["UserBuffer", "Task", "SyscallRequest", "Cpu", "ProcessExited", "marshal",
@@ -54,7 +54,7 @@ class SyscallRequest:
     nr: int
     name: str
     args: tuple
-    done: threading.Event = field(default_factory=threading.Event)
+    done: Flag = field(default_factory=Flag)
     result: int | None = None
     error: Exception | None = None
     outputs: list = field(default_factory=list)
@@ -85,7 +85,7 @@ class _Upcall:
     func: int
     args: tuple
     result: int | None = None
-    done: threading.Event = field(default_factory=threading.Event)
+    done: Flag = field(default_factory=Flag)
 
 
 class ProcessExited(KernelError):
