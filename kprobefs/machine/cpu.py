@@ -15,7 +15,7 @@ from unicorn.x86_const import (
 KERNEL_CS, KERNEL_DS = 0x10, 0x18
 
 __all__ = ["PT_REGS_FIELDS", "PT_REGS_SIZE", "UC_REG", "Registers", "pack_pt_regs",
-           "unpack_pt_regs"]
+           "pack_syscall_regs", "unpack_pt_regs"]
 
 #: struct pt_regs, in memory order.
 PT_REGS_FIELDS = ("r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax",
@@ -38,6 +38,23 @@ UC_REG = {
 
 def pack_pt_regs(values: dict) -> bytes:
     return _PT_REGS.pack(*(values.get(f, 0) & 0xFFFFFFFFFFFFFFFF for f in PT_REGS_FIELDS))
+
+
+_SYSCALL_ARG_SLOTS = tuple(PT_REGS_FIELDS.index(f) for f in ("di", "si", "dx", "r10", "r8",
+                                                              "r9"))
+_ORIG_AX, _AX = PT_REGS_FIELDS.index("orig_ax"), PT_REGS_FIELDS.index("ax")
+
+
+def pack_syscall_regs(nr: int, args) -> bytes:
+    """The pt_regs of a system call about to run: its number in orig_ax, -ENOSYS in ax
+    (as entry code leaves it), up to six arguments in di, si, dx, r10, r8, r9, the rest
+    zero."""
+    values = [0] * len(PT_REGS_FIELDS)
+    for slot, value in zip(_SYSCALL_ARG_SLOTS, args):
+        values[slot] = value & 0xFFFFFFFFFFFFFFFF
+    values[_ORIG_AX] = nr & 0xFFFFFFFFFFFFFFFF
+    values[_AX] = -38 & 0xFFFFFFFFFFFFFFFF
+    return _PT_REGS.pack(*values)
 
 
 def unpack_pt_regs(data: bytes) -> dict:

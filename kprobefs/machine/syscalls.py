@@ -13,8 +13,8 @@ from typing import Callable
 
 from ..errors import KernelError, KernelStuck
 from . import abi
-from .abi import U64, signed64
-from .cpu import pack_pt_regs
+from .abi import signed64
+from .cpu import pack_syscall_regs
 from .memory import PAGE
 from .task import ProcessExited, SyscallRequest, Task, check_syscall_args, marshal
 
@@ -49,7 +49,8 @@ class SystemCalls:
         req.done.set()
         if req.on_done is not None:
             req.on_done(req)
-        self._cond.notify_all()
+        if self._machine_thread is None:
+            self._cond.notify_all()     # a caller driving the machine may wait on it
 
     # ---- requests --------------------------------------------------------------------
     def _load_request(self, task: Task, req: SyscallRequest) -> bool:
@@ -62,11 +63,7 @@ class SystemCalls:
             req.error = e
             self._finish(req)
             return False
-        values += [0] * (6 - len(values))
-        regs = dict(zip(("di", "si", "dx", "r10", "r8", "r9"), values))
-        regs["orig_ax"] = req.nr
-        regs["ax"] = (-38) & U64
-        self.mem.write(task.regs_ptr, pack_pt_regs(regs))
+        self.mem.write(task.regs_ptr, pack_syscall_regs(req.nr, values))
         task.active = req
         task.state = "kernel"
         return True
