@@ -421,8 +421,14 @@ class Kernel(MachineDriver, SystemCalls):
 
     def _update_jiffies(self) -> None:
         j = (time.monotonic_ns() - self._boot_ns) * HZ // 1_000_000_000
+        if j == self._jiffies_seen:
+            return          # a tick has not passed since the last slice
+        self._jiffies_seen = j
         # jiffies wraps (unsigned long) five minutes after boot, as Linux's does.
         self.mem.write(self._jiffies_addr, struct.pack("<Q", (j + self._jiffies_base) & U64))
+
+    #: The jiffies value last written (the kernel never writes jiffies itself).
+    _jiffies_seen = -1
 
     @property
     def _jiffies_addr(self) -> int:
