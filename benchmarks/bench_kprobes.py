@@ -9,7 +9,7 @@ thread that runs the emulation (``--clock cpu``, the default): on a shared machi
 time (``--clock wall``) also counts the time the thread waited for a core, which moved
 single rows by 2x between runs.
 
-    python3 benchmarks/bench_kprobes.py [--calls N] [--clock cpu|wall]
+    python3 benchmarks/bench_kprobes.py [--calls N] [--clock cpu|wall] [--rounds N]
 """
 
 from __future__ import annotations
@@ -120,16 +120,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=50000)
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     b = Bench(args.calls, time.thread_time if args.clock == "cpu" else time.perf_counter)
     b.per_call()                                   # warm the translation cache
-    base = b.per_call()
-    base_traced = b.per_call(traced=1)
-    floor = b.floor(raw=False) - base
-    floor_raw = b.floor(raw=True) - base
-    results = {}
-    for name, _ in ROWS:
-        results[name] = b.row(name) - (base_traced if name == "f" else base)
+    # Rounds of every measurement, interleaved, each figure the median of its rounds:
+    # the host's speed drifts during a run, and a floor measured once at the start
+    # moved every ratio with it.
+    samples: dict[str, list[float]] = {}
+    for _ in range(args.rounds):
+        base, base_traced = b.per_call(), b.per_call(traced=1)
+        for key, value in (("base", base), ("base_traced", base_traced),
+                           ("floor", b.floor(raw=False) - base),
+                           ("floor_raw", b.floor(raw=True) - base)):
+            samples.setdefault(key, []).append(value)
+        for name, _ in ROWS:
+            samples.setdefault(name, []).append(
+                b.row(name) - (base_traced if name == "f" else base))
+    med = {key: statistics.median(values) for key, values in samples.items()}
+    base, base_traced, floor, floor_raw = (med["base"], med["base_traced"], med["floor"],
+                                           med["floor_raw"])
+    results = {name: med[name] for name, _ in ROWS}
     print(f"unprobed call: {base:.3f} us (traced variant {base_traced:.3f} us)")
     print(f"floor, one Python code hook per hit: {floor:.3f} us (Unicorn API), "
           f"{floor_raw:.3f} us (raw C callback)")
