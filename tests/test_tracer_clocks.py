@@ -75,7 +75,8 @@ def machine():
     """A kernel that booted 400 s before its TSC clock started (ktime runs 400 s ahead
     of local), and a tracer recording one event in the kernel."""
     kernel = Kernel(cpus=1, seed=0)
-    kernel._boot_ns -= 400 * SECOND
+    kernel.ktime = kernel.ktime.shifted(400 * SECOND)
+    kernel.write(kernel.image.symbol_value("ktime_tsc"), kernel.ktime.kernel_layout())
     tracer = Tracer(kernel.kprobes, kernel)
     root = tracer.tracefs_root()
     write(root, "kprobe_events", "p:k kprobe_target_traced+5 a=%di\n")

@@ -29,6 +29,7 @@ _U64 = 0xFFFFFFFFFFFFFFFF
 #: struct host_work: fn, args[6], data[512].
 _HEADER = struct.Struct("<7Q")
 _DATA_SIZE = 512
+_COUNT = struct.Struct("<Q")         # unsigned long host_work_queued
 #: The hostfs operations after which the kernel runs the queue (kernel/fs/hostfs.c).
 WORK_POINTS = frozenset({HC.HOSTFS_OPEN, HC.HOSTFS_READ, HC.HOSTFS_WRITE,
                          HC.HOSTFS_RELEASE})
@@ -66,6 +67,8 @@ class HostWork:
         self.at_work_point = False
         self._drain_queued = False
         self._entry = kernel.image.symbol_value("host_work_run")
+        #: host_work_queued: the kernel makes no HC_WORK_NEXT while it reads 0.
+        self._count_at = kernel.image.symbol_value("host_work_queued")
         kernel.add_hypercall("WORK_NEXT", self._next)
         kernel.add_hypercall("WORK_DONE", self._done)
 
@@ -86,6 +89,7 @@ class HostWork:
                 self._drain_queued = True
                 k.upcall_later(self._entry, 0)
             self._queue.append(call)
+            self._count_queued()
             return call
         values = [self._resolve(a) for a in args]
         self._complete(call, k.upcall(func, *values))
@@ -115,6 +119,7 @@ class HostWork:
                 self._drain_queued = False
             return 0
         self._queue.remove(call)
+        self._count_queued()
         data, values = bytearray(), []
         for arg in call.args:
             arg = self._resolve(arg)
@@ -132,6 +137,9 @@ class HostWork:
         k.write(work_ptr, _HEADER.pack(call.func, *values) + bytes(data))
         self._running[k.cpu.index] = call
         return 1
+
+    def _count_queued(self) -> None:
+        self.kernel.write(self._count_at, _COUNT.pack(len(self._queue)))
 
     def _done(self, ret, result, *_):
         call = self._running.pop(self.kernel.cpu.index, None)

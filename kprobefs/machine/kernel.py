@@ -158,13 +158,16 @@ class Kernel(MachineDriver, SystemCalls):
         #: the kernel's own recorder (machine/clock.py).
         self.trace_clock = TscClock()
         self.trace_clock_ns = self.trace_clock.ns
+        #: ktime (ktime_get_ns): the same TSC clock, kept as it was at boot (the kernel
+        #: reads it from ktime_tsc without a hypercall; the trace clock may change).
+        self.ktime = self.trace_clock.shifted(0)
         self._in_emulation = 0
         self._hz = hz
         self._hypercalls = {
             HC.IDLE: self._hc_idle, HC.SYSCALL_DONE: self._hc_syscall_done,
             HC.TASK_NEW: self._hc_task_new, HC.TASK_EXIT: self._hc_task_exit,
             HC.TASK_FREE: self._hc_task_free,
-            HC.IRET: self._hc_iret, HC.CLOCK: self._hc_clock, HC.CONSOLE: self._hc_console,
+            HC.IRET: self._hc_iret, HC.CONSOLE: self._hc_console,
             HC.PANIC: self._hc_panic, HC.BOOTED: self._hc_booted,
             HC.UPCALL_DONE: self._hc_upcall_done, HC.YIELD: self._hc_yield,
             HC.SELF_IPI: self._hc_self_ipi,
@@ -216,6 +219,7 @@ class Kernel(MachineDriver, SystemCalls):
             self.mem.write(site, FENTRY_NOP)
         self.kabi = self._read_kabi()
         self.mem.write(self._sym("trace_clock_tsc"), self.trace_clock.kernel_layout())
+        self.mem.write(self._sym("ktime_tsc"), self.ktime.kernel_layout())
         bp = self._sym("boot_params")
         self.mem.write(bp, struct.pack("<4Q", self.nr_cpus, heap[0], heap[1], pid_auto_base))
         # The host's own scratch page in kernel memory, for call_function() strings.
@@ -550,13 +554,9 @@ class Kernel(MachineDriver, SystemCalls):
             self._loaded_cpu = saved
         return 0
 
-    def _hc_clock(self):
-        return self.clock_ns()
-
     def clock_ns(self) -> int:
-        """Nanoseconds since boot: the kernel's clock (ktime_get_ns), also trace_clock's
-        `local`."""
-        return time.monotonic_ns() - self._boot_ns
+        """Nanoseconds since boot: the kernel's clock (ktime_get_ns)."""
+        return self.ktime.read()
 
     def _hc_console(self):
         buf, length, level, _, _ = self._args()

@@ -204,7 +204,7 @@ enum hypercall_nr {
 	HC_TASK_NEW = 3,	/* (pid, parent pid): returns the user window base */
 	HC_TASK_EXIT = 4,	/* (pid, exit code): the task is dead */
 	HC_IRET = 5,		/* (pt_regs *): return from an exception frame */
-	HC_CLOCK = 6,		/* returns ns since boot */
+	/* 6 was HC_CLOCK: ktime_get_ns reads the TSC itself (ktime_tsc) */
 	HC_CONSOLE = 7,		/* (buf, len): a printk line, for the host log */
 	HC_PANIC = 8,		/* (msg): the kernel cannot go on */
 	HC_HOSTFS_LOOKUP = 16,	/* (dir id, name, &mode): child id or -errno */

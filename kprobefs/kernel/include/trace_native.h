@@ -16,6 +16,24 @@ struct trace_clock_tsc {
 	s64 offset;
 };
 extern struct trace_clock_tsc trace_clock_tsc;
+/* ktime_get_ns's clock: the TSC scaled to ns since boot, set once by the host at boot
+ * (trace_clock_tsc is the selected trace clock and changes with it). */
+extern struct trace_clock_tsc ktime_tsc;
+
+static __always_inline u64 rdtsc(void)
+{
+	u32 lo, hi;
+
+	__asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi));
+	return ((u64)hi << 32) | lo;
+}
+
+static __always_inline u64 tsc_clock_read(const struct trace_clock_tsc *c)
+{
+	u64 delta = rdtsc() - c->tsc_base;
+
+	return c->offset + (u64)(((unsigned __int128)delta * c->mult) >> c->shift);
+}
 
 /* ---- fetch programs ----------------------------------------------------------------- */
 enum tn_op {

@@ -26,21 +26,10 @@
 
 struct trace_clock_tsc trace_clock_tsc;
 
-static __always_inline u64 rdtsc(void)
-{
-	u32 lo, hi;
-
-	__asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi));
-	return ((u64)hi << 32) | lo;
-}
-
 /* The selected trace clock's value, for a record's timestamp. */
 u64 __kprobes trace_clock_read(void)
 {
-	const struct trace_clock_tsc *c = &trace_clock_tsc;
-	u64 delta = rdtsc() - c->tsc_base;
-
-	return c->offset + (u64)(((unsigned __int128)delta * c->mult) >> c->shift);
+	return tsc_clock_read(&trace_clock_tsc);
 }
 
 struct tn_cpu trace_native_cpu[NR_CPUS];
