@@ -8,7 +8,9 @@ host process's priority, so that the kernel's own scheduler records what happene
 ``sched_waking`` and ``sched_wakeup`` (in the waker's context), ``sched_switch`` to the
 task, and ``sched_switch`` away from it with ``prev_state`` S or D.
 
-A thread samples each mirrored process every few milliseconds from ``/proc/PID/stat``
+A thread samples each mirrored process every few milliseconds (5 ms while one of them
+runs, backing off to 40 ms while none does; a process event samples at once) from
+``/proc/PID/stat``
 (state, nice, policy, rt_priority) and ``/proc/PID/status``
 (``voluntary_ctxt_switches``).  When the process ran since the last sample (its
 voluntary switch count moved: it blocked and was woken, or it went from S/D to running),
@@ -155,6 +157,10 @@ class SchedWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._own_pid = os.getpid()
+        #: A watched process ran during the last pass (the next comes after interval;
+        #: else the wait doubles, up to IDLE_FACTOR times interval).
+        self._active = True
+        self._idle_wait = interval
 
     # ---- requests in progress -----------------------------------------------------------
     def enter(self, pid: int) -> None:
@@ -217,6 +223,7 @@ class SchedWatch:
                 state = abi.TASK_UNINTERRUPTIBLE if now.state == "D" else \
                     abi.TASK_INTERRUPTIBLE
                 self.mirror.ran(watched.task, state)
+                self._active = True
         except ProcessExited:
             with self._lock:
                 if self._watched.get(pid) is watched:
@@ -266,11 +273,23 @@ class SchedWatch:
             except Exception:
                 log.exception("sampling the host's scheduling failed")
 
+    #: How many times interval the wait grows to while no watched process runs.
+    IDLE_FACTOR = 8
+
     def _wait(self) -> None:
         """Until the next pass is due, or a process event came (its fork or exec is
-        mirrored at once)."""
+        mirrored at once).  While no watched process runs, the passes come less often
+        (each a host round of /proc reads under the GIL): a process that wakes is seen
+        within IDLE_FACTOR times interval, and runs are sampled every interval again
+        from then on."""
+        if self._active:
+            self._idle_wait = self.interval
+        else:
+            self._idle_wait = min(2 * self._idle_wait, self.IDLE_FACTOR * self.interval)
+        self._active = False
         if self.wake is None:
-            self._stop.wait(self.interval)
+            self._stop.wait(self._idle_wait)
             return
-        self.wake.wait(self.interval)
+        if self.wake.wait(self._idle_wait):
+            self._active = True             # an event: sample at the pace again
         self.wake.clear()
