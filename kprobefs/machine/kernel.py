@@ -239,6 +239,9 @@ class Kernel(MachineDriver, SystemCalls):
         self._pcpu_area = self._sym("pcpu_area")
         self._host_call_return = self._sym("host_call_return")
         self._scratch_depth = 0
+        #: Requests finished during the CPU turn in progress, whose waiters are woken
+        #: when it ends (SystemCalls._finish).
+        self._finished: list = []
         self._task_pid_off = self.kabi["task.pid"]
         # init_task lives in the image's data, mapped for good: its pid's place, once.
         self._init_pid_at = self._sym("init_task") + self._task_pid_off
@@ -374,6 +377,9 @@ class Kernel(MachineDriver, SystemCalls):
             self._turn_started = None
             self._in_emulation -= 1
             self.cpu = None
+            finished, self._finished = self._finished, []
+            for req in finished:
+                req.done.set()
         if self.stuck is not None and any(c.state != "wedged" for c in self.cpus):
             log.error("the machine runs again (it was stuck: %s)", self.stuck)
             self.stuck = None

@@ -46,11 +46,20 @@ class SystemCalls:
         return 0
 
     def _finish(self, req: SyscallRequest) -> None:
-        req.done.set()
         if req.on_done is not None:
             req.on_done(req)
         if self._machine_thread is None:
+            req.done.set()
             self._cond.notify_all()     # a caller driving the machine may wait on it
+        elif self._in_emulation:
+            # The waiter is another thread: woken now, it would take the GIL from every
+            # hook that ends this turn, one by one.  The turn ends at once and the
+            # waiter is woken then (Kernel._emulate).
+            self._finished.append(req)
+            if not self._scratch_depth:
+                self.uc.emu_stop()
+        else:
+            req.done.set()
 
     # ---- requests --------------------------------------------------------------------
     def _load_request(self, task: Task, req: SyscallRequest) -> bool:
