@@ -23,7 +23,6 @@ import stat
 import statistics
 import subprocess
 import tempfile
-import threading
 import time
 
 from kprobefs.daemon import Daemon
