@@ -21,7 +21,7 @@ import pytest
 from fs_fakes import FakeKernel, FakeTracer
 from kprobefs import seccomp
 from kprobefs.fs import Caller, Gateway, build_tree
-from kprobefs.fs import gateway as gateway_module
+from kprobefs.fs import callers as callers_module
 from kprobefs.fs.syscallwatch import (
     MIRRORED, HostCall, HostProcess, SyscallWatch, host_call, socket_address,
 )
@@ -256,7 +256,7 @@ def test_emulated_directory_names(gateway, monkeypatch):
                 return root.rstrip("/") + path[len(point):] or "/"
         return None
 
-    monkeypatch.setattr(gateway_module, "mount_relative_of", relative)
+    monkeypatch.setattr(callers_module, "mount_relative_of", relative)
     name = gateway.emulated_directory
     assert name(1, "/sys/kernel/tracing", "/") == "/sys/kernel/tracing"
     assert name(1, "/sys/kernel/tracing/", "/") == "/sys/kernel/tracing/"
