@@ -59,6 +59,19 @@ def _cpus(text: str) -> int:
     return value
 
 
+def _host_cpu(text: str) -> int | None:
+    """A host CPU the process may run on, or None for "any"."""
+    if text == "any":
+        return None
+    try:
+        cpu = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("a CPU number or 'any'") from None
+    if cpu not in os.sched_getaffinity(0):
+        raise argparse.ArgumentTypeError(f"CPU {cpu} is not one this process may use")
+    return cpu
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kprobefs",
@@ -83,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="background operations per second (default 0: none)")
     m.add_argument("--seed", type=int, default=0, metavar="N",
                    help="seed for the machine and the workload (default 0)")
+    m.add_argument("--host-cpu", type=_host_cpu, default=None, metavar="CPU",
+                   help="run every thread of the daemon on this one host CPU, or 'any' "
+                        "(the default): the GIL lets one run at a time, and on one CPU "
+                        "handing it over is a context switch, not a wake-up of another "
+                        "CPU")
     m.add_argument("--allow-other", action="store_true",
                    help="let users other than root use the mount (modes still apply)")
     m.add_argument("--log-file", metavar="PATH",
@@ -185,6 +203,9 @@ def _fail(reason: str) -> int:
 
 # ==== mount ===============================================================================
 def _make_daemon(args, factories) -> Daemon:
+    if args.host_cpu is not None:
+        # Before any thread starts: every thread of the daemon inherits it.
+        os.sched_setaffinity(0, {args.host_cpu})
     return Daemon(args.mountpoint, cpus=args.cpus, seed=args.seed,
                   workload_rate=args.workload, allow_other=args.allow_other, **factories)
 

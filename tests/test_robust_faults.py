@@ -237,6 +237,28 @@ def test_kill_9_during_a_write_then_mount_again_and_sigterm(tmp_path):
             subprocess.run(["fusermount", "-u", "-z", str(path)], capture_output=True)
 
 
+def test_host_cpu_runs_every_thread_of_the_daemon_on_that_cpu(tmp_path):
+    """mount --host-cpu N: the daemon's threads (the machine's, FUSE's, the watchers')
+    are all allowed N only, and the mount works; a CPU the process may not use is
+    refused before anything starts."""
+    need_fuse()
+    cpu = max(os.sched_getaffinity(0))
+    path = tmp_path / "mnt"
+    r = _cli("mount", str(path), "--host-cpu", "1000000")
+    assert r.returncode == 2 and "--host-cpu" in r.stderr
+    r = _cli("mount", str(path), "--host-cpu", str(cpu))
+    assert r.returncode == 0, r.stderr
+    try:
+        pid = _daemon_pid(path)
+        assert write(str(path / "tracing/kprobe_events"), "p:pinned vfs_read") == 0
+        tids = os.listdir(f"/proc/{pid}/task")
+        assert len(tids) > 5
+        assert all(os.sched_getaffinity(int(t)) == {cpu} for t in tids)
+    finally:
+        r = _cli("umount", str(path))
+        assert r.returncode == 0, r.stderr
+
+
 def _stale(path) -> bool:
     try:
         os.stat(path)
