@@ -907,7 +907,8 @@ class _TraceFile:
         header = t.trace_header(options, self.cpu, buffer)
         with gc_paused():
             runs = buffer.runs(self.cpu)
-        return _Handle(lambda: header + t.render_runs(runs, options), lambda data: len(data),
+        return _Handle(lambda: header + t.render_runs(runs, options, buffer),
+                       lambda data: len(data),
                        t.unpause if paused else None)
 
 

@@ -9,8 +9,9 @@ hit path.
 from __future__ import annotations
 
 import struct
-from itertools import chain, repeat
-from operator import add, call, floordiv, getitem, itemgetter, mod
+from bisect import bisect_left
+from itertools import chain, compress, repeat
+from operator import add, call, floordiv, getitem, is_, itemgetter, mod
 from typing import Callable, Iterable, NamedTuple, Sequence
 
 __all__ = [
@@ -284,9 +285,39 @@ class _Made(dict):
 
 
 _TS = itemgetter(0)
+_PID = itemgetter(1)
 _EVENT = itemgetter(3)
 _ARGS = itemgetter(6)
 _LINE_KEY = slice(1, 6)                   # (pid, flags, event, ip, return ip)
+
+
+class KeptLines(NamedTuple):
+    """What one CPU's records printed as, kept for the next read of the same buffer
+    (TraceFormatter.render_runs): the key the lines were made under, the records,
+    their lines, and the comm each pid of them printed with."""
+
+    key: object
+    records: list
+    lines: list
+    comms: dict
+
+
+def _overlap(old: list, new: list) -> int | None:
+    """The index in ``old`` where ``new`` starts, when ``new`` is ``old`` (the same
+    record objects) with records gone from the front and added at the back, as a
+    CPU's buffer changes between reads; ``None`` otherwise."""
+    if not old or not new:
+        return None
+    first = new[0]
+    at = bisect_left(old, first[0], key=_TS)
+    while at < len(old) and old[at] is not first:
+        if old[at][0] != first[0]:
+            return None
+        at += 1
+    both = len(old) - at
+    if both == 0 or both > len(new) or not all(map(is_, old[at:], new[:both])):
+        return None
+    return at
 
 
 class TraceFormatter:
@@ -315,19 +346,59 @@ class TraceFormatter:
         return "".join(self._lines([cpu for cpu, _rec in pairs],
                                    [rec for _cpu, rec in pairs], general))
 
-    def render_runs(self, runs: Sequence[tuple[int, list]],
-                    general: Callable[[tuple], str]) -> str:
+    def render_runs(self, runs: Sequence[tuple[int, list]], general: Callable[[tuple], str],
+                    kept: dict[int, KeptLines] | None = None, key: object = None) -> str:
         """The lines of each CPU's records (``(cpu, records)``, each in time order),
         merged by timestamp, a tie going to the earlier run (as
-        :meth:`RingBuffer.snapshot` merges them)."""
+        :meth:`RingBuffer.snapshot` merges them).
+
+        With ``kept`` (cpu -> :class:`KeptLines`, updated here), the lines made for a
+        CPU's records at the last call are used again for the same records when
+        ``key`` (whatever else the lines depend on: the options, the symbols) is equal
+        and each pid's comm is still the one printed."""
         lines: list[str] = []
         for cpu, records in runs:
-            lines += self._lines(repeat(cpu), records, general)
+            if kept is None:
+                lines += self._lines(repeat(cpu), records, general)
+            else:
+                lines += self._kept_lines(cpu, records, general, kept, key)
         if len(runs) < 2:
             return "".join(lines)
         stamps = list(chain.from_iterable(map(_TS, records) for _cpu, records in runs))
         return "".join(map(lines.__getitem__, sorted(range(len(stamps)),
                                                      key=stamps.__getitem__)))
+
+    def _kept_lines(self, cpu: int, records: list, general: Callable[[tuple], str],
+                    kept: dict[int, KeptLines], key: object) -> list[str]:
+        """_lines, taking the lines of the records ``kept[cpu]`` has too from there
+        (made again for a pid whose comm is not the one printed); only lines of
+        compiled events are kept (another event's text may depend on more than the
+        key)."""
+        last = kept.pop(cpu, None)
+        find_comm = self._find_comm
+        lines: list[str] = []
+        comms: dict = {}
+        renamed: set = set()
+        if last is not None and last.key == key:
+            start = _overlap(last.records, records)
+            if start is not None:
+                lines, comms = last.lines[start:], last.comms
+                renamed = {pid for pid, comm in comms.items() if find_comm(pid) != comm}
+        fresh = records[len(lines):]
+        unpack = self._unpackers(fresh, general)
+        if unpack is None:
+            return self._lines(repeat(cpu), records, general)
+        if renamed:
+            # the records of a renamed pid (saved_cmdlines changed since), made again
+            again = list(compress(range(len(lines)), map(renamed.__contains__,
+                                                         map(_PID, records))))
+            for at, line in zip(again, self._lines(repeat(cpu), list(map(
+                    records.__getitem__, again)), general)):
+                lines[at] = line
+        lines += self._lines(repeat(cpu), fresh, general, unpack)
+        comms = {**comms, **{pid: find_comm(pid) for pid in renamed.union(map(_PID, fresh))}}
+        kept[cpu] = KeptLines(key, records, lines, comms)
+        return lines
 
     def _unpackers(self, records: list, general: Callable[[tuple], str]) -> dict | None:
         """event -> its compiled text's ``unpack`` when every event of records has a
