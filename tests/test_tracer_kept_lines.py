@@ -165,3 +165,16 @@ def test_reading_the_trace_does_not_consume(t):
         assert handle.read(1 << 20, 0).count(b"\n") == 20
     finally:
         handle.release()
+
+
+def test_only_the_pids_of_the_records_held_are_remembered(t):
+    for pid in range(200, 260):
+        t.kernel.run_as(pid, f"p{pid}", cpu=0)
+        t.engine.hit(VFS_READ, di=pid, si=0)
+        t.clock.advance(1_000)
+    hits(t, 30)
+    assert "p259-259" in cat(t.root, "trace")
+    assert len(t.tracer.top.buffer.consume(None, limit=60)) == 60    # pids 200-259
+    assert "p259-259" not in cat(t.root, "trace")
+    kept = t.tracer.top._kept_lines[t.tracer.top.buffer]
+    assert sorted({pid for k in kept.values() for pid in k.comms}) == [100, 101, 102]

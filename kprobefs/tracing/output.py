@@ -377,13 +377,12 @@ class TraceFormatter:
         last = kept.pop(cpu, None)
         find_comm = self._find_comm
         lines: list[str] = []
-        comms: dict = {}
         renamed: set = set()
         if last is not None and last.key == key:
             start = _overlap(last.records, records)
             if start is not None:
-                lines, comms = last.lines[start:], last.comms
-                renamed = {pid for pid, comm in comms.items() if find_comm(pid) != comm}
+                lines = last.lines[start:]
+                renamed = {pid for pid, comm in last.comms.items() if find_comm(pid) != comm}
         fresh = records[len(lines):]
         unpack = self._unpackers(fresh, general)
         if unpack is None:
@@ -396,7 +395,8 @@ class TraceFormatter:
                     records.__getitem__, again)), general)):
                 lines[at] = line
         lines += self._lines(repeat(cpu), fresh, general, unpack)
-        comms = {**comms, **{pid: find_comm(pid) for pid in renamed.union(map(_PID, fresh))}}
+        # the pids of these records only (a live trace sees ever new pids)
+        comms = {pid: find_comm(pid) for pid in set(map(_PID, records))}
         kept[cpu] = KeptLines(key, records, lines, comms)
         return lines
 
