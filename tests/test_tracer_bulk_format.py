@@ -31,12 +31,18 @@ def filled():
                                   "p:str vfs_read s=+0(%si):string n=%di\n"
                                   "p:sym vfs_read f=%di:symbol\n")
     echo(t.root, "events/enable", "1")
+    hit_values(t)
+    return t
+
+
+def hit_values(t, cpus=1):
+    """A hit and a return per value, by three tasks over ``cpus`` CPUs (two: each
+    second pair at the time of the one before, on the other CPU)."""
     for i, v in enumerate(VALUES):
-        t.kernel.pid = 100 + i % 3
+        t.kernel.run_as(100 + i % 3, f"t%{i % 3}", cpu=i % cpus)
         t.engine.hit(VFS_READ, di=v, si=0)
         t.engine.ret(VFS_READ, VFS_READ + 0x40 + i, ax=v, si=v)
-        t.clock.advance(1_234_567 * (i + 1))
-    return t
+        t.clock.advance(1_234_567 * (i + 1) * (i % cpus if cpus > 1 else 1))
 
 
 @pytest.mark.parametrize("options", [
@@ -66,3 +72,33 @@ def test_trace_file_reads_the_bulk_text(filled):
     h.release()
     assert " a4=-128 " in text and " a11=0xffffffffffffffff" in text
     assert "ret: (vfs_read+0x" in text and " rv=-1 " in text
+
+
+@pytest.fixture
+def numeric():
+    """Only events with a compiled text: the path that maps each step over all records."""
+    t = make_tracer(nr_cpus=2)
+    args = " ".join(f"a{i}=%di:{ty}" for i, ty in enumerate(TYPES))
+    echo(t.root, "kprobe_events", f"p:num vfs_read {args}\n"
+                                  "r:ret vfs_read rv=$retval:s32 x=%si:x16\n")
+    echo(t.root, "events/enable", "1")
+    hit_values(t, cpus=2)
+    return t
+
+
+@pytest.mark.parametrize("options", [
+    TraceOptions(), TraceOptions(irq_info=False), TraceOptions(context_info=False),
+    TraceOptions(in_ns=False)])
+def test_compiled_lines_match_the_per_record_path(numeric, options):
+    pairs = numeric.tracer.buffer.snapshot()
+    assert {rec[3].name for _cpu, rec in pairs} == {"num", "ret"}
+    assert numeric.tracer.render(pairs, options) == per_record(numeric, pairs, options)
+
+
+@pytest.mark.parametrize("options", [TraceOptions(), TraceOptions(in_ns=False)])
+def test_each_cpus_records_merged_by_time_as_the_pairs_are(numeric, filled, options):
+    assert len(numeric.tracer.top.buffer.runs()) == 2
+    for t in (numeric, filled):
+        top = t.tracer.top
+        runs = top.buffer.runs()
+        assert top.render_runs(runs, options) == top.render(top.buffer.snapshot(), options)

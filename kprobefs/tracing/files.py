@@ -906,8 +906,9 @@ class _TraceFile:
         buffer = t.trace_buffer()
         header = t.trace_header(options, self.cpu, buffer)
         with gc_paused():
-            pairs = buffer.snapshot(self.cpu)
-        return _Handle(lambda: header + t.render(pairs, options), lambda data: len(data),
+            runs = buffer.runs(self.cpu)
+        return _Handle(lambda: header + t.render_runs(runs, options, buffer),
+                       lambda data: len(data),
                        t.unpause if paused else None)
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "MIN_PAGES",
     "DEFAULT_BUFFER_BYTES",
     "pages_for_kb",
+    "merge_runs",
     "event_size",
     "MAX_TOTAL_BUFFER_KB",
 ]
@@ -70,6 +71,18 @@ def event_size(payload: int) -> int:
 
 def _pair_ts(pair: tuple[int, tuple]) -> int:
     return pair[1][0]
+
+
+def merge_runs(runs: Sequence[tuple[int, list]]) -> list[tuple[int, tuple]]:
+    """(cpu, record) pairs in time order from :meth:`RingBuffer.runs`' lists."""
+    if len(runs) == 1:
+        c, recs = runs[0]
+        return [(c, r) for r in recs]
+    # Each CPU's records are in time order: one stable sort on the timestamp merges
+    # them (runs merge in linear time), a tie going to the lower CPU, as before.
+    pairs = [(c, r) for c, recs in runs for r in recs]
+    pairs.sort(key=_pair_ts)
+    return pairs
 
 
 class Chunk:
@@ -477,18 +490,15 @@ class RingBuffer:
             for buf in self._bufs(None):
                 buf.decode_all()
 
+    def runs(self, cpu: int | None = None) -> list[tuple[int, list]]:
+        """Return (cpu, its records oldest first) for each CPU that has records, in CPU
+        order, without consuming them: what :meth:`snapshot` merges."""
+        with self.lock:
+            return [(b.cpu, recs) for b in self._bufs(cpu) if (recs := b.records())]
+
     def snapshot(self, cpu: int | None = None) -> list[tuple[int, tuple]]:
         """Return (cpu, record) pairs in time order, without consuming them."""
-        with self.lock:
-            lists = [(b.cpu, recs) for b in self._bufs(cpu) if (recs := b.records())]
-        if len(lists) == 1:
-            c, recs = lists[0]
-            return [(c, r) for r in recs]
-        # Each CPU's records are in time order: one stable sort on the timestamp merges
-        # them (runs merge in linear time), a tie going to the lower CPU, as before.
-        pairs = [(c, r) for c, recs in lists for r in recs]
-        pairs.sort(key=_pair_ts)
-        return pairs
+        return merge_runs(self.runs(cpu))
 
     def consume(self, cpu: int | None = None, limit: int = 1) -> list[tuple[int, tuple]]:
         """Remove and return up to ``limit`` oldest (cpu, record) pairs, in time order.

@@ -91,6 +91,12 @@ class KernelSymbols:
                                                 base_sym.addr + max(base_sym.size, 1))
         return True
 
+    def modules_token(self) -> object:
+        """What symbolize's answers depend on beyond the kernel's own symbols: the
+        image's loaded modules (a new dict at each load and unload), compared with
+        ``==``."""
+        return getattr(self.image, "modules", None)
+
     def symbolize(self, addr: int, offset: bool = True) -> str | None:
         """Return ``sym+0xoff/0xsize`` (`` [mod]`` added inside a module), or ``sym``
         without ``offset``; ``None`` if no symbol covers ``addr``."""

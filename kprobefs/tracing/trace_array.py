@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import errno
 import struct
+import weakref
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from kprobefs.tracing.error_log import ErrorLog
 from kprobefs.tracing.fetch import RecordField
@@ -35,7 +36,7 @@ from kprobefs.tracing.output import (
 from kprobefs.tracing.pid_filter import PidFilter
 from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.ring_buffer import (
-    DEFAULT_BUFFER_BYTES, MAX_TOTAL_BUFFER_KB, RingBuffer,
+    DEFAULT_BUFFER_BYTES, MAX_TOTAL_BUFFER_KB, RingBuffer, merge_runs,
 )
 from kprobefs.tracing.snapshot import MaxTrace, snapshot_help
 from kprobefs.tracing.tracers import NopTracer, TracerPlugin
@@ -201,6 +202,8 @@ class TraceArray:
         self.buffer = RingBuffer(self.nr_cpus)
         #: The snapshot buffer (max_tr), allocated on demand.
         self.max_tr = MaxTrace(self.buffer)
+        #: buffer -> cpu -> the lines its records printed as at the last read.
+        self._kept_lines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.error_log = ErrorLog(registry.clock)
         self.options = dict(OPTION_DEFAULTS)
         #: current_tracer's choices (tracers.py), in registration order.
@@ -593,8 +596,11 @@ class TraceArray:
 
     # ================================================================ buffer control
     def clear_trace(self) -> None:
-        """``echo > trace``: the buffer ``trace`` shows is emptied."""
-        self.trace_buffer().reset()
+        """``echo > trace``: the buffer ``trace`` shows is emptied (and the lines kept
+        for its records let go)."""
+        buffer = self.trace_buffer()
+        buffer.reset()
+        self._kept_lines.pop(buffer, None)
 
     def set_tracing_on(self, on: bool) -> None:
         with self.lock:
@@ -818,7 +824,7 @@ class TraceArray:
         """The header and lines of ``buffer`` (default: the buffer ``trace`` shows)."""
         buffer = buffer or self.trace_buffer()
         header = self.trace_header(options, cpu, buffer)
-        return header + self.render(buffer.snapshot(cpu), options)
+        return header + self.render_runs(buffer.runs(cpu), options, buffer)
 
     def trace_buffer(self) -> RingBuffer:
         """What ``trace`` shows: the main buffer, or the snapshot where the current
@@ -867,21 +873,43 @@ class TraceArray:
         return count
 
     # ================================================================ trace text
-    def render(self, pairs: Iterable[tuple[int, tuple]], options: TraceOptions) -> str:
+    def render(self, pairs: Sequence[tuple[int, tuple]], options: TraceOptions) -> str:
         """Return the trace lines of (cpu, record) pairs (output.TraceFormatter: events
         that compile their text, kprobe events with numeric arguments, by that; the rest
         by their ``render``)."""
+        with gc_paused():
+            text = self.current_tracer.print_trace(self, pairs, options)
+            if text is not None:
+                return text
+            return self._formatter(options).render(
+                pairs, lambda rec: rec[3].render(rec, self, options))
+
+    def render_runs(self, runs: Sequence[tuple[int, list]], options: TraceOptions,
+                    buffer: RingBuffer | None = None) -> str:
+        """:meth:`render` of what RingBuffer.runs gave: the CPUs' records merged by
+        time.  Given the ``buffer`` they are from, the lines of the records the last
+        call for it had too are taken from that call (TraceFormatter.render_runs:
+        reading ``trace`` again formats only what is new).  A tracer that prints
+        records its own way gets them merged by time."""
+        if type(self.current_tracer).print_trace is not TracerPlugin.print_trace:
+            return self.render(merge_runs(runs), options)
+        kept = None
+        if buffer is not None:
+            kept = self._kept_lines.get(buffer)
+            if kept is None:
+                kept = self._kept_lines[buffer] = {}
+        with gc_paused():
+            return self._formatter(options).render_runs(
+                runs, lambda rec: rec[3].render(rec, self, options), kept,
+                (options, self.symbols.modules_token()))
+
+    def _formatter(self, options: TraceOptions) -> TraceFormatter:
         symbolize = self.symbols.symbolize
 
         def compile_text(ev):
             compile_ = getattr(ev, "compile_text", None)
             return compile_(symbolize) if compile_ is not None else None
-        with gc_paused():
-            text = self.current_tracer.print_trace(self, pairs, options)
-            if text is not None:
-                return text
-            return TraceFormatter(self.comm_cache.find, options, compile_text).render(
-                pairs, lambda rec: rec[3].render(rec, self, options))
+        return TraceFormatter(self.comm_cache.find, options, compile_text)
 
     def trace_header(self, options: TraceOptions, cpu: int | None = None,
                      buffer: RingBuffer | None = None) -> str:
