@@ -385,3 +385,27 @@ def test_data_is_not_executable(kernel):
         # The fault is on the fetch itself: the oops reports RIP at the target.
         assert f"RIP: {target:016x}" in kernel.dmesg()
     assert kernel.syscall(kernel.spawn("after"), "getppid") == 1
+
+
+def test_a_process_that_exits_while_the_machine_thread_runs_exits_cleanly(tmp_path):
+    """A Python-API user's process that ends with the machine thread busy (a workload
+    pumped by it) and no close(): the thread is stopped before the interpreter
+    finalizes (exits like these crashed inside Unicorn now and then)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "exit_busy.py"
+    script.write_text(
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        "from kprobefs.machine import Kernel\n"
+        "from kprobefs.machine.workload import Workload\n"
+        "k = Kernel(cpus=2, seed=0)\n"
+        "w = Workload(k, seed=0, rate=50000)\n"
+        "k.periodic.append(w.pump)\n"
+        "k.serve()\n"
+        "time.sleep(0.3)\n")
+    codes = [subprocess.run([sys.executable, str(script)], capture_output=True,
+                            timeout=120).returncode for _ in range(6)]
+    assert codes == [0] * 6

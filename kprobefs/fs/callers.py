@@ -122,6 +122,7 @@ class HostCallers:
         """The caller's task, made on first sight (or when its pid was reused), after the
         host's process events queued so far are applied."""
         pid = ctx.pid if ctx.pid > 0 else os.getpid()
+        self._after_releases()
         with self._lock:
             known = self._callers.get(pid)
         # A new process's parent may have forked it an instant ago: its FORK event is

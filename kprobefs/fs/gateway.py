@@ -3,8 +3,7 @@ the emulated kernel, made by a task with that process's pid and comm.  No FUSE h
 
 The processes and their tasks (made at a process's first request, forks, execs and
 exits mirrored) are :mod:`.callers`'.  open is ``openat``, read is ``lseek`` + ``read``,
-write is ``lseek`` + ``write``, release is ``close`` (queued, not waited for, where a
-machine thread runs it), readdir is ``getdents64``; getattr of a debugfs or tracefs name
+write is ``lseek`` + ``write``, release is ``close``, readdir is ``getdents64``; getattr of a debugfs or tracefs name
 is answered from the host tree the kernel's hostfs serves, of a ``proc``, ``dev`` or
 ``tmp`` name by ``newfstatat``.  Tasks whose host process has gone exit through the
 ``exit`` system call (do_exit) when :meth:`Gateway.reap` runs.
@@ -141,6 +140,9 @@ class Gateway(HostCallers):
         self._callers: dict[int, HostCaller] = {}
         self._files: dict[int, _OpenFile] = {}
         self._next_fh = 1
+        #: RELEASEs whose closes are running (see release()), and its condition.
+        self._releasing = 0
+        self._released = threading.Condition()
         self._closing = threading.Event()
         self._events: ProcessEvents | None = None
         self._events_lock = threading.Lock()
@@ -248,12 +250,12 @@ class Gateway(HostCallers):
         if self._is_status(path):
             now = time.time()
             return Attributes(stat.S_IFREG | 0o444, 0x6b70, 1, now, now, now)
-        buf = UserBuffer(_STAT.size)
         try:
             caller = self._caller(ctx)
             parts = [p for p in path.split("/") if p]
             if not parts or parts[0] not in ROOT_DIRS:
                 return self._host_attributes(parts)
+            buf = UserBuffer(_STAT.size)
             self._sys(caller, "newfstatat", AT_FDCWD, self.kernel_path(path), buf,
                       AT_SYMLINK_NOFOLLOW)
         except OSError as e:
@@ -440,35 +442,38 @@ class Gateway(HostCallers):
             return n
 
     def release(self, fh: int) -> None:
-        """Closes every emulated fd behind fh (each in its own task).  Where a machine
-        thread runs them the closes are not waited for: the host's FUSE does not wait
-        for a RELEASE either, and each task's next system call queues behind its
-        close."""
+        """Closes every emulated fd behind fh (each in its own task), waiting for each
+        close: on Linux a file is released before the close(2) of its last descriptor
+        returns, and the host's FUSE sends RELEASE without waiting for it, so the
+        process may already go on (`echo … > instances/foo/set_ftrace_filter; rmdir
+        instances/foo` must not find the file still open)."""
         with self._lock:
             of = self._files.pop(fh, None)
         if of is None:
             return
-        # Without a machine thread nothing would run a queued close: waited for.
-        close = self._queue_close if getattr(self.kernel, "served", False) else \
-            self._close_fd
-        for fd in list(of.fds.values()):
-            if fd.caller.task.state != "dead":
-                close(fd.caller, fd.fd)
-
-    def _queue_close(self, caller: HostCaller, fd: int) -> None:
-        def closed(req) -> None:     # the machine thread, as the close returns
-            if req.error is None and -4095 <= req.result < 0:
-                log.warning("close(%d) for pid %d failed: %s", fd, caller.pid,
-                            os.strerror(-req.result))
-
+        with self._released:
+            self._releasing += 1
         try:
-            self.kernel.submit(caller.task, "close", fd, on_done=closed)
-        except ProcessExited:
-            pass        # do_exit has closed the file already
-        except (MachineError, KernelError) as e:
-            log.warning("close(%d) for pid %d not queued: %s", fd, caller.pid, e)
-        else:
-            self.stats["calls"] += 1
+            for fd in list(of.fds.values()):
+                if fd.caller.task.state != "dead":
+                    self._close_fd(fd.caller, fd.fd)
+        finally:
+            with self._released:
+                self._releasing -= 1
+                self._released.notify_all()
+
+    #: How long a request waits for RELEASEs in progress before it goes ahead anyway.
+    RELEASE_WAIT = 2.0
+
+    def _after_releases(self) -> None:
+        """Waits for the closes of the RELEASEs that came before this request: the
+        process that closed a file went on at once, and what it does next (an rmdir of
+        the instance the file was in) must find the file closed, as on Linux.  Bounded:
+        a machine that does not get to them holds no one for long."""
+        if not self._releasing:
+            return
+        with self._released:
+            self._released.wait_for(lambda: not self._releasing, self.RELEASE_WAIT)
 
     def _close_fd(self, caller: HostCaller, fd: int) -> None:
         try:

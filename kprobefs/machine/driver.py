@@ -10,10 +10,12 @@ machine itself, a slice at a time, until what it waits for is done.  A mixin of
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import threading
 import time
+import weakref
 from typing import Callable
 
 from ..errors import KernelStuck, KernelWedged, MachineError
@@ -33,6 +35,9 @@ class MachineDriver:
             self._machine_thread = threading.Thread(target=self._machine_loop,
                                                     name="kprobefs-machine", daemon=True)
             self._machine_thread.start()
+            # A process that exits while the thread is inside Unicorn crashes in the
+            # interpreter's finalization: it is stopped first (unless close() ran).
+            atexit.register(_close_at_exit, weakref.ref(self))
 
     def close(self) -> None:
         """Stop the machine thread and the watchdog (the machine is not used again)."""
@@ -68,13 +73,6 @@ class MachineDriver:
                 duty()
             except Exception:
                 log.exception("periodic machine work failed")
-
-    @property
-    def served(self) -> bool:
-        """Whether a machine thread drives the machine (work posted now runs without
-        anyone waiting for it)."""
-        thread = self._machine_thread
-        return thread is not None and thread.is_alive()
 
     def _serving_elsewhere(self) -> bool:
         """Whether another thread drives the machine (the caller must only wait)."""
@@ -138,3 +136,8 @@ class MachineDriver:
                     return
             raise KernelWedged("the kernel did not go idle")
 
+
+def _close_at_exit(ref: "weakref.ref[MachineDriver]") -> None:
+    driver = ref()
+    if driver is not None and not driver._closing:
+        driver.close()
