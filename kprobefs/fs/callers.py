@@ -28,7 +28,8 @@ from typing import Callable, NamedTuple
 
 from ..errors import KernelError, KernelOops, MachineError
 from ..machine.kernel import ProcessExited
-from .hostproc import HostProcess, host_comm, host_process, host_start_time, mount_relative_of
+from .hostproc import (HostProcess, host_comm, host_process, host_start_time,
+                       mount_relative_of)
 from .procwatch import COMM, EXEC, EXIT, FORK, ProcessEvent, host_exec_image
 
 __all__ = ["Caller", "HostCaller", "HostCallers", "Spawning"]
@@ -105,7 +106,6 @@ class HostCaller:
         return not isinstance(made, Spawning) or made.done
 
 
-
 class _MirroredCall(NamedTuple):
     """A host call of a process to run on its task (syscallwatch), with the process's
     working directory when it made it."""
@@ -174,9 +174,9 @@ class HostCallers:
             # a forked task has its parent's working directory already
             start = proc.start
             caller = HostCaller(pid, start, comm, task,
-                             cwd=parent.cwd if parent is not None else None,
-                             mirrored=(parent is not None and parent.mirrored)
-                             or self._is_marked(pid, start))
+                                cwd=parent.cwd if parent is not None else None,
+                                mirrored=(parent is not None and parent.mirrored)
+                                or self._is_marked(pid, start))
             with self._lock:
                 self._callers[pid] = caller
             events = self._events
@@ -361,9 +361,9 @@ class HostCallers:
                 self._forget(child)
             with self._spawn_lock:
                 task = self._start_spawn(parent.comm, event.child, parent.task)
-                caller = HostCaller(event.child, host_start_time(event.child), parent.comm,
-                                 task, exec_seen=True, cwd=parent.cwd,
-                                 mirrored=parent.mirrored)
+                caller = HostCaller(event.child, host_start_time(event.child),
+                                    parent.comm, task, exec_seen=True, cwd=parent.cwd,
+                                    mirrored=parent.mirrored)
                 with self._lock:
                     self._callers[event.child] = caller
         elif event.what in (EXEC, COMM):

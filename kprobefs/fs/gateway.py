@@ -3,10 +3,11 @@ the emulated kernel, made by a task with that process's pid and comm.  No FUSE h
 
 The processes and their tasks (made at a process's first request, forks, execs and
 exits mirrored) are :mod:`.callers`'.  open is ``openat``, read is ``lseek`` + ``read``,
-write is ``lseek`` + ``write``, release is ``close``, readdir is ``getdents64``; getattr of a debugfs or tracefs name
-is answered from the host tree the kernel's hostfs serves, of a ``proc``, ``dev`` or
-``tmp`` name by ``newfstatat``.  Tasks whose host process has gone exit through the
-``exit`` system call (do_exit) when :meth:`Gateway.reap` runs.
+write is ``lseek`` + ``write``, release is ``close``, readdir is ``getdents64``;
+getattr of a debugfs or tracefs name is answered from the host tree the kernel's hostfs
+serves, of a ``proc``, ``dev`` or ``tmp`` name by ``newfstatat``.  Tasks whose host
+process has gone exit through the ``exit`` system call (do_exit) when
+:meth:`Gateway.reap` runs.
 
 One file is the daemon's own and never reaches the kernel: ``kprobefs/status``, the
 daemon's health (``status``, a callable the daemon passes), answered even when the

@@ -386,15 +386,13 @@ class HostFS:
         if not self.names_lock.acquire(timeout=timeout):
             raise OSError(errno.EIO, "the tree has been busy for %g s" % timeout)
         try:
-            for attempt in (1, 2):
-                try:
-                    node_id, node = walk(self, root_id, parts)
-                    return node_id, node_mode(node)
-                except RuntimeError:
-                    # a directory changed under its listing (host code that changes the
-                    # tree outside a hypercall, as the Python API may): once more
-                    if attempt == 2:
-                        raise
+            try:
+                node_id, node = walk(self, root_id, parts)
+            except RuntimeError:
+                # a directory changed under its listing (host code that changes the
+                # tree outside a hypercall, as the Python API may): once more
+                node_id, node = walk(self, root_id, parts)
+            return node_id, node_mode(node)
         finally:
             self.names_lock.release()
 
