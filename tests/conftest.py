@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 
 import pytest
@@ -25,3 +26,17 @@ def sleeper():
     yield p
     p.kill()
     p.wait()
+
+
+def blocking_kprobe(symbol: str, wait: float = 60.0):
+    """(kprobe, entered, go): a probe on symbol whose handler sets ``entered`` and then
+    holds the CPU until ``go`` is set (at most wait seconds); not registered yet."""
+    from kprobefs import Kprobe
+
+    entered, go = threading.Event(), threading.Event()
+
+    def pre(p, regs):
+        entered.set()
+        go.wait(wait)
+
+    return Kprobe(symbol_name=symbol, pre_handler=pre), entered, go

@@ -11,6 +11,7 @@ import stat
 
 import pytest
 
+from conftest import blocking_kprobe
 from kprobefs.daemon import Daemon
 from kprobefs.fs import Caller
 from kprobefs.fs.gateway import _STAT, AT_FDCWD, AT_SYMLINK_NOFOLLOW, STATUS_PATH
@@ -115,18 +116,10 @@ def test_a_request_after_a_release_waits_for_its_close(daemon, sleeper):
     meanwhile is answered only once the close is done."""
     import threading
 
-    from kprobefs import Kprobe
-
     kernel, gateway = daemon.kernel, daemon.gateway
     me = Caller(os.getpid())
     fh = gateway.open("/tracing/README", os.O_RDONLY, me)
-    entered, go = threading.Event(), threading.Event()
-
-    def pre(p, regs):
-        entered.set()
-        go.wait(30)
-
-    kp = Kprobe(symbol_name="__x64_sys_close", pre_handler=pre)
+    kp, entered, go = blocking_kprobe("__x64_sys_close", 30)
     with kernel.lock:
         kernel.register_kprobe(kp)
     kernel.serve()

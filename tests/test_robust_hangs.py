@@ -30,6 +30,7 @@ import kprobefs
 from kprobefs import Kprobe
 from kprobefs import cli
 
+from conftest import blocking_kprobe
 from robust_mount import InProcessMount, need_fuse, read, write
 
 pytestmark = pytest.mark.fuse
@@ -265,13 +266,7 @@ def test_a_handler_that_never_returns_makes_the_machine_stuck_and_requests_fail_
     kernel = mnt.kernel
     kernel.WEDGE_SECONDS = 0.5
     kernel.STUCK_SECONDS = 1.0
-    release, entered = threading.Event(), threading.Event()
-
-    def pre(p, regs):
-        entered.set()
-        release.wait(60)
-
-    kp = Kprobe(symbol_name="do_mkdirat", pre_handler=pre)
+    kp, entered, release = blocking_kprobe("do_mkdirat")
     with kernel.lock:
         kernel.register_kprobe(kp)
     try:
@@ -306,12 +301,7 @@ def test_a_stuck_machine_does_not_delay_a_mirrored_system_call(mnt):
                   "cd /sys/kernel/tracing; echo ready; read go; cd /sys/kernel/tracing; "
                   "cd /; cd /sys/kernel/tracing/events; echo done"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env(), cwd="/")
-    release = threading.Event()
-
-    def pre(p, regs):
-        release.wait(60)
-
-    kp = Kprobe(symbol_name="do_mkdirat", pre_handler=pre)
+    kp, _entered, release = blocking_kprobe("do_mkdirat")
     try:
         assert shell.stdout.readline() == "ready\n"
         assert watch.stats["mirrored"] == 1
