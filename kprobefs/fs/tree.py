@@ -307,8 +307,8 @@ class HostFS:
 
     #: The hypercalls whose handlers may add or remove names (a control file's open with
     #: O_TRUNC, write or release; mkdir, rmdir): they hold :attr:`names_lock`.
-    _RENAMING = (HC_HOSTFS_OPEN, HC_HOSTFS_WRITE, HC_HOSTFS_RELEASE, HC_HOSTFS_MKDIR,
-                 HC_HOSTFS_RMDIR)
+    _RENAMING = frozenset({HC_HOSTFS_OPEN, HC_HOSTFS_WRITE, HC_HOSTFS_RELEASE,
+                           HC_HOSTFS_MKDIR, HC_HOSTFS_RMDIR})
 
     def __init__(self, roots: dict[int, object]):
         self._lock = threading.Lock()

@@ -377,9 +377,10 @@ class Kernel(MachineDriver, SystemCalls):
             self._turn_started = None
             self._in_emulation -= 1
             self.cpu = None
-            finished, self._finished = self._finished, []
-            for req in finished:
-                req.done.set()
+            if self._finished:
+                finished, self._finished = self._finished, []
+                for req in finished:
+                    req.done.set()
         if self.stuck is not None and any(c.state != "wedged" for c in self.cpus):
             log.error("the machine runs again (it was stuck: %s)", self.stuck)
             self.stuck = None
