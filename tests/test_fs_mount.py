@@ -243,6 +243,25 @@ def test_real_probe_sees_the_shells_own_reads(real):
     assert not os.path.exists(f"{t}/events/kprobes/myprobe")
 
 
+def test_a_file_held_open_is_seen_on_the_host(real):
+    """rmdir's wait for releases in flight (Gateway.rmdir) is skipped when a process
+    that used a file of the instance still holds it: the EBUSY comes at once."""
+    from kprobefs.fs.gateway import Gateway, _held, _OpenFile
+
+    path = "/tracing/instances/held/trace"
+    of = _OpenFile(Gateway.kernel_path(path), os.O_RDONLY, {os.getpid(): None})
+    assert sh(f"mkdir {real}/tracing/instances/held").returncode == 0
+    try:
+        fd = os.open(f"{real}{path}", os.O_RDONLY)
+        try:
+            assert _held(of)
+        finally:
+            os.close(fd)
+        assert not _held(of)
+    finally:
+        sh(f"rmdir {real}/tracing/instances/held")
+
+
 def test_real_instance_mkdir_enable_rmdir(real):
     """mkdir/rmdir under tracing/instances go through the emulated kernel's VFS to the
     daemon; an event enabled in the instance records the shell's reads there only."""

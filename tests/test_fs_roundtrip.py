@@ -137,3 +137,29 @@ def test_a_request_after_a_release_waits_for_its_close(daemon, sleeper):
     releasing.join(30)
     looking.join(30)
     assert not looking.is_alive() and gateway.hostfs.open_handles == 0
+
+
+def test_an_rmdir_ahead_of_a_release_waits_for_it(daemon):
+    """`read e < instances/foo/x && rmdir instances/foo`: the RELEASE is queued before
+    the shell's close(2) returns, but another daemon thread may take the rmdir first.
+    An rmdir the kernel finds busy, with only files no process holds any more, waits
+    for their release and goes through."""
+    import threading
+
+    gateway = daemon.gateway
+    me = Caller(os.getpid())
+    daemon.kernel.serve()
+    gateway.mkdir("/tracing/instances/late", 0o755, me)
+    fh = gateway.open("/tracing/instances/late/trace", os.O_RDONLY, me)
+    done = []
+    removing = threading.Thread(
+        target=lambda: done.append(gateway.rmdir("/tracing/instances/late", me)))
+    removing.start()
+    removing.join(0.3)
+    assert removing.is_alive()              # waits for the release, not EBUSY
+    gateway.release(fh)
+    removing.join(30)
+    assert done == [None]
+    with pytest.raises(OSError) as e:
+        gateway.getattr("/tracing/instances/late", me)
+    assert e.value.errno == errno.ENOENT

@@ -45,7 +45,7 @@ from typing import Callable, NamedTuple
 from ..errors import KernelError, KernelOops, KernelStuck, KernelWedged, MachineError
 from ..machine.kernel import ProcessExited, UserBuffer
 from .callers import Caller, HostCaller, HostCallers
-from .hostproc import host_signal_pending, host_start_time
+from .hostproc import host_signal_pending, host_start_time, mount_relative_of
 from .procwatch import ProcessEvents
 from .tree import DEBUGFS_ROOT, HostFS
 
@@ -448,14 +448,14 @@ class Gateway(HostCallers):
         returns, and the host's FUSE sends RELEASE without waiting for it, so the
         process may already go on (`echo … > instances/foo/set_ftrace_filter; rmdir
         instances/foo` must not find the file still open)."""
-        with self._lock:
-            of = self._files.pop(fh, None)
-        if of is None:
-            return
+        # Counted before the fh goes: a request waiting for this file's release
+        # (_await_releases) sees it either open or still closing.
         with self._released:
             self._releasing += 1
         try:
-            for fd in list(of.fds.values()):
+            with self._lock:
+                of = self._files.pop(fh, None)
+            for fd in list(of.fds.values()) if of is not None else ():
                 if fd.caller.task.state != "dead":
                     self._close_fd(fd.caller, fd.fd)
         finally:
@@ -499,7 +499,28 @@ class Gateway(HostCallers):
         self._sys(self._caller(ctx), "mkdir", self.kernel_path(path), mode)
 
     def rmdir(self, path: str, ctx: Caller) -> None:
-        self._sys(self._caller(ctx), "rmdir", self.kernel_path(path))
+        """An instance with open files is busy; but a file its process has closed
+        may still be on its way here: the host's FUSE queues RELEASE as close(2)
+        returns, and another of our threads can take the rmdir first."""
+        caller, kpath = self._caller(ctx), self.kernel_path(path)
+        try:
+            self._sys(caller, "rmdir", kpath)
+        except OSError as e:
+            if e.errno != errno.EBUSY or not self._await_releases(kpath + "/"):
+                raise
+            self._sys(caller, "rmdir", kpath)
+
+    def _await_releases(self, prefix: str) -> bool:
+        """Waits (bounded) for the release of the files open under ``prefix`` that no
+        process that used them still holds; whether there were any and all went."""
+        with self._lock:
+            under = {fh: of for fh, of in self._files.items() if of.path.startswith(prefix)}
+        if not under or any(_held(of) for of in under.values()):
+            return False
+        with self._released:
+            return self._released.wait_for(
+                lambda: not self._releasing and under.keys().isdisjoint(self._files),
+                self.RELEASE_WAIT)
 
     def unlink(self, path: str, ctx: Caller) -> None:
         self._sys(self._caller(ctx), "unlink", self.kernel_path(path))
@@ -519,6 +540,25 @@ class Gateway(HostCallers):
         n = self._sys(self._caller(ctx), "readlinkat", AT_FDCWD, self.kernel_path(path),
                       buf, 4096)
         return buf.data[:n].decode("utf-8", "surrogateescape")
+
+
+def _held(of: _OpenFile) -> bool:
+    """Whether a host process that used the open file still has a descriptor on its
+    path (a child that inherited it unused is not seen: then the wait runs out)."""
+    for pid in of.fds:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for n in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{n}")
+            except OSError:
+                continue
+            rel = mount_relative_of(pid, link)
+            if rel is not None and Gateway.kernel_path(rel) == of.path:
+                return True
+    return False
 
 
 def _parse_dirents(data: bytes) -> list[tuple[str, int]]:
