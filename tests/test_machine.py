@@ -137,6 +137,27 @@ def test_spawn_gives_pid_and_comm(kernel):
     assert e.value.errno == errno.EEXIST
 
 
+def test_a_fork_that_keeps_its_parents_name_makes_no_prctl(kernel):
+    """A task forked from a parent of the same name has it already (fork copies comm):
+    no prctl is queued for it, as no host fork makes one; another name is a prctl."""
+    sh = kernel.spawn("sh")
+    calls = []
+    submit = kernel.submit
+    kernel.submit = lambda task, name, *a, **kw: (calls.append(name),
+                                                  submit(task, name, *a, **kw))[1]
+    try:
+        same = kernel.spawn("sh", parent=sh)
+        other = kernel.spawn("cat", parent=sh)
+        kernel.run_until_idle()
+    finally:
+        kernel.submit = submit
+    assert calls == ["clone3", "clone3", "prctl"]
+    for task, comm in ((same, b"sh"), (other, b"cat")):
+        name = UserBuffer(16)
+        assert kernel.syscall(task, "prctl", 16, name) == 0
+        assert name.data.rstrip(b"\0") == comm and task.comm == comm.decode()
+
+
 def _read_int(kernel, name, fmt="<i"):
     addr = kernel.image.symbol_value(name)
     return struct.unpack(fmt, kernel.read(addr, struct.calcsize(fmt)))[0]

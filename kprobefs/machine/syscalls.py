@@ -148,7 +148,8 @@ class SystemCalls:
               timeout: float | None = 30.0) -> Task:
         """A new user task forked (clone3) from parent (default: init) and named comm
         (prctl PR_SET_NAME, queued on the child as clone3 returns: returned once clone3
-        is done, before the naming runs).  With pid, the task gets exactly that pid
+        is done, before the naming runs; none when fork gave it its parent's name and
+        that is comm).  With pid, the task gets exactly that pid
         (clone3's set_tid).  Raises KernelError when clone3 fails, KernelWedged if the
         kernel does not finish within timeout seconds."""
         return self.spawned(self.start_spawn(comm, pid, parent), timeout)
@@ -167,10 +168,15 @@ class SystemCalls:
 
         def name_child(req: SyscallRequest) -> None:
             # The machine thread, as clone3 returns: the child's prctl is queued at
-            # once, ahead of whatever its caller asks of it next.
+            # once, ahead of whatever its caller asks of it next.  A child that has
+            # the name already (fork copied its parent's, current here) needs none.
             child = req.result if req.error is None else None
             if child is not None and child > 0 and child in self.tasks:
                 task = self.tasks[child]
+                if self.mem.read_cstring(self.current_task() + self.kabi["task.comm"],
+                                         16) == name[:-1]:
+                    task.comm = comm[:15]
+                    return
                 try:
                     self.submit(task, "prctl", abi.PR_SET_NAME, name)
                 except (ProcessExited, KernelStuck):
