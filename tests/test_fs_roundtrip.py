@@ -163,3 +163,28 @@ def test_an_rmdir_ahead_of_a_release_waits_for_it(daemon):
     with pytest.raises(OSError) as e:
         gateway.getattr("/tracing/instances/late", me)
     assert e.value.errno == errno.ENOENT
+
+
+def test_a_mirrored_exec_makes_its_program_once(daemon, sleeper):
+    """A host exec is mirrored as the task's execve of the same program, which is made in
+    the emulated rootfs first: once per program (one machine call per exec, not two),
+    and again when it has gone from the rootfs since."""
+    gateway, kernel = daemon.gateway, daemon.kernel
+    caller = gateway._caller(Caller(sleeper.pid))
+    made = []
+    upcall = kernel.upcall
+    kernel.upcall = lambda func, *a, **kw: (made.append((func, a)), upcall(func, *a, **kw))[1]
+    try:
+        for _ in range(2):
+            caller.task.comm = "before"
+            gateway._exec(caller)
+            assert caller.task.comm == "sleep" and not caller.exec_seen
+        assert [f for f, _ in made] == ["host_binary_create"]
+        program = made[0][1][0]
+        assert kernel.syscall(caller.task, "unlink", program) == 0
+        caller.task.comm = "before"
+        gateway._exec(caller)
+        assert caller.task.comm == "sleep"
+        assert [f for f, _ in made] == ["host_binary_create"] * 2
+    finally:
+        kernel.upcall = upcall

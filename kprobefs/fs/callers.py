@@ -397,9 +397,14 @@ class HostCallers:
         if any(filename.startswith(d + "/") for d in _NO_PROGRAMS):
             return      # the kernel's own mounts: no file is made there
         try:
-            if upcall("host_binary_create", filename, timeout=self.timeout) < 0:
+            known = filename in self._programs
+            if not known and not self._make_program(filename):
                 return
             ret = self._call(caller.task, "execve", filename, argv, [])
+            if ret == -errno.ENOENT and known:      # removed since: made again
+                self._programs.discard(filename)
+                if self._make_program(filename):
+                    ret = self._call(caller.task, "execve", filename, argv, [])
         except (ProcessExited, KernelOops, KernelError, MachineError, OSError) as e:
             log.debug("mirroring the exec of pid %d failed: %s", caller.pid, e)
             return
@@ -408,6 +413,17 @@ class HostCallers:
             return
         caller.exec_seen = False
         caller.comm = caller.task.comm = os.path.basename(filename)[:15]
+
+    def _make_program(self, filename: str) -> bool:
+        """Makes filename an (empty) program of the emulated rootfs; whether it is one.
+        Remembered, so that the next exec of it is one machine call, not two; but not
+        under /tmp, which the mount and the workload change (an execve that finds
+        a remembered one gone makes it again)."""
+        if self.kernel.upcall("host_binary_create", filename, timeout=self.timeout) < 0:
+            return False
+        if not filename.startswith("/tmp/"):
+            self._programs.add(filename)
+        return True
 
     def _start_spawn(self, comm: str, pid: int, parent=None):
         """The task for host pid (or its spawn under way, a :class:`Spawning`): its

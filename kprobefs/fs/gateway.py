@@ -155,6 +155,8 @@ class Gateway(HostCallers):
         self._mirror_lock = threading.Lock()
         self._mirror_pending: dict[int, collections.deque] = {}
         self._mirror_marks: dict[int, int | None] = {}
+        #: Programs made in the emulated rootfs for mirrored execs (callers._exec).
+        self._programs: set[str] = set()
 
     def watch_host_processes(self, events: ProcessEvents | None) -> None:
         """Mirror the host's process events from now on (None: stop)."""
