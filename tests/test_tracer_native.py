@@ -408,6 +408,30 @@ def test_several_events_at_one_address_are_recorded_in_the_kernel(optimize):
     assert all(tp.nhit == 0 for tp in tracer.probes)
 
 
+def test_a_disabled_event_coming_and_going_leaves_the_others_in_the_kernel():
+    """An event added (disabled) at an address whose events the kernel records, then
+    removed, changes nothing of what runs there: the others stay in the kernel, in
+    order; enabled, it joins them (the kernel's list for the address is rewritten)."""
+    kernel, tracer, root = traced(True, events=SHARED)
+    aggr = kernel.kprobes.get_kprobe(kernel.image.symbol_value("vfs_read"))
+    native, children = aggr.native, len(aggr.children)
+    assert native is not None
+    for _ in range(2):
+        write(root, "kprobe_events", "p:extra vfs_read w=%cx\n")
+        assert aggr.native == native and len(aggr.children) == children + 1
+        write(root, "kprobe_events", "-:extra\n")
+        assert aggr.native == native and len(aggr.children) == children
+    write(root, "kprobe_events", "p:extra vfs_read w=%cx\n")
+    write(root, "events/kprobes/extra/enable", "1")
+    write(root, "trace", "", flags=os.O_WRONLY | os.O_TRUNC)
+    workload(kernel, "joined")
+    names = [line.split()[4] for line in read(root, "trace").splitlines()
+             if "joined-" in line]
+    entry = [n for n in names if n in ("e1:", "e2:", "extra:")]
+    assert entry == ["e1:", "e2:", "extra:"] * 3
+    assert all(tp.nhit == 0 for tp in tracer.probes)
+
+
 def test_a_removed_return_probe_waits_for_its_pending_returns():
     """Tasks sleep inside schedule() with its return hijacked; removing the event keeps
     its instances valid until they come back, then frees them."""

@@ -96,6 +96,22 @@ class AggrKprobe(Kprobe):
         self.post_handler = self._aggr_post_handler if has_post else None
         self.active = tuple(c for c in self.children if c.pre_handler is not None)
 
+    def add_child(self, p: Kprobe) -> None:
+        """update_post_handler after p joined, without a pass over the others (one
+        probe more at an address that has thousands costs the same as the first)."""
+        self.children.append(p)
+        if p.post_handler is not None:
+            self.post_handler = self._aggr_post_handler
+        if p.pre_handler is not None:
+            self.active += (p,)
+
+    def drop_child(self, p: Kprobe) -> None:
+        """update_post_handler after p, which had no post-handler, left."""
+        if p in self.active:
+            active = list(self.active)
+            active.remove(p)
+            self.active = tuple(active)
+
     def all_disabled(self) -> bool:
         return all(c.is_disabled() for c in self.children)
 
@@ -361,10 +377,12 @@ class KprobeEngine:
             raise ProbeError(errno.EEXIST, "a jprobe is already registered at this address")
         if p.post_handler is not None or p.kind == "j":
             self._unoptimize(ap)
-        ap.children.append(p)
-        ap.update_post_handler()
-        if not ap.armed and not p.is_disabled() and not self.kprobes_all_disarmed:
-            self._arm(ap)
+        ap.add_child(p)
+        if not p.is_disabled():
+            if not ap.armed and not self.kprobes_all_disarmed:
+                self._arm(ap)
+        elif p.post_handler is None:
+            return      # what the kernel calls here is what it was (see _native_of)
         self._sync_native(ap)
 
     def unregister_kprobe(self, p: Kprobe) -> None:
@@ -375,6 +393,11 @@ class KprobeEngine:
         p.registered = False
         del self._order[p]
         if ap.children:
+            if p.post_handler is None and p.is_disabled() and p.kind != "j":
+                # A disabled probe's going changes neither the handlers, nor what the
+                # kernel calls (see _register_aggr), nor whether the jump can be used.
+                ap.drop_child(p)
+                return
             ap.update_post_handler()
             if ap.armed and ap.all_disabled():
                 self._disarm(ap)
@@ -528,9 +551,16 @@ class KprobeEngine:
     def _native_of(self, ap: AggrKprobe) -> tuple[int, int] | None:
         """ap's native handler (see AggrKprobe), taking or giving back its slot."""
         aggrs = self._native_aggrs
-        natives = [self._native_handler(c) for c in ap.children if not c.is_disabled()]
-        usable = (bool(natives) and None not in natives and ap.post_handler is None
-                  and not ap.is_gone())
+        natives = []
+        if ap.post_handler is None and not ap.is_gone():
+            for c in ap.children:       # up to the first that rules the kernel out
+                if c.is_disabled():
+                    continue
+                native = self._native_handler(c)
+                natives.append(native)
+                if native is None or len(natives) > aggrs.max:
+                    break
+        usable = bool(natives) and None not in natives
         if not usable or len(natives) == 1 or len(natives) > aggrs.max:
             aggrs.put(ap.native_slot)
             ap.native_slot = None
