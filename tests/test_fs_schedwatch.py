@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kprobefs.fs.schedwatch import (
-    SCHED_FIFO, SCHED_NORMAL, HostSched, SchedWatch, read_host_sched,
+    SCHED_FIFO, SCHED_NORMAL, HostSched, HostSchedFiles, SchedWatch, read_host_sched,
 )
 from kprobefs.machine import abi
 from kprobefs.machine.kernel import ProcessExited
@@ -218,6 +218,59 @@ def test_read_host_sched_reads_this_process():
     assert me.nice == os.getpriority(os.PRIO_PROCESS, 0)
     assert me.policy == os.sched_getscheduler(0) and me.nvcsw >= 0
     assert read_host_sched(2 ** 22 + 1) is None
+
+
+def test_a_process_no_longer_mirrored_is_forgotten_by_the_reader():
+    """The reader is told when a pid leaves the watch (its task gone or replaced, as
+    when the pid went to a new process): HostSchedFiles closes its files then."""
+    proc, mirror, tasks = FakeProc(), FakeMirror(), {}
+    forgotten = []
+
+    class Reader:
+        def __call__(self, pid):
+            return proc.read(pid)
+
+        def forget(self, pid):
+            forgotten.append(pid)
+
+    watch = SchedWatch(mirror, lambda: dict(tasks), read=Reader())
+    tasks[100], tasks[101] = FakeTask(100), FakeTask(101)
+    proc.set(100)
+    proc.set(101)
+    watch.sample()
+    tasks[101] = FakeTask(101)          # the pid went to another process
+    del tasks[100]
+    watch.sample()
+    assert sorted(forgotten) == [100, 101]
+
+
+def test_kept_open_files_read_what_a_fresh_open_reads():
+    """HostSchedFiles keeps each process's two /proc files open and preads them: each
+    sample is the process now (a sleeper that starts spinning is seen running), and a
+    process that is gone reads None and has its files closed."""
+    import subprocess
+    import time
+
+    files = HostSchedFiles()
+    p = subprocess.Popen(["sh", "-c", "sleep 0.4; while :; do :; done"])
+    try:
+        time.sleep(0.2)
+        first = files(p.pid)
+        assert first == read_host_sched(p.pid) and first.state == "S"
+        held = set(os.listdir("/proc/self/fd"))
+        time.sleep(0.5)
+        now = files(p.pid)
+        assert now.state == "R" and now.nvcsw >= first.nvcsw
+        assert set(os.listdir("/proc/self/fd")) == held     # nothing opened again
+    finally:
+        p.kill()
+        p.wait()
+    assert files(p.pid) is None and p.pid not in files._fds
+    assert files(2 ** 22 + 1) is None
+    me = files(os.getpid())
+    assert me.ppid == os.getppid()
+    files.close()
+    assert not files._fds
 
 
 # ---- through a mount -------------------------------------------------------------------

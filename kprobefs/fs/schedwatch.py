@@ -36,8 +36,8 @@ from ..errors import KernelError, MachineError
 from ..machine import abi
 from ..machine.kernel import ProcessExited
 
-__all__ = ["SchedWatch", "HostSched", "KernelMirror", "read_host_sched",
-           "SCHED_NORMAL", "SCHED_FIFO", "SCHED_RR"]
+__all__ = ["SchedWatch", "HostSched", "HostSchedFiles", "KernelMirror",
+           "read_host_sched", "SCHED_NORMAL", "SCHED_FIFO", "SCHED_RR"]
 
 log = logging.getLogger("kprobefs.fs.schedwatch")
 
@@ -74,6 +74,48 @@ def read_host_sched(pid: int) -> HostSched | None:
         status = _read_small(f"/proc/{pid}/status")
     except OSError:
         return None
+    return _parse_sched(stat, status)
+
+
+class HostSchedFiles:
+    """:func:`read_host_sched` over the two /proc files of each process kept open: a
+    sample is two preads from offset 0 (the kernel makes the text anew for each), not
+    an open, a read and a close of each.  ``forget(pid)`` closes them (the process is
+    no longer sampled, or its pid went to another process).  One thread uses it."""
+
+    def __init__(self):
+        self._fds: dict[int, tuple[int, int]] = {}
+
+    def __call__(self, pid: int) -> HostSched | None:
+        fds = self._fds.get(pid)
+        if fds is None:
+            try:
+                stat_fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None
+            try:
+                status_fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                os.close(stat_fd)
+                return None
+            fds = self._fds[pid] = (stat_fd, status_fd)
+        try:
+            stat, status = os.pread(fds[0], 16384, 0), os.pread(fds[1], 16384, 0)
+        except OSError:         # ESRCH: the process is gone
+            self.forget(pid)
+            return None
+        return _parse_sched(stat, status)
+
+    def forget(self, pid: int) -> None:
+        for fd in self._fds.pop(pid, ()):
+            os.close(fd)
+
+    def close(self) -> None:
+        for pid in list(self._fds):
+            self.forget(pid)
+
+
+def _parse_sched(stat: bytes, status: bytes) -> HostSched | None:
     try:
         fields = stat[stat.rindex(b")") + 2:].split()
         at = status.index(b"\nvoluntary_ctxt_switches:")
@@ -134,19 +176,19 @@ class SchedWatch:
     """Mirrors the scheduling of the processes ``tasks()`` names (host pid -> task).
 
     ``mirror``: what acts on the kernel (:class:`KernelMirror`); ``read``: the /proc
-    reader (:func:`read_host_sched`); ``before_sample``: run first in each pass (the
+    reader (default: a :class:`HostSchedFiles`); ``before_sample``: run first in each pass (the
     gateway applies the host's queued process events there, so forks, execs and exits
     are mirrored while the processes run, not at the next request); ``wake``: an event
     (the process events' ``arrived``) that starts a pass at once.
     """
 
     def __init__(self, mirror, tasks: Callable[[], dict],
-                 read: Callable[[int], HostSched | None] = read_host_sched,
+                 read: Callable[[int], HostSched | None] | None = None,
                  before_sample: Callable[[], None] | None = None,
                  interval: float = 0.005, wake: threading.Event | None = None):
         self.mirror = mirror
         self.tasks = tasks
-        self.read = read
+        self.read = read if read is not None else HostSchedFiles()
         self.before_sample = before_sample
         self.interval = interval
         self.wake = wake
@@ -184,10 +226,13 @@ class SchedWatch:
         if self.before_sample is not None:
             self.before_sample()
         current = self.tasks()
+        forget = getattr(self.read, "forget", None)
         with self._lock:
             for pid in [p for p, w in self._watched.items()
                         if current.get(p) is not w.task]:
                 del self._watched[pid]
+                if forget is not None:
+                    forget(pid)
             for pid, task in current.items():
                 if pid not in self._watched and pid != self._own_pid:
                     self._watched[pid] = _Watched(task)
@@ -261,6 +306,9 @@ class SchedWatch:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
+        close = getattr(self.read, "close", None)
+        if close is not None and (thread is None or not thread.is_alive()):
+            close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
