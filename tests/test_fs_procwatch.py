@@ -118,3 +118,30 @@ def test_an_exec_image_is_named_as_the_process_named_it():
     assert os.path.realpath(filename) == os.path.realpath("/bin/sh")
     assert argv == ["/bin/sh", "-c", "read x"]
     assert host_exec_image(proc.pid, comm) is None      # gone
+
+
+def test_the_path_search_of_a_comm_is_remembered(monkeypatch):
+    """Each mirrored exec asks which program on PATH has the comm's name: asked once
+    per name, and again when what was remembered is not the process's program."""
+    from kprobefs.fs import procwatch
+
+    searched = []
+    which = procwatch.shutil.which
+    monkeypatch.setattr(procwatch.shutil, "which",
+                        lambda name: (searched.append(name), which(name))[1])
+    monkeypatch.setattr(procwatch, "_WHICH", {})
+    proc = subprocess.Popen(["sh", "-c", "read x"], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with open(f"/proc/{proc.pid}/comm") as f:
+                if f.read().strip() == "sh":
+                    break
+            time.sleep(0.01)
+        first = host_exec_image(proc.pid, "sh")
+        assert host_exec_image(proc.pid, "sh") == first and searched == ["sh"]
+        assert os.path.basename(first[0]) == "sh"
+        procwatch._WHICH["sh"] = "/nonexistent/sh"      # stale: PATH changed since
+        assert host_exec_image(proc.pid, "sh") == first and searched == ["sh", "sh"]
+    finally:
+        proc.communicate(b"\n")
