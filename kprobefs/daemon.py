@@ -246,12 +246,29 @@ class Daemon:
                                                           self.gateway, self._started))
 
     def serve(self) -> None:
-        """Mounts and serves in the calling (main) thread until unmounted or signalled."""
-        from .fs import fuse_ops
-        ops = fuse_ops.KprobeFS(self.gateway, on_init=self._start, on_destroy=self._shutdown)
+        """Mounts and serves in the calling (main) thread until unmounted or signalled:
+        on /dev/fuse itself (fs/fuse_ll.py), or through libfuse2 (fs/fuse_ops.py) when
+        KPROBEFS_FUSE=libfuse.  On /dev/fuse a request's thread runs its own system
+        calls while the machine is idle (Kernel.drive_waits): the loop answers one
+        held up in a hook from another thread."""
         log.info("mounting on %s", self.mountpoint)
         try:
-            fuse_ops.mount(ops, self.mountpoint, allow_other=self.allow_other)
+            if os.environ.get("KPROBEFS_FUSE", "dev") == "libfuse":
+                from .fs import fuse_ops
+                ops = fuse_ops.KprobeFS(self.gateway, on_init=self._start,
+                                        on_destroy=self._shutdown)
+                fuse_ops.mount(ops, self.mountpoint, allow_other=self.allow_other)
+            else:
+                from .fs import fuse_ll
+                try:
+                    session = fuse_ll.FuseSession(self.gateway, self.mountpoint,
+                                                  self.allow_other, on_init=self._start,
+                                                  on_destroy=self._shutdown)
+                    session.mount()
+                except OSError as e:
+                    raise StartupError(f"{self.mountpoint}: mount failed ({e})") from e
+                self.kernel.drive_waits = True
+                session.serve()
         except RuntimeError as e:
             if not self.ready.is_set():
                 raise StartupError(f"{self.mountpoint}: mount failed (libfuse status {e})")

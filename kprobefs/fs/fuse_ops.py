@@ -1,12 +1,14 @@
-"""The FUSE adapter: the only module that imports fusepy.  It turns fusepy's calls into
-:class:`~kprobefs.fs.gateway.Gateway` requests and picks each errno on purpose.
+"""The libfuse2 loop (``KPROBEFS_FUSE=libfuse``; the default is :mod:`.fuse_ll`): the only
+module that imports fusepy.  It turns fusepy's calls into
+:class:`~kprobefs.fs.gateway.Gateway` requests and picks each errno on purpose; both
+loops behave alike:
 
 * files report size 0 (but ``trace_pipe_raw``, below), so each open sets ``direct_io``
   (reads go to the daemon, never to the page cache), and ``keep_cache`` 0;
 * splice(2) from ``trace_pipe_raw`` (trace-cmd's recorders): the host's FUSE (6.18)
   splices even a ``direct_io`` file through the page cache (``filemap_splice_read``),
   reading each page at the file's position with a READ, and stops at the file's size.
-  So ``trace_pipe_raw`` reports a size no reader reaches (:data:`STREAM_SIZE`) and the
+  So ``trace_pipe_raw`` reports a size no reader reaches (``fuse_ll.STREAM_SIZE``) and the
   mount turns readahead off (``max_readahead=0``): each splice then READs exactly the
   pages it moves, each READ of ``trace_pipe_raw`` is one whole page (never the short
   read FUSE takes for end of file), and an empty buffer is EAGAIN or a blocked READ as
@@ -28,43 +30,26 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import stat
 import time
 from typing import Callable
 
 import fuse
 
+from .fuse_ll import ATTR_TIMEOUT, MAX_WRITE, STREAMS, attributes
 from .gateway import Caller, Gateway
 
 __all__ = ["KprobeFS", "mount", "fuse_options"]
 
 log = logging.getLogger("kprobefs.fs.fuse")
 
-#: libfuse2 reads requests into max_write-sized buffers; Linux caps a FUSE request at
-#: 32 pages (128 KiB) unless max_pages is negotiated, which libfuse2 cannot.
-MAX_WRITE = 128 * 1024
-
-#: The size ``trace_pipe_raw`` reports (1 TiB: 2**28 pages) so that the host's splice,
-#: which stops at the size, goes on reading; Linux's tracefs reports 0.
-STREAM_SIZE = 1 << 40
-
-#: Files that are streams in Linux (nonseekable_open); the first is spliced by trace-cmd.
-_SPLICED = "trace_pipe_raw"
-_STREAMS = (_SPLICED, "trace_pipe")
-
-
 def fuse_options(allow_other: bool = False) -> dict:
     """The mount options (fusepy keyword arguments)."""
     opts = dict(fsname="debugfs", subtype="kprobefs", atomic_o_trunc=True, big_writes=True,
                 max_write=MAX_WRITE, max_readahead=0, default_permissions=True,
-                attr_timeout=1.0, entry_timeout=0, negative_timeout=0)
+                attr_timeout=ATTR_TIMEOUT, entry_timeout=0, negative_timeout=0)
     if allow_other:
         opts["allow_other"] = True
     return opts
-
-
-def _is_spliced(path: str, mode: int) -> bool:
-    return stat.S_ISREG(mode) and os.path.basename(path) == _SPLICED
 
 
 def _caller() -> Caller:
@@ -112,25 +97,7 @@ class KprobeFS(fuse.Operations):
 
     # ---- attributes and directories ----------------------------------------------------
     def getattr(self, path, fh=None):
-        a = self.gateway.getattr(path, _caller())
-        mode = a.mode
-        if not stat.S_IFMT(mode):
-            mode |= stat.S_IFREG
-        elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-            # The emulated kernel's devices (/dev/null) are served by its own drivers
-            # through this daemon; a device node on this nodev mount could not be
-            # opened at all, so the host sees a regular file.
-            mode = stat.S_IFREG | stat.S_IMODE(mode)
-        # hostfs keeps no inodes (each walk looks names up again), so the emulated
-        # kernel's times are those of the last lookup; debugfs files are as old as the
-        # mount, so that is the time reported.
-        t = self._mounted_at
-        return {
-            "st_mode": mode, "st_ino": a.ino, "st_nlink": a.nlink or 1, "st_uid": 0,
-            "st_gid": 0, "st_size": STREAM_SIZE if _is_spliced(path, mode) else 0,
-            "st_blocks": 0,
-            "st_atime": t, "st_mtime": t, "st_ctime": t,
-        }
+        return attributes(self.gateway, path, _caller(), self._mounted_at)
 
     def readdir(self, path, fh):
         names = [name for name, _mode in self.gateway.readdir(path, _caller())]
@@ -152,7 +119,7 @@ class KprobeFS(fuse.Operations):
         fi.fh = self.gateway.open(path, fi.flags, _caller())
         fi.direct_io = 1
         fi.keep_cache = 0
-        fi.nonseekable = int(os.path.basename(path) in _STREAMS)
+        fi.nonseekable = int(os.path.basename(path) in STREAMS)
         return 0
 
     def create(self, path, mode, fi):

@@ -89,6 +89,8 @@ class MachineDriver:
                 self._drive(done.is_set, timeout)
             return
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self.drive_waits and not done.is_set():
+            self._drive_while_idle(done)
         while not done.is_set():
             if self.stuck is not None:
                 raise KernelStuck(f"the machine is stuck: {self.stuck}")
@@ -96,6 +98,35 @@ class MachineDriver:
             if left <= 0:
                 raise KernelWedged(f"{what} has not finished in {timeout:g} s")
             done.wait(left)
+
+    #: Whether a caller that waits may drive the machine while its thread is idle (see
+    #: _drive_while_idle); set where a driver stuck in a hook cannot hold its caller:
+    #: the daemon's own FUSE loop answers such a request from another thread.
+    drive_waits = False
+    #: How long a waiting caller drives before it leaves the rest to the machine thread.
+    DRIVE_SLICE = 0.05
+
+    def _drive_while_idle(self, done) -> None:
+        """Runs the machine in this thread until done is set, for at most DRIVE_SLICE,
+        if nobody else drives it now: the call that was just posted then runs without a
+        hand-off to the machine thread and back.  Whatever is left (an idle kernel that
+        waits for something, the slice used up, a failure) is the machine thread's,
+        woken on the way out."""
+        if self.stuck is not None or not self.lock.acquire(False):
+            return
+        end = time.monotonic() + self.DRIVE_SLICE
+        self.driver = (threading.get_ident(), time.monotonic())
+        try:
+            while not done.is_set() and self.stuck is None and time.monotonic() < end:
+                if not self.run_slice():
+                    break
+        except MachineError:
+            pass        # the machine thread meets it too, and declares the machine stuck
+        finally:
+            self.driver = None
+            self.lock.release()
+            if not done.is_set():
+                self._work.set()
 
     @contextlib.contextmanager
     def _locked(self, timeout: float | None):

@@ -118,6 +118,9 @@ class Kernel(MachineDriver, SystemCalls):
         self._upcalls: collections.deque = collections.deque()   # waiting for a CPU
         self._upcalls_running: dict[int, _Upcall] = {}          # cpu index -> upcall
         self._machine_thread: threading.Thread | None = None
+        #: (thread ident, since) of a waiting caller that drives the machine now
+        #: (MachineDriver._drive_while_idle), else None.
+        self.driver: tuple[int, float] | None = None
         #: Run by the machine thread about every 20 ms, under the lock (the daemon's
         #: workload pump).
         self.periodic: list[Callable[[], None]] = []

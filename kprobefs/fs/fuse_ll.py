@@ -1,0 +1,602 @@
+"""FUSE spoken on ``/dev/fuse`` itself: the kernel's request protocol, without libfuse.
+
+The default way to serve the mount (``fuse_ops``, through fusepy and libfuse2) costs each
+request a trip through libfuse's path table and ctypes marshalling both ways; a shell's
+``echo >> kprobe_events`` makes five requests.  Here a pool of threads reads requests off
+the device and answers them with one write each, the structures packed by :mod:`struct`
+as ``<linux/fuse.h>`` lays them out (protocol 7.31).  The behaviour is the fusepy
+adapter's, point for point (see :mod:`.fuse_ops` for why each is so): sizes 0 but
+``trace_pipe_raw``'s, ``direct_io`` opens, streams nonseekable, ``O_TRUNC`` in OPEN,
+one write(2) one request, FLUSH ENOSYS, modes from the emulated kernel, no xattrs.
+
+What differs from libfuse2, on purpose: directory entries carry their type (as tracefs's
+do), an unlinked open file is not renamed to ``.fuse_hidden*`` (tracefs never does),
+``fcntl`` locks stay with the host's kernel (local locks, as on tracefs), and the pool is
+not capped at libfuse's 10 threads (blocked ``trace_pipe`` readers each hold one).
+
+Node ids are the daemon's: a path gets one at its first LOOKUP and keeps it until the
+kernel forgets it (FORGET counts down its lookups); ``st_ino`` is the node id, as
+libfuse's.  Mounting is mount(2) as root, else the set-uid ``fusermount`` hands the
+device back over a socket (its ``_FUSE_COMMFD`` protocol).
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import threading
+import time
+from typing import Callable
+
+from .gateway import Caller, Gateway
+
+__all__ = ["serve", "FuseSession", "attributes", "STREAM_SIZE", "MAX_WRITE", "STREAMS"]
+
+log = logging.getLogger("kprobefs.fs.fuse")
+
+#: One write(2) is one request up to this size (32 pages: Linux's cap without max_pages).
+MAX_WRITE = 128 * 1024
+#: The size ``trace_pipe_raw`` reports so that the host's splice goes on reading.
+STREAM_SIZE = 1 << 40
+#: Files that are streams in Linux (nonseekable_open); the first is spliced by trace-cmd.
+SPLICED = "trace_pipe_raw"
+STREAMS = (SPLICED, "trace_pipe")
+#: How long the host caches a node's attributes (s); names are looked up every time.
+ATTR_TIMEOUT = 1.0
+
+_IN = struct.Struct("<IIQQIIIHH")           # fuse_in_header
+_OUT = struct.Struct("<IiQ")                # fuse_out_header
+_ATTR = struct.Struct("<QQQQQQIIIIIIIIII")  # fuse_attr
+_ENTRY = struct.Struct("<QQQQII")           # fuse_entry_out, less its attr
+_ATTR_OUT = struct.Struct("<QII")           # fuse_attr_out, less its attr
+_OPEN_OUT = struct.Struct("<QII")
+_WRITE_IN = struct.Struct("<QQIIQII")
+_READ_IN = _WRITE_IN
+_SETATTR_IN = struct.Struct("<IIQQQQQQIIIIIIII")
+_CREATE_IN = struct.Struct("<IIII")
+_DIRENT = struct.Struct("<QQII")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_PAIR = struct.Struct("<QQ")
+
+# opcodes
+(LOOKUP, FORGET, GETATTR, SETATTR, READLINK, SYMLINK, MKNOD, MKDIR, UNLINK, RMDIR,
+ RENAME, LINK, OPEN, READ, WRITE, STATFS, RELEASE, FSYNC, SETXATTR, GETXATTR, LISTXATTR,
+ REMOVEXATTR, FLUSH, INIT, OPENDIR, READDIR, RELEASEDIR, FSYNCDIR, ACCESS, CREATE,
+ INTERRUPT, DESTROY, IOCTL, BATCH_FORGET) = (
+    1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25,
+    26, 27, 28, 29, 30, 34, 35, 36, 38, 39, 42)
+_NO_REPLY = (FORGET, BATCH_FORGET)
+
+FUSE_ASYNC_READ, FUSE_ATOMIC_O_TRUNC, FUSE_BIG_WRITES = 1 << 0, 1 << 3, 1 << 5
+FOPEN_DIRECT_IO, FOPEN_NONSEEKABLE = 1 << 0, 1 << 2
+FATTR_MODE, FATTR_UID, FATTR_GID, FATTR_SIZE = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+ROOT_ID = 1
+_MS_NOSUID, _MS_NODEV = 2, 4
+#: Threads reading the device at most (each blocked reader holds one).
+MAX_THREADS = 64
+
+
+def attributes(gateway: Gateway, path: str, caller: Caller, mounted_at: int) -> dict:
+    """A path's attributes as the mount shows them (fusepy's getattr dict): the emulated
+    kernel's mode and link count; a regular file where the kernel has a device (this
+    nodev mount could not open one, and the daemon serves them); size 0 but
+    ``trace_pipe_raw``'s; owned by root; times of the mount (hostfs keeps no inodes)."""
+    a = gateway.getattr(path, caller)
+    mode = a.mode
+    if not stat.S_IFMT(mode):
+        mode |= stat.S_IFREG
+    elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        mode = stat.S_IFREG | stat.S_IMODE(mode)
+    spliced = stat.S_ISREG(mode) and os.path.basename(path) == SPLICED
+    return {"st_mode": mode, "st_ino": a.ino, "st_nlink": a.nlink or 1, "st_uid": 0,
+            "st_gid": 0, "st_size": STREAM_SIZE if spliced else 0, "st_blocks": 0,
+            "st_atime": mounted_at, "st_mtime": mounted_at, "st_ctime": mounted_at}
+
+
+def _pack_attr(nodeid: int, at: dict) -> bytes:
+    t = at["st_mtime"]
+    sec, nsec = divmod(t, 1_000_000_000)
+    return _ATTR.pack(nodeid, at["st_size"], 0, sec, sec, sec, nsec, nsec, nsec,
+                      at["st_mode"], at["st_nlink"], 0, 0, 0, 4096, 0)
+
+
+def _timeout(seconds: float) -> tuple[int, int]:
+    sec = int(seconds)
+    return sec, int((seconds - sec) * 1e9)
+
+
+def _names(body: bytes, count: int) -> list[str]:
+    """The NUL-terminated names at the start of a request's body."""
+    out, at = [], 0
+    for _ in range(count):
+        end = body.index(b"\0", at)
+        out.append(os.fsdecode(body[at:end]))
+        at = end + 1
+    return out
+
+
+class _Nodes:
+    """Node id <-> mount-relative path, with each node's lookup count."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._path = {ROOT_ID: "/"}
+        self._id = {"/": ROOT_ID}
+        self._count = {ROOT_ID: 1}
+        self._next = ROOT_ID + 1
+
+    def path(self, nodeid: int) -> str:
+        """The node's path; ENOENT once its name was removed (or never known)."""
+        path = self._path.get(nodeid)
+        if path is None:
+            raise OSError(errno.ENOENT, "No such file or directory")
+        return path
+
+    def child(self, nodeid: int, name: str) -> str:
+        parent = self.path(nodeid)
+        return ("/" if parent == "/" else parent + "/") + name
+
+    def looked_up(self, path: str) -> int:
+        """The node id for path, its lookup count one up."""
+        with self._lock:
+            nodeid = self._id.get(path)
+            if nodeid is None:
+                nodeid, self._next = self._next, self._next + 1
+                self._id[path], self._path[nodeid] = nodeid, path
+                self._count[nodeid] = 0
+            self._count[nodeid] += 1
+            return nodeid
+
+    def forget(self, nodeid: int, n: int) -> None:
+        with self._lock:
+            left = self._count.get(nodeid, 0) - n
+            if left > 0 or nodeid == ROOT_ID:
+                self._count[nodeid] = max(left, 1)
+                return
+            self._count.pop(nodeid, None)
+            path = self._path.pop(nodeid, None)
+            if path is not None and self._id.get(path) == nodeid:
+                del self._id[path]
+
+    def removed(self, path: str) -> None:
+        """path's name is gone: its node (still counted) has no path any more."""
+        with self._lock:
+            nodeid = self._id.pop(path, None)
+            if nodeid is not None:
+                self._path[nodeid] = None
+
+    def renamed(self, old: str, new: str) -> None:
+        """old (and everything under it) is new now; what new named before is gone."""
+        with self._lock:
+            gone = self._id.pop(new, None)
+            if gone is not None:
+                self._path[gone] = None
+            prefix = old + "/"
+            for path in [p for p in self._id if p == old or p.startswith(prefix)]:
+                nodeid = self._id.pop(path)
+                moved = new + path[len(old):]
+                self._id[moved], self._path[nodeid] = nodeid, moved
+
+
+class _Request:
+    """A request being answered: replied to once, by its thread or the stuck watch."""
+
+    __slots__ = ("unique", "op", "answered")
+
+    def __init__(self, unique: int, op: int):
+        self.unique, self.op, self.answered = unique, op, False
+
+
+class FuseSession:
+    """One mount of the gateway's files, served from ``/dev/fuse`` by a pool of threads.
+    ``on_init`` runs as the kernel's INIT is answered (the daemon starts its threads
+    there), ``on_destroy`` once the mount is gone."""
+
+    def __init__(self, gateway: Gateway, mountpoint: str, allow_other: bool = False,
+                 on_init: Callable[[], None] | None = None,
+                 on_destroy: Callable[[], None] | None = None):
+        self.gateway = gateway
+        self.mountpoint = os.path.abspath(mountpoint)
+        self.allow_other = allow_other
+        self._on_init, self._on_destroy = on_init, on_destroy
+        self._mounted_at = 0
+        self._fd = -1
+        self._nodes = _Nodes()
+        self._dirs: dict[int, list] = {}     # opendir fh -> its entries once read
+        self._next_dir = 1
+        self._pool = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._gone = threading.Event()
+        self._destroyed = False
+        self._inflight: dict[int, _Request] = {}    # thread ident -> its request
+        self._ops = {
+            LOOKUP: self._lookup, GETATTR: self._getattr, SETATTR: self._setattr,
+            READLINK: self._readlink, SYMLINK: self._symlink, MKNOD: self._eperm,
+            MKDIR: self._mkdir, UNLINK: self._unlink, RMDIR: self._rmdir,
+            RENAME: self._rename, LINK: self._eperm, OPEN: self._open, READ: self._read,
+            WRITE: self._write, STATFS: self._statfs, RELEASE: self._release,
+            FSYNC: self._zero, SETXATTR: self._no_xattr, GETXATTR: self._no_xattr,
+            LISTXATTR: self._listxattr, REMOVEXATTR: self._no_xattr, FLUSH: self._enosys,
+            INIT: self._init, OPENDIR: self._opendir, READDIR: self._readdir,
+            RELEASEDIR: self._releasedir, FSYNCDIR: self._zero, ACCESS: self._access,
+            CREATE: self._create, DESTROY: self._zero, IOCTL: self._enotty,
+            FORGET: self._forget, BATCH_FORGET: self._batch_forget,
+        }
+
+    # ==== mount, serve, unmount ==========================================================
+    def mount(self) -> None:
+        """Mounts (OSError when the kernel or fusermount refuses)."""
+        self._mounted_at = time.time_ns()
+        opts = "default_permissions" + (",allow_other" if self.allow_other else "")
+        if os.geteuid() == 0:
+            fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
+            data = (f"fd={fd},rootmode=40000,user_id={os.getuid()},"
+                    f"group_id={os.getgid()},{opts}")
+            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+            if libc.mount(b"debugfs", os.fsencode(self.mountpoint), b"fuse.kprobefs",
+                          _MS_NOSUID | _MS_NODEV, data.encode()) != 0:
+                err = ctypes.get_errno()
+                os.close(fd)
+                raise OSError(err, f"mount: {os.strerror(err)}", self.mountpoint)
+        else:
+            fd = self._fusermount(f"fsname=debugfs,subtype=kprobefs,{opts}")
+        self._fd = fd
+
+    def _fusermount(self, opts: str) -> int:
+        """The device fd fusermount opens and mounts for a user, sent back over a
+        socket named by _FUSE_COMMFD."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            env = dict(os.environ, _FUSE_COMMFD=str(theirs.fileno()))
+            r = subprocess.run(["fusermount", "-o", opts, "--", self.mountpoint], env=env,
+                               pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True)
+            theirs.close()
+            if r.returncode != 0:
+                raise OSError(errno.EPERM, f"fusermount: {r.stderr.strip()}")
+            fds = array.array("i")
+            _msg, anc, _flags, _addr = ours.recvmsg(1, socket.CMSG_LEN(fds.itemsize))
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(data[:fds.itemsize])
+            if not fds:
+                raise OSError(errno.EIO, "fusermount sent no device")
+            os.set_inheritable(fds[0], False)
+            return fds[0]
+        finally:
+            theirs.close()
+            ours.close()
+
+    def serve(self) -> None:
+        """Answers requests until the mount goes (unmounted, or, served from the main
+        thread, SIGINT/SIGTERM/SIGHUP, which unmount).  Call after mount()."""
+        stop = lambda *_: self.unmount()      # noqa: E731
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM,
+                                                        signal.SIGHUP)}
+        try:
+            self._spawn()
+            threading.Thread(target=self._watch_stuck, daemon=True,
+                             name="kprobefs-fuse-watch").start()
+            while not self._gone.wait(0.5):
+                pass
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            self._finish()
+
+    def unmount(self) -> None:
+        """Unmounts lazily; the threads see the device go and stop."""
+        from ..daemon import unmount
+        threading.Thread(target=unmount, args=(self.mountpoint, True), daemon=True,
+                         name="kprobefs-unmount").start()
+
+    def _finish(self) -> None:
+        if not self._destroyed:
+            self._destroyed = True
+            if self._on_destroy is not None:
+                self._on_destroy()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    # ==== the threads ======================================================================
+    def _spawn(self) -> None:
+        """One more reading thread (caller holds no lock)."""
+        t = threading.Thread(target=self._worker, daemon=True, name="kprobefs-fuse")
+        with self._pool:
+            self._threads.append(t)
+            self._idle += 1
+        t.start()
+
+    def _worker(self) -> None:
+        size = MAX_WRITE + 4096
+        while not self._gone.is_set():
+            try:
+                buf = os.read(self._fd, size)
+            except OSError as e:
+                if e.errno in (errno.ENOENT, errno.EINTR, errno.EAGAIN):
+                    continue        # ENOENT: the request was interrupted before we read it
+                if e.errno not in (errno.ENODEV, errno.EBADF):
+                    log.error("reading /dev/fuse failed: %s", e)
+                self._gone.set()
+                return
+            with self._pool:
+                self._idle -= 1
+                more = self._idle == 0 and len(self._threads) < MAX_THREADS
+            if more:
+                self._spawn()
+            try:
+                self._handle(buf)
+            finally:
+                with self._pool:
+                    self._idle += 1
+
+    def _handle(self, buf: bytes) -> None:
+        _len, op, unique, nodeid, uid, gid, pid, _ext, _pad = _IN.unpack_from(buf)
+        body = buf[_IN.size:]
+        handler = self._ops.get(op)
+        request = _Request(unique, op)
+        me = threading.get_ident()
+        self._inflight[me] = request
+        try:
+            if handler is None:
+                raise OSError(errno.ENOSYS, "not implemented")
+            out = handler(nodeid, body, Caller(pid, uid, gid))
+        except OSError as e:
+            err = e.errno
+            if not (isinstance(err, int) and 0 < err < 4096):
+                log.error("request %d on node %d failed: %r", op, nodeid, e)
+                err = errno.EIO
+            self._answer(request, err)
+            return
+        except Exception:
+            log.exception("request %d on node %d failed", op, nodeid)
+            self._answer(request, errno.EIO)
+            return
+        finally:
+            self._inflight.pop(me, None)
+        if op not in _NO_REPLY:
+            self._answer(request, 0, out or b"")
+
+    def _answer(self, request: "_Request", err: int, data: bytes = b"") -> None:
+        """Replies to request unless the stuck-request watch has (once only)."""
+        with self._pool:
+            if request.answered:
+                return
+            request.answered = True
+        self._reply(request.unique, err, data)
+
+    def _watch_stuck(self) -> None:
+        """Answers EIO to a request whose thread drives the machine and is held there
+        past the gateway's timeout (a hook that does not return): its caller goes on,
+        as it would from a request that waits for the machine thread.  The thread
+        itself stays where it is, and the machine with it, until the hook returns."""
+        kernel = self.gateway.kernel
+        while not self._gone.wait(0.5):
+            driver = getattr(kernel, "driver", None)
+            if driver is None or time.monotonic() - driver[1] < self.gateway.timeout:
+                continue
+            request = self._inflight.get(driver[0])
+            if request is None or request.answered:
+                continue
+            log.error("request %d (opcode %d) has driven the machine for %.0f s: "
+                      "answered EIO", request.unique, request.op,
+                      time.monotonic() - driver[1])
+            self._answer(request, errno.EIO)
+
+    def _reply(self, unique: int, err: int, data: bytes = b"") -> None:
+        try:
+            os.write(self._fd, _OUT.pack(_OUT.size + len(data), -err, unique) + data)
+        except OSError as e:
+            # ENOENT: the request was interrupted (its caller is gone); ENODEV: unmounted.
+            if e.errno not in (errno.ENOENT, errno.ENODEV, errno.EBADF):
+                log.error("answering request %d failed: %s", unique, e)
+
+    # ==== requests =========================================================================
+    def _init(self, _nodeid, body, _caller) -> bytes:
+        major, minor, _readahead, flags = struct.unpack_from("<IIII", body)
+        if major != 7 or minor < 31:
+            raise OSError(errno.EPROTO, f"FUSE protocol {major}.{minor} is too old")
+        if self._on_init is not None:
+            self._on_init()
+        want = flags & (FUSE_ASYNC_READ | FUSE_ATOMIC_O_TRUNC | FUSE_BIG_WRITES)
+        return struct.pack("<IIIIHHIIHHI7I", 7, 31, 0, want, 12, 9, MAX_WRITE, 1, 0, 0, 0,
+                           *([0] * 7))
+
+    def _entry(self, path: str, caller: Caller) -> bytes:
+        """LOOKUP's answer for path (its node counted once more)."""
+        at = attributes(self.gateway, path, caller, self._mounted_at)
+        nodeid = self._nodes.looked_up(path)
+        sec, nsec = _timeout(ATTR_TIMEOUT)
+        # the name is not cached (each walk looks it up again), the attributes are
+        return _ENTRY.pack(nodeid, 0, 0, sec, 0, nsec) + _pack_attr(nodeid, at)
+
+    def _lookup(self, nodeid, body, caller) -> bytes:
+        return self._entry(self._nodes.child(nodeid, _names(body, 1)[0]), caller)
+
+    def _forget(self, nodeid, body, _caller) -> None:
+        self._nodes.forget(nodeid, _U64.unpack_from(body)[0])
+
+    def _batch_forget(self, _nodeid, body, _caller) -> None:
+        count = _U32.unpack_from(body)[0]
+        for i in range(count):
+            nodeid, n = _PAIR.unpack_from(body, 8 + 16 * i)
+            self._nodes.forget(nodeid, n)
+
+    def _attr_out(self, nodeid: int, path: str, caller: Caller) -> bytes:
+        at = attributes(self.gateway, path, caller, self._mounted_at)
+        sec, nsec = _timeout(ATTR_TIMEOUT)
+        return _ATTR_OUT.pack(sec, nsec, 0) + _pack_attr(nodeid, at)
+
+    def _getattr(self, nodeid, _body, caller) -> bytes:
+        return self._attr_out(nodeid, self._nodes.path(nodeid), caller)
+
+    def _setattr(self, nodeid, body, caller) -> bytes:
+        """chmod and chown are EPERM (tracefs keeps root's modes here); a size is the
+        truncation (0: the "clear" action); times change nothing."""
+        valid = _SETATTR_IN.unpack_from(body)[0]
+        size = _SETATTR_IN.unpack_from(body)[3]
+        path = self._nodes.path(nodeid)
+        if valid & (FATTR_MODE | FATTR_UID | FATTR_GID):
+            raise OSError(errno.EPERM, "Operation not permitted")
+        if valid & FATTR_SIZE:
+            self.gateway.truncate(path, size, caller)
+        return self._attr_out(nodeid, path, caller)
+
+    def _readlink(self, nodeid, _body, caller) -> bytes:
+        return os.fsencode(self.gateway.readlink(self._nodes.path(nodeid), caller))
+
+    def _symlink(self, nodeid, body, caller) -> bytes:
+        name, target = _names(body, 2)
+        path = self._nodes.child(nodeid, name)
+        self.gateway.symlink(path, target, caller)
+        return self._entry(path, caller)
+
+    def _mkdir(self, nodeid, body, caller) -> bytes:
+        mode = _U32.unpack_from(body)[0]
+        path = self._nodes.child(nodeid, _names(body[8:], 1)[0])
+        self.gateway.mkdir(path, mode & 0o7777, caller)
+        return self._entry(path, caller)
+
+    def _unlink(self, nodeid, body, caller) -> None:
+        path = self._nodes.child(nodeid, _names(body, 1)[0])
+        self.gateway.unlink(path, caller)
+        self._nodes.removed(path)
+
+    def _rmdir(self, nodeid, body, caller) -> None:
+        path = self._nodes.child(nodeid, _names(body, 1)[0])
+        self.gateway.rmdir(path, caller)
+        self._nodes.removed(path)
+
+    def _rename(self, nodeid, body, caller) -> None:
+        newdir = _U64.unpack_from(body)[0]
+        old_name, new_name = _names(body[8:], 2)
+        old = self._nodes.child(nodeid, old_name)
+        new = self._nodes.child(newdir, new_name)
+        self.gateway.rename(old, new, caller)
+        self._nodes.renamed(old, new)
+
+    def _open_flags(self, path: str) -> int:
+        stream = os.path.basename(path) in STREAMS
+        return FOPEN_DIRECT_IO | (FOPEN_NONSEEKABLE if stream else 0)
+
+    def _open(self, nodeid, body, caller) -> bytes:
+        flags = _U32.unpack_from(body)[0]
+        path = self._nodes.path(nodeid)
+        fh = self.gateway.open(path, flags, caller)
+        return _OPEN_OUT.pack(fh, self._open_flags(path), 0)
+
+    def _create(self, nodeid, body, caller) -> bytes:
+        flags, mode, _umask, _open_flags = _CREATE_IN.unpack_from(body)
+        path = self._nodes.child(nodeid, _names(body[_CREATE_IN.size:], 1)[0])
+        fh = self.gateway.open(path, flags | os.O_CREAT, caller, mode & 0o7777)
+        try:
+            entry = self._entry(path, caller)
+        except OSError:
+            self.gateway.release(fh)
+            raise
+        return entry + _OPEN_OUT.pack(fh, self._open_flags(path), 0)
+
+    def _read(self, _nodeid, body, caller) -> bytes:
+        fh, offset, size, _rflags, _owner, flags, _pad = _READ_IN.unpack_from(body)
+        return self.gateway.read(fh, size, offset, caller, flags)
+
+    def _write(self, _nodeid, body, caller) -> bytes:
+        fh, offset, size, _wflags, _owner, _flags, _pad = _WRITE_IN.unpack_from(body)
+        data = bytes(body[_WRITE_IN.size:_WRITE_IN.size + size])
+        return struct.pack("<II", self.gateway.write(fh, data, offset, caller), 0)
+
+    def _release(self, _nodeid, body, _caller) -> None:
+        self.gateway.release(_U64.unpack_from(body)[0])
+
+    def _statfs(self, _nodeid, _body, _caller) -> bytes:
+        return struct.pack("<QQQQQIIII6I", 0, 0, 0, 0, 0, 4096, 255, 4096, 0, *([0] * 6))
+
+    def _access(self, nodeid, _body, caller) -> None:
+        # default_permissions makes the kernel check modes; only existence is ours.
+        self.gateway.getattr(self._nodes.path(nodeid), caller)
+
+    def _opendir(self, nodeid, _body, _caller) -> bytes:
+        self._nodes.path(nodeid)
+        with self._pool:
+            fh, self._next_dir = self._next_dir, self._next_dir + 1
+            self._dirs[fh] = []
+        return _OPEN_OUT.pack(fh, 0, 0)
+
+    def _readdir(self, nodeid, body, caller) -> bytes:
+        """The directory's entries from ``offset`` on, as many as fit in ``size``; the
+        listing is read at offset 0 and kept for the open directory (libfuse does the
+        same), so that a directory that changes meanwhile is listed once."""
+        fh, offset, size = _READ_IN.unpack_from(body)[:3]
+        entries = self._dirs.get(fh)
+        if entries is None:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        if offset == 0:
+            path = self._nodes.path(nodeid)
+            names = self.gateway.readdir(path, caller)
+            listed = {name for name, _mode in names}
+            entries[:] = [(dot, stat.S_IFDIR) for dot in (".", "..") if dot not in listed]
+            entries += names
+        out = bytearray()
+        for i in range(offset, len(entries)):
+            name, mode = entries[i]
+            raw = os.fsencode(name)
+            kind = stat.S_IFMT(mode)
+            if kind in (stat.S_IFCHR, stat.S_IFBLK, 0):
+                kind = stat.S_IFREG         # as attributes() shows them
+            rec = _DIRENT.pack(0xFFFFFFFF, i + 1, len(raw), kind >> 12) + raw
+            rec += b"\0" * (-len(rec) % 8)
+            if len(out) + len(rec) > size:
+                break
+            out += rec
+        return bytes(out)
+
+    def _releasedir(self, _nodeid, body, _caller) -> None:
+        self._dirs.pop(_U64.unpack_from(body)[0], None)
+
+    def _listxattr(self, _nodeid, body, _caller) -> bytes:
+        # no attributes: the size asked first is 0, the list itself empty
+        return struct.pack("<II", 0, 0) if _U32.unpack_from(body)[0] == 0 else b""
+
+    @staticmethod
+    def _zero(_nodeid, _body, _caller) -> None:
+        return None
+
+    @staticmethod
+    def _eperm(_nodeid, _body, _caller):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    @staticmethod
+    def _enosys(_nodeid, _body, _caller):
+        # FLUSH: tracefs files have no ->flush; the host never sends it again.
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    @staticmethod
+    def _enotty(_nodeid, _body, _caller):
+        raise OSError(errno.ENOTTY, "Inappropriate ioctl for device")
+
+    @staticmethod
+    def _no_xattr(_nodeid, _body, _caller):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+
+def serve(gateway: Gateway, mountpoint: str, allow_other: bool = False,
+          on_init: Callable[[], None] | None = None,
+          on_destroy: Callable[[], None] | None = None) -> None:
+    """Mounts and serves until unmounted or signalled, in the calling (main) thread."""
+    session = FuseSession(gateway, mountpoint, allow_other, on_init, on_destroy)
+    session.mount()
+    session.serve()

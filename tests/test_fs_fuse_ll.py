@@ -1,0 +1,136 @@
+"""FUSE on /dev/fuse without libfuse (fs/fuse_ll.py): its node table, the answer a
+request held in a hook gets from another thread, and a waiting request that drives the
+idle machine itself.  Every test through a mount (test_fs_mount and the others) runs on
+this loop; the libfuse one is kept for KPROBEFS_FUSE=libfuse (its smoke test is here)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kprobefs import Kprobe
+from kprobefs.fs import fuse_ll
+from kprobefs.fs.fuse_ll import ROOT_ID, FuseSession, _Nodes, _Request
+
+
+def test_a_node_keeps_its_id_until_the_kernel_forgets_every_lookup():
+    nodes = _Nodes()
+    a = nodes.looked_up("/tracing")
+    assert nodes.looked_up("/tracing") == a and nodes.path(a) == "/tracing"
+    assert nodes.child(a, "trace") == "/tracing/trace"
+    assert nodes.child(ROOT_ID, "tracing") == "/tracing"
+    nodes.forget(a, 1)
+    assert nodes.path(a) == "/tracing"          # one lookup left
+    nodes.forget(a, 1)
+    with pytest.raises(OSError) as e:
+        nodes.path(a)
+    assert e.value.errno == errno.ENOENT
+    assert nodes.looked_up("/tracing") != a      # a new node for the name
+    nodes.forget(ROOT_ID, 5)
+    assert nodes.path(ROOT_ID) == "/"            # the root is never forgotten
+
+
+def test_removed_and_renamed_names_move_their_nodes():
+    nodes = _Nodes()
+    inst = nodes.looked_up("/tracing/instances/foo")
+    trace = nodes.looked_up("/tracing/instances/foo/trace")
+    other = nodes.looked_up("/tracing/instances/bar")
+    nodes.renamed("/tracing/instances/foo", "/tracing/instances/bar")
+    assert nodes.path(inst) == "/tracing/instances/bar"
+    assert nodes.path(trace) == "/tracing/instances/bar/trace"
+    with pytest.raises(OSError):
+        nodes.path(other)                        # the name it had went to foo's node
+    nodes.removed("/tracing/instances/bar")
+    with pytest.raises(OSError):
+        nodes.path(inst)
+    assert nodes.looked_up("/tracing/instances/bar") not in (inst, other)
+
+
+class _FakeKernel:
+    driver = None
+
+
+class _FakeGateway:
+    timeout = 0.2
+    kernel = _FakeKernel()
+
+
+def test_a_request_held_while_it_drives_the_machine_is_answered_eio_once():
+    """The thread of a request that drives the machine is held in a hook past the
+    gateway's timeout: the watch answers EIO for it, and the thread's own answer, when
+    it comes, is not sent."""
+    session = FuseSession(_FakeGateway(), "/nonexistent")
+    sent = []
+    session._reply = lambda unique, err, data=b"": sent.append((unique, err))
+    held = _Request(41, fuse_ll.MKDIR)
+    me = threading.get_ident()
+    session._inflight[me] = held
+    _FakeGateway.kernel.driver = (me, time.monotonic())
+    watch = threading.Thread(target=session._watch_stuck, daemon=True)
+    watch.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sent == [(41, errno.EIO)]
+        session._answer(held, 0, b"late")
+        time.sleep(0.6)
+        assert sent == [(41, errno.EIO)]
+    finally:
+        _FakeGateway.kernel.driver = None
+        session._gone.set()
+        watch.join(5)
+
+
+def test_a_waiting_caller_runs_its_call_while_the_machine_is_idle():
+    """With drive_waits, the thread that waits for a system call runs it itself when
+    nobody drives the machine (no hand-off to the machine thread and back); without,
+    the machine thread runs every call."""
+    from kprobefs import Kernel
+
+    kernel = Kernel(cpus=2, seed=0)
+    ran_in = []
+    kp = Kprobe(symbol_name="__x64_sys_getppid",
+                pre_handler=lambda p, regs: ran_in.append(threading.get_ident()) or 0)
+    kernel.register_kprobe(kp)
+    task = kernel.spawn("driven")
+    kernel.serve()
+    try:
+        for drive in (False, True):
+            kernel.drive_waits = drive
+            ran_in.clear()
+            for _ in range(20):
+                assert kernel.syscall(task, "getppid") == 1
+                time.sleep(0.005)
+            mine = ran_in.count(threading.get_ident())
+            assert len(ran_in) == 20
+            assert (mine > 0) if drive else mine == 0, (drive, mine)
+    finally:
+        kernel.close()
+
+
+from test_fs_mount import _need_fuse, sh  # noqa: E402,F401  (fixtures)
+
+
+def test_the_libfuse_loop_still_serves(tmp_path):
+    """KPROBEFS_FUSE=libfuse serves through fusepy and libfuse2, as before."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = dict(os.environ, KPROBEFS_FUSE="libfuse",
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    cli = [sys.executable, "-m", "kprobefs"]
+    subprocess.run(cli + ["mount", str(mnt)], check=True, env=env, timeout=120)
+    try:
+        t = mnt / "tracing"
+        r = sh(f"echo 'p:ll vfs_read' >> {t}/kprobe_events && cat {t}/kprobe_events")
+        assert r.returncode == 0 and r.stdout == "p:kprobes/ll vfs_read\n"
+        assert sh(f"echo > {t}/kprobe_events").returncode == 0
+    finally:
+        subprocess.run(cli + ["umount", str(mnt)], env=env, timeout=60)
