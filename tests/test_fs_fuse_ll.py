@@ -134,3 +134,66 @@ def test_the_libfuse_loop_still_serves(tmp_path):
         assert sh(f"echo > {t}/kprobe_events").returncode == 0
     finally:
         subprocess.run(cli + ["umount", str(mnt)], env=env, timeout=60)
+
+
+from test_fs_mount import real  # noqa: E402,F401  (fixture: a real mount, this loop)
+
+
+def test_each_kind_of_request_through_a_shell(real):
+    """The requests a shell makes of the loop, one of each: CREATE and a write in tmp,
+    SETATTR (truncate -s 0; chmod is EPERM), SYMLINK and READLINK, RENAME, UNLINK,
+    MKDIR and RMDIR, STATFS, a READDIR longer than one reply (300 event directories
+    span several), and the type each entry carries."""
+    t, tmp = real / "tracing", real / "tmp"
+    (t / "kprobe_events").write_text("".join(f"p:rd{i} vfs_read\n" for i in range(300)))
+    script = f"""
+        set -e
+        echo hello > {tmp}/f; cat {tmp}/f
+        truncate -s 0 {tmp}/f; wc -c < {tmp}/f
+        if chmod 600 {tmp}/f 2>/dev/null; then echo chmod-allowed; fi
+        ln -s f {tmp}/l; readlink {tmp}/l
+        mv {tmp}/f {tmp}/g; ls {tmp}/g; rm {tmp}/g {tmp}/l
+        mkdir {tmp}/d; rmdir {tmp}/d
+        stat -f -c %S {real}
+        ls {t}/events/kprobes | wc -l
+        find {t}/events/kprobes -mindepth 1 -maxdepth 1 -type d | wc -l
+    """
+    try:
+        r = sh(script)
+        assert r.returncode == 0, r.stderr
+        events = t / "events" / "kprobes"
+        names = os.listdir(events)
+        is_dir = sum(os.path.isdir(events / n) for n in names)
+        types = _dirent_types(events)
+    finally:
+        (t / "kprobe_events").write_text("")
+    lines = r.stdout.split()
+    assert lines[:5] == ["hello", "0", "f", f"{tmp}/g", "4096"], lines
+    listed, dirs = int(lines[5]), int(lines[6])
+    assert listed == len(names) == 302              # several READDIR replies
+    assert dirs == is_dir == 300                    # and enable, filter
+    assert types["rd7"] == 4 and types["enable"] == 8 and types["."] == 4  # DT_DIR, DT_REG
+
+
+def _dirent_types(path) -> dict:
+    """name -> d_type, as getdents64(2) gives them (no stat)."""
+    import ctypes
+    import struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    out, buf = {}, ctypes.create_string_buffer(32768)
+    try:
+        while True:
+            n = libc.syscall(217, fd, buf, len(buf))        # getdents64
+            assert n >= 0, ctypes.get_errno()
+            if n == 0:
+                return out
+            at = 0
+            while at < n:
+                reclen, dtype = struct.unpack_from("<HB", buf.raw, at + 16)
+                name = buf.raw[at + 19:at + reclen].split(b"\0", 1)[0].decode()
+                out[name] = dtype
+                at += reclen
+    finally:
+        os.close(fd)
