@@ -188,3 +188,46 @@ def test_a_mirrored_exec_makes_its_program_once(daemon, sleeper):
         assert [f for f, _ in made] == ["host_binary_create"] * 2
     finally:
         kernel.upcall = upcall
+
+
+def test_what_a_callers_child_did_before_its_request_is_mirrored_first(daemon):
+    """A known shell runs a child that exits, then makes a request: the child's fork
+    and exit are mirrored before the request runs, even when the process events'
+    reader thread has not taken them off the socket yet (here it never does)."""
+    import subprocess
+    import time
+
+    from kprobefs.fs.procwatch import ProcessEvents
+
+    gateway, kernel = daemon.gateway, daemon.kernel
+    events = ProcessEvents.open()
+    if events is None:
+        pytest.skip("no process connector here")
+    events._reader = object()           # a reader that never reads
+    gateway.watch_host_processes(events)
+    shell = subprocess.Popen(["sh", "-c", "read go; /bin/true; read done"],
+                             stdin=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.2)
+        gateway.getattr("/tracing", Caller(shell.pid))          # the shell is known
+        seen = []
+        submit = kernel.submit
+        kernel.submit = lambda task, name, *a, **kw: (seen.append(name),
+                                                      submit(task, name, *a, **kw))[1]
+        shell.stdin.write("go\n")
+        shell.stdin.flush()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:      # until the child has come and gone
+            time.sleep(0.1)
+            kids = subprocess.run(["pgrep", "-P", str(shell.pid)],
+                                  capture_output=True).stdout.split()
+            with open(f"/proc/{shell.pid}/stat") as f:
+                if not kids and f.read().split()[2] == "S":
+                    break
+        gateway.getattr("/tracing", Caller(shell.pid))
+        kernel.submit = submit
+        # (the shell's own prctl may come first; a child this short is gone before
+        # its exec is read, so that is a rename, not an execve)
+        assert "clone3" in seen and seen[-1] == "exit", seen
+    finally:
+        shell.communicate("done\n", timeout=10)

@@ -125,9 +125,12 @@ class HostCallers:
         self._after_releases()
         with self._lock:
             known = self._callers.get(pid)
-        # A new process's parent may have forked it an instant ago: its FORK event is
-        # read off the socket now.  A known one's own events are the reader's.
-        self._sync_host_processes(read_socket=known is None)
+        # What happened before this request is mirrored before it runs: a new process's
+        # parent may have forked it an instant ago, a known one's child may have just
+        # exec'd and exited (ftracetest's event-no-pid.tc stops tracing right after);
+        # the host sent those events before the caller could make its request, but the
+        # reader thread may not have taken them off the socket yet.
+        self._sync_host_processes(read_socket=True)
         with self._lock:
             known = self._callers.get(pid)
         if known is not None and self._live(known):
