@@ -233,6 +233,8 @@ class FuseSession:
             CREATE: self._create, DESTROY: self._zero, IOCTL: self._enotty,
             FORGET: self._forget, BATCH_FORGET: self._batch_forget,
         }
+        # INTERRUPT has no handler: answered ENOSYS, the kernel sends no more (a request
+        # blocked on a reader's data notices its caller's signal itself, gateway._block).
 
     # ==== mount, serve, unmount ==========================================================
     def mount(self) -> None:
@@ -312,7 +314,7 @@ class FuseSession:
             os.close(self._fd)
             self._fd = -1
 
-    # ==== the threads ======================================================================
+    # ==== the threads ====================================================================
     def _spawn(self) -> None:
         """One more reading thread (caller holds no lock)."""
         t = threading.Thread(target=self._worker, daemon=True, name="kprobefs-fuse")
@@ -405,7 +407,7 @@ class FuseSession:
             if e.errno not in (errno.ENOENT, errno.ENODEV, errno.EBADF):
                 log.error("answering request %d failed: %s", unique, e)
 
-    # ==== requests =========================================================================
+    # ==== requests =======================================================================
     def _init(self, _nodeid, body, _caller) -> bytes:
         major, minor, _readahead, flags = struct.unpack_from("<IIII", body)
         if major != 7 or minor < 31:
