@@ -9,18 +9,15 @@ the main thread and end the loop, which unmounts.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import logging
 import os
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from typing import Callable
 
+from .fs.fuse_ll import unmount
 from .fs.gateway import Gateway
 from .fs.procwatch import ProcessEvents
 from .fs.schedwatch import KernelMirror, SchedWatch
@@ -84,34 +81,6 @@ def is_stale_mount(path: str) -> bool:
     except OSError as e:
         return e.errno == errno.ENOTCONN
     return False
-
-
-def _run_quietly(argv: list[str]) -> bool:
-    if shutil.which(argv[0]) is None:
-        return False
-    return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL).returncode == 0
-
-
-_MNT_DETACH = 2
-
-
-def _umount2(path: str, flags: int) -> bool:
-    """umount(2) itself: root needs no helper (so neither Debian's ``fuse`` package,
-    which apt will not install beside ``fuse3``, nor util-linux's ``umount``)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    return libc.umount2(os.fsencode(path), flags) == 0
-
-
-def unmount(path: str, lazy: bool = False) -> bool:
-    """Unmounts a FUSE mount: umount(2) as root, else fusermount (the set-uid helper),
-    else umount(8); True on success."""
-    if os.geteuid() == 0 and _umount2(path, _MNT_DETACH if lazy else 0):
-        return True
-    if lazy:
-        return _run_quietly(["fusermount", "-u", "-z", path]) or \
-            _run_quietly(["umount", "-l", path])
-    return _run_quietly(["fusermount", "-u", path]) or _run_quietly(["umount", path])
 
 
 def prepare_mountpoint(path: str) -> str:

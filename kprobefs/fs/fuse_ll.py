@@ -1,10 +1,12 @@
 """FUSE spoken on ``/dev/fuse`` itself: the kernel's request protocol, without libfuse.
 
-The default way to serve the mount (``fuse_ops``, through fusepy and libfuse2) costs each
-request a trip through libfuse's path table and ctypes marshalling both ways; a shell's
-``echo >> kprobe_events`` makes five requests.  Here a pool of threads reads requests off
-the device and answers them with one write each, the structures packed by :mod:`struct`
-as ``<linux/fuse.h>`` lays them out (protocol 7.31).  The behaviour is the fusepy
+The daemon's default loop.  Through fusepy and libfuse2 (``fuse_ops``,
+``KPROBEFS_FUSE=libfuse``) each request takes a trip through libfuse's path table and
+ctypes marshalling both ways, and is answered only by the thread that took it.  Here a
+pool of threads reads requests off the device and answers them with one write each, the
+structures packed by :mod:`struct` as ``<linux/fuse.h>`` lays them out (protocol 7.31),
+and a request held in the machine can be answered from another thread (see
+:meth:`FuseSession._watch_stuck`).  The behaviour is the fusepy
 adapter's, point for point (see :mod:`.fuse_ops` for why each is so): sizes 0 but
 ``trace_pipe_raw``'s, ``direct_io`` opens, streams nonseekable, ``O_TRUNC`` in OPEN,
 one write(2) one request, FLUSH ENOSYS, modes from the emulated kernel, no xattrs.
@@ -28,6 +30,7 @@ import ctypes.util
 import errno
 import logging
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -39,7 +42,7 @@ from typing import Callable
 
 from .gateway import Caller, Gateway
 
-__all__ = ["serve", "FuseSession", "attributes", "STREAM_SIZE", "MAX_WRITE", "STREAMS"]
+__all__ = ["FuseSession", "attributes", "unmount", "STREAM_SIZE", "MAX_WRITE", "STREAMS"]
 
 log = logging.getLogger("kprobefs.fs.fuse")
 
@@ -52,6 +55,7 @@ SPLICED = "trace_pipe_raw"
 STREAMS = (SPLICED, "trace_pipe")
 #: How long the host caches a node's attributes (s); names are looked up every time.
 ATTR_TIMEOUT = 1.0
+_ATTR_VALID = (int(ATTR_TIMEOUT), int(ATTR_TIMEOUT % 1 * 1_000_000_000))   # (s, ns)
 
 _IN = struct.Struct("<IIQQIIIHH")           # fuse_in_header
 _OUT = struct.Struct("<IiQ")                # fuse_out_header
@@ -92,15 +96,19 @@ def attributes(gateway: Gateway, path: str, caller: Caller, mounted_at: int) -> 
     nodev mount could not open one, and the daemon serves them); size 0 but
     ``trace_pipe_raw``'s; owned by root; times of the mount (hostfs keeps no inodes)."""
     a = gateway.getattr(path, caller)
-    mode = a.mode
-    if not stat.S_IFMT(mode):
-        mode |= stat.S_IFREG
-    elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        mode = stat.S_IFREG | stat.S_IMODE(mode)
+    mode = _shown_kind(a.mode) | stat.S_IMODE(a.mode)
     spliced = stat.S_ISREG(mode) and os.path.basename(path) == SPLICED
     return {"st_mode": mode, "st_ino": a.ino, "st_nlink": a.nlink or 1, "st_uid": 0,
             "st_gid": 0, "st_size": STREAM_SIZE if spliced else 0, "st_blocks": 0,
             "st_atime": mounted_at, "st_mtime": mounted_at, "st_ctime": mounted_at}
+
+
+def _shown_kind(mode: int) -> int:
+    """The file type the mount gives a kernel mode: a regular file for none, and for the
+    kernel's devices (/dev/null), served by its own drivers through the daemon: this
+    nodev mount could not open a device node."""
+    kind = stat.S_IFMT(mode)
+    return stat.S_IFREG if kind in (0, stat.S_IFCHR, stat.S_IFBLK) else kind
 
 
 def _pack_attr(nodeid: int, at: dict) -> bytes:
@@ -108,11 +116,6 @@ def _pack_attr(nodeid: int, at: dict) -> bytes:
     sec, nsec = divmod(t, 1_000_000_000)
     return _ATTR.pack(nodeid, at["st_size"], 0, sec, sec, sec, nsec, nsec, nsec,
                       at["st_mode"], at["st_nlink"], 0, 0, 0, 4096, 0)
-
-
-def _timeout(seconds: float) -> tuple[int, int]:
-    sec = int(seconds)
-    return sec, int((seconds - sec) * 1e9)
 
 
 def _names(body: bytes, count: int) -> list[str]:
@@ -215,23 +218,26 @@ class FuseSession:
         self._dirs: dict[int, list] = {}     # opendir fh -> its entries once read
         self._next_dir = 1
         self._pool = threading.Lock()
-        self._threads: list[threading.Thread] = []
+        self._workers = 0       # threads reading the device
         self._idle = 0
         self._gone = threading.Event()
         self._destroyed = False
         self._inflight: dict[int, _Request] = {}    # thread ident -> its request
+        eperm, no_xattr = _failing(errno.EPERM), _failing(errno.EOPNOTSUPP)
         self._ops = {
             LOOKUP: self._lookup, GETATTR: self._getattr, SETATTR: self._setattr,
-            READLINK: self._readlink, SYMLINK: self._symlink, MKNOD: self._eperm,
+            READLINK: self._readlink, SYMLINK: self._symlink, MKNOD: eperm,
             MKDIR: self._mkdir, UNLINK: self._unlink, RMDIR: self._rmdir,
-            RENAME: self._rename, LINK: self._eperm, OPEN: self._open, READ: self._read,
+            RENAME: self._rename, LINK: eperm, OPEN: self._open, READ: self._read,
             WRITE: self._write, STATFS: self._statfs, RELEASE: self._release,
-            FSYNC: self._zero, SETXATTR: self._no_xattr, GETXATTR: self._no_xattr,
-            LISTXATTR: self._listxattr, REMOVEXATTR: self._no_xattr, FLUSH: self._enosys,
-            INIT: self._init, OPENDIR: self._opendir, READDIR: self._readdir,
+            FSYNC: self._zero, SETXATTR: no_xattr, GETXATTR: no_xattr,
+            LISTXATTR: self._listxattr, REMOVEXATTR: no_xattr, INIT: self._init,
+            OPENDIR: self._opendir, READDIR: self._readdir,
             RELEASEDIR: self._releasedir, FSYNCDIR: self._zero, ACCESS: self._access,
-            CREATE: self._create, DESTROY: self._zero, IOCTL: self._enotty,
+            CREATE: self._create, DESTROY: self._zero, IOCTL: _failing(errno.ENOTTY),
             FORGET: self._forget, BATCH_FORGET: self._batch_forget,
+            # tracefs files have no ->flush: after ENOSYS the host sends no FLUSH again
+            FLUSH: _failing(errno.ENOSYS),
         }
         # INTERRUPT has no handler: answered ENOSYS, the kernel sends no more (a request
         # blocked on a reader's data notices its caller's signal itself, gateway._block).
@@ -245,8 +251,7 @@ class FuseSession:
             fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
             data = (f"fd={fd},rootmode=40000,user_id={os.getuid()},"
                     f"group_id={os.getgid()},{opts}")
-            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-            if libc.mount(b"debugfs", os.fsencode(self.mountpoint), b"fuse.kprobefs",
+            if _libc().mount(b"debugfs", os.fsencode(self.mountpoint), b"fuse.kprobefs",
                           _MS_NOSUID | _MS_NODEV, data.encode()) != 0:
                 err = ctypes.get_errno()
                 os.close(fd)
@@ -300,8 +305,8 @@ class FuseSession:
             self._finish()
 
     def unmount(self) -> None:
-        """Unmounts lazily; the threads see the device go and stop."""
-        from ..daemon import unmount
+        """Unmounts lazily, from a thread of its own (a signal handler calls it); the
+        threads see the device go and stop."""
         threading.Thread(target=unmount, args=(self.mountpoint, True), daemon=True,
                          name="kprobefs-unmount").start()
 
@@ -319,7 +324,7 @@ class FuseSession:
         """One more reading thread (caller holds no lock)."""
         t = threading.Thread(target=self._worker, daemon=True, name="kprobefs-fuse")
         with self._pool:
-            self._threads.append(t)
+            self._workers += 1
             self._idle += 1
         t.start()
 
@@ -337,7 +342,7 @@ class FuseSession:
                 return
             with self._pool:
                 self._idle -= 1
-                more = self._idle == 0 and len(self._threads) < MAX_THREADS
+                more = self._idle == 0 and self._workers < MAX_THREADS
             if more:
                 self._spawn()
             try:
@@ -422,7 +427,7 @@ class FuseSession:
         """LOOKUP's answer for path (its node counted once more)."""
         at = attributes(self.gateway, path, caller, self._mounted_at)
         nodeid = self._nodes.looked_up(path)
-        sec, nsec = _timeout(ATTR_TIMEOUT)
+        sec, nsec = _ATTR_VALID
         # the name is not cached (each walk looks it up again), the attributes are
         return _ENTRY.pack(nodeid, 0, 0, sec, 0, nsec) + _pack_attr(nodeid, at)
 
@@ -440,8 +445,7 @@ class FuseSession:
 
     def _attr_out(self, nodeid: int, path: str, caller: Caller) -> bytes:
         at = attributes(self.gateway, path, caller, self._mounted_at)
-        sec, nsec = _timeout(ATTR_TIMEOUT)
-        return _ATTR_OUT.pack(sec, nsec, 0) + _pack_attr(nodeid, at)
+        return _ATTR_OUT.pack(*_ATTR_VALID, 0) + _pack_attr(nodeid, at)
 
     def _getattr(self, nodeid, _body, caller) -> bytes:
         return self._attr_out(nodeid, self._nodes.path(nodeid), caller)
@@ -449,8 +453,8 @@ class FuseSession:
     def _setattr(self, nodeid, body, caller) -> bytes:
         """chmod and chown are EPERM (tracefs keeps root's modes here); a size is the
         truncation (0: the "clear" action); times change nothing."""
-        valid = _SETATTR_IN.unpack_from(body)[0]
-        size = _SETATTR_IN.unpack_from(body)[3]
+        fields = _SETATTR_IN.unpack_from(body)
+        valid, size = fields[0], fields[3]
         path = self._nodes.path(nodeid)
         if valid & (FATTR_MODE | FATTR_UID | FATTR_GID):
             raise OSError(errno.EPERM, "Operation not permitted")
@@ -556,10 +560,7 @@ class FuseSession:
         for i in range(offset, len(entries)):
             name, mode = entries[i]
             raw = os.fsencode(name)
-            kind = stat.S_IFMT(mode)
-            if kind in (stat.S_IFCHR, stat.S_IFBLK, 0):
-                kind = stat.S_IFREG         # as attributes() shows them
-            rec = _DIRENT.pack(0xFFFFFFFF, i + 1, len(raw), kind >> 12) + raw
+            rec = _DIRENT.pack(0xFFFFFFFF, i + 1, len(raw), _shown_kind(mode) >> 12) + raw
             rec += b"\0" * (-len(rec) % 8)
             if len(out) + len(rec) > size:
                 break
@@ -577,28 +578,36 @@ class FuseSession:
     def _zero(_nodeid, _body, _caller) -> None:
         return None
 
-    @staticmethod
-    def _eperm(_nodeid, _body, _caller):
-        raise OSError(errno.EPERM, "Operation not permitted")
 
-    @staticmethod
-    def _enosys(_nodeid, _body, _caller):
-        # FLUSH: tracefs files have no ->flush; the host never sends it again.
-        raise OSError(errno.ENOSYS, "Function not implemented")
-
-    @staticmethod
-    def _enotty(_nodeid, _body, _caller):
-        raise OSError(errno.ENOTTY, "Inappropriate ioctl for device")
-
-    @staticmethod
-    def _no_xattr(_nodeid, _body, _caller):
-        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+def _failing(err: int) -> Callable:
+    """A request handler that answers err."""
+    def handler(_nodeid, _body, _caller):
+        raise OSError(err, os.strerror(err))
+    return handler
 
 
-def serve(gateway: Gateway, mountpoint: str, allow_other: bool = False,
-          on_init: Callable[[], None] | None = None,
-          on_destroy: Callable[[], None] | None = None) -> None:
-    """Mounts and serves until unmounted or signalled, in the calling (main) thread."""
-    session = FuseSession(gateway, mountpoint, allow_other, on_init, on_destroy)
-    session.mount()
-    session.serve()
+def _libc():
+    return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+
+def _run_quietly(argv: list[str]) -> bool:
+    if shutil.which(argv[0]) is None:
+        return False
+    return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+_MNT_DETACH = 2
+
+
+def unmount(path: str, lazy: bool = False) -> bool:
+    """Unmounts a FUSE mount: umount(2) as root (so neither Debian's ``fuse`` package,
+    which apt will not install beside ``fuse3``, nor util-linux's ``umount`` is needed),
+    else fusermount (the set-uid helper), else umount(8); True on success."""
+    if os.geteuid() == 0 and \
+            _libc().umount2(os.fsencode(path), _MNT_DETACH if lazy else 0) == 0:
+        return True
+    if lazy:
+        return _run_quietly(["fusermount", "-u", "-z", path]) or \
+            _run_quietly(["umount", "-l", path])
+    return _run_quietly(["fusermount", "-u", path]) or _run_quietly(["umount", path])
