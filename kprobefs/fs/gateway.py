@@ -45,7 +45,7 @@ from typing import Callable, NamedTuple
 from ..errors import KernelError, KernelOops, KernelStuck, KernelWedged, MachineError
 from ..machine.kernel import ProcessExited, UserBuffer
 from .callers import Caller, HostCaller, HostCallers
-from .hostproc import host_signal_pending, host_start_time, mount_relative_of
+from .hostproc import host_signal_pending, host_start_time, open_mount_paths
 from .procwatch import ProcessEvents
 from .tree import DEBUGFS_ROOT, HostFS
 
@@ -547,20 +547,8 @@ class Gateway(HostCallers):
 def _held(of: _OpenFile) -> bool:
     """Whether a host process that used the open file still has a descriptor on its
     path (a child that inherited it unused is not seen: then the wait runs out)."""
-    for pid in of.fds:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for n in fds:
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{n}")
-            except OSError:
-                continue
-            rel = mount_relative_of(pid, link)
-            if rel is not None and Gateway.kernel_path(rel) == of.path:
-                return True
-    return False
+    return any(Gateway.kernel_path(rel) == of.path
+               for pid in of.fds for rel in open_mount_paths(pid))
 
 
 def _parse_dirents(data: bytes) -> list[tuple[str, int]]:

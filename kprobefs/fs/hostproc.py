@@ -1,5 +1,6 @@
 """What the host's /proc says of its processes: comm, parent and start time, pending
-signals, and where a path lies in a process's mount namespace.  No FUSE here.
+signals, where a path lies in a process's mount namespace, and the files of the mount a
+process has open.  No FUSE here.
 
 A mount namespace's table is read once and kept open (:class:`MountTables`): reading
 ``/proc/PID/mountinfo`` costs the host tens of microseconds, and poll(2) on the open
@@ -17,7 +18,8 @@ import threading
 from typing import NamedTuple
 
 __all__ = ["HostProcess", "MountTables", "host_comm", "host_process", "host_start_time",
-           "host_signal_pending", "mount_relative", "mount_relative_of"]
+           "host_signal_pending", "mount_relative", "mount_relative_of",
+           "open_mount_paths"]
 
 
 def host_comm(pid: int) -> str:
@@ -150,6 +152,23 @@ def mount_relative_of(pid: int, path: str) -> str | None:
     bind of a subdirectory counts from that directory); else None."""
     lines = _MOUNT_TABLES.lines(pid)
     return None if lines is None else mount_relative(lines, path)
+
+
+def open_mount_paths(pid: int):
+    """The paths, relative to a kprobefs mount, that the process's open descriptors
+    name (nothing once it is gone)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return
+    for n in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{n}")
+        except OSError:
+            continue
+        rel = mount_relative_of(pid, link)
+        if rel is not None:
+            yield rel
 
 
 def mount_relative(mountinfo: list[str], path: str) -> str | None:
