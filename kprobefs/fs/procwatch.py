@@ -287,34 +287,23 @@ def host_exec_image(pid: int, comm: str) -> tuple[str, list[str]] | None:
     except OSError:
         return None
     exe = exe.removesuffix(" (deleted)")
-    candidates = []
-    if argv and argv[0].startswith("/"):
-        candidates.append(argv[0])
-    remembered = comm in _WHICH
-    if comm:
-        candidates.append(_on_path(comm))
-    for name in candidates:
-        if name and os.path.basename(name)[:15] == comm and os.path.realpath(name) == exe:
-            return name, argv
-    if comm and remembered:             # what was remembered may be stale: once more
-        found = _on_path(comm, again=True)
-        if found and os.path.realpath(found) == exe:
-            return found, argv
-    return exe, argv
+    if argv and argv[0].startswith("/") and os.path.basename(argv[0])[:15] == comm \
+            and os.path.realpath(argv[0]) == exe:
+        return argv[0], argv
+    return (comm and _on_path(comm, exe)) or exe, argv
 
 
 _WHICH: dict[str, str | None] = {}
 _WHICH_MAX = 512
 
 
-def _on_path(comm: str, again: bool = False) -> str | None:
-    """shutil.which(comm), remembered: a search of PATH is a stat per directory, and
-    every mirrored exec of a program asks it again.  ``again`` searches anew (what was
-    found does not match the process's program)."""
-    if not again and comm in _WHICH:
-        return _WHICH[comm]
-    found = shutil.which(comm)
-    if len(_WHICH) >= _WHICH_MAX:
-        _WHICH.clear()
-    _WHICH[comm] = found
-    return found
+def _on_path(comm: str, exe: str) -> str | None:
+    """The program named comm on PATH when it is exe.  shutil.which is remembered: a
+    search of PATH is a stat per directory, and every mirrored exec of a program asks
+    it again; PATH is searched anew when what was remembered is not exe."""
+    found = _WHICH.get(comm)
+    if found is None or os.path.realpath(found) != exe:
+        if len(_WHICH) >= _WHICH_MAX:
+            _WHICH.clear()
+        found = _WHICH[comm] = shutil.which(comm)
+    return found if found is not None and os.path.realpath(found) == exe else None
