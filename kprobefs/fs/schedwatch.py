@@ -176,10 +176,10 @@ class SchedWatch:
     """Mirrors the scheduling of the processes ``tasks()`` names (host pid -> task).
 
     ``mirror``: what acts on the kernel (:class:`KernelMirror`); ``read``: the /proc
-    reader (default: a :class:`HostSchedFiles`); ``before_sample``: run first in each pass (the
-    gateway applies the host's queued process events there, so forks, execs and exits
-    are mirrored while the processes run, not at the next request); ``wake``: an event
-    (the process events' ``arrived``) that starts a pass at once.
+    reader (default: a :class:`HostSchedFiles`); ``before_sample``: run first in each
+    pass (the gateway applies the host's queued process events there, so forks, execs
+    and exits are mirrored while the processes run, not at the next request); ``wake``:
+    an event (the process events' ``arrived``) that starts a pass at once.
     """
 
     def __init__(self, mirror, tasks: Callable[[], dict],

@@ -114,8 +114,9 @@ class MachineDriver:
         woken on the way out."""
         if self.stuck is not None or not self.lock.acquire(False):
             return
-        end = time.monotonic() + self.DRIVE_SLICE
-        self.driver = (threading.get_ident(), time.monotonic())
+        now = time.monotonic()
+        end = now + self.DRIVE_SLICE
+        self.driver = (threading.get_ident(), now)
         try:
             while not done.is_set() and self.stuck is None and time.monotonic() < end:
                 if not self.run_slice():
