@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -15,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from fs_fakes import FakeEngine, FakeKernel
 from kprobefs import Kprobe
-from kprobefs.fs import fuse_ll
+from kprobefs.fs import Caller, Gateway, build_tree, fuse_ll
 from kprobefs.fs.fuse_ll import ROOT_ID, FuseSession, _Nodes, _Request
+from kprobefs.fs.tree import TextFile
+from kprobefs.tracing.files import Directory
 
 
 def test_a_node_keeps_its_id_until_the_kernel_forgets_every_lookup():
@@ -53,13 +57,45 @@ def test_removed_and_renamed_names_move_their_nodes():
     assert nodes.looked_up("/tracing/instances/bar") not in (inst, other)
 
 
-class _FakeKernel:
+def test_a_lookup_is_cached_only_for_a_name_that_stays_with_its_directory():
+    """LOOKUP's entry timeout: tracefs's own files and the mount's top-level names may be
+    cached by the host (a walk to them makes no request); a name of a computed
+    directory (an event) or of the kernel's own (tmp, proc) is asked at each walk, so
+    that one that went away is gone at once."""
+    events = {"ev": TextFile(lambda: "")}
+    tracefs = Directory({"kprobe_events": TextFile(lambda: ""),
+                         "events": Directory(lambda: dict(events))})
+    kernel = FakeKernel()
+    hostfs = build_tree(kernel, engine=FakeEngine(), tracer=tracefs)
+    kernel.hostfs = hostfs
+    gateway = Gateway(kernel, hostfs, timeout=5.0, wait_slice=0.05)
+    session = FuseSession(gateway, "/nonexistent")
+    me = Caller(os.getpid())
+
+    def entry_valid(parent: int, name: str) -> tuple[int, int]:
+        reply = session._lookup(parent, name.encode() + b"\0", me)
+        nodeid, _gen, valid = struct.unpack_from("<QQQ", reply)
+        return nodeid, valid
+
+    try:
+        tracing, valid = entry_valid(ROOT_ID, "tracing")
+        assert valid == fuse_ll.ENTRY_TIMEOUT > 0
+        assert entry_valid(tracing, "kprobe_events")[1] == fuse_ll.ENTRY_TIMEOUT
+        ev_dir, valid = entry_valid(tracing, "events")
+        assert valid == fuse_ll.ENTRY_TIMEOUT
+        assert entry_valid(ev_dir, "ev")[1] == 0
+        assert entry_valid(ROOT_ID, "tmp")[1] == fuse_ll.ENTRY_TIMEOUT
+    finally:
+        gateway.close()
+
+
+class _IdleKernel:
     driver = None
 
 
 class _FakeGateway:
     timeout = 0.2
-    kernel = _FakeKernel()
+    kernel = _IdleKernel()
 
 
 def test_a_request_held_while_it_drives_the_machine_is_answered_eio_once():

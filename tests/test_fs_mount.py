@@ -312,6 +312,37 @@ def test_fake_tracing_echo_cat(fake):
     assert os.listdir(f"{fake}/tracing/events") == []
 
 
+def test_real_names_that_go_away_are_gone_at_once(real):
+    """The host caches lookups of tracefs's own files (they stay), not of events or
+    instances: an event removed by a write to kprobe_events, which the host's dcache
+    knows nothing of, is gone for the very next walk, and so is its group."""
+    t = f"{real}/tracing"
+    script = f"""
+        cd /
+        echo 'p:gone vfs_read' >> {t}/kprobe_events
+        test -d {t}/events/kprobes/gone && echo made
+        cat {t}/events/kprobes/gone/enable
+        echo '-:gone' >> {t}/kprobe_events
+        test -e {t}/events/kprobes/gone || echo event-gone
+        test -e {t}/events/kprobes/gone/enable || echo file-gone
+        test -e {t}/events/kprobes || echo group-gone
+        echo 'p:gone vfs_write' >> {t}/kprobe_events
+        cat {t}/events/kprobes/gone/format | grep -c 'print fmt'
+        echo > {t}/kprobe_events
+        test -e {t}/events/kprobes/gone || echo cleared
+        mkdir {t}/instances/cached && test -f {t}/instances/cached/trace && echo inst
+        rmdir {t}/instances/cached
+        test -e {t}/instances/cached/trace || echo inst-gone
+    """
+    try:
+        r = sh(script)
+    finally:
+        sh(f"echo > {t}/kprobe_events; rmdir {t}/instances/cached")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["made", "0", "event-gone", "file-gone", "group-gone", "1",
+                                "cleared", "inst", "inst-gone"]
+
+
 def test_fake_truncate_busy(fake):
     t = f"{fake}/tracing"
     assert sh(f"echo 'p:a vfs_read' > {t}/kprobe_events && echo 1 > {t}/tracing_on").returncode == 0

@@ -12,8 +12,9 @@ from fs_fakes import KBASE, FakeEngine, FakeKernel, FakeTracer
 from kprobefs.fs.tree import (
     HC_HOSTFS_LOOKUP, HC_HOSTFS_OPEN, HC_HOSTFS_READ, HC_HOSTFS_READDIR, HC_HOSTFS_RELEASE,
     HC_HOSTFS_WRITE, BoolKnob, Directory, HostFS, IntKnob, TextFile, build_tree,
-    kstrtobool, kstrtol, kstrtoul, node_mode,
+    fixed_names, kstrtobool, kstrtol, kstrtoul, node_mode,
 )
+from kprobefs.tracing.files import Directory as TracingDirectory
 
 
 # ---- number parsing (REFERENCE §1) ---------------------------------------------------------
@@ -113,6 +114,34 @@ def test_directory_entries_may_come_and_go():
     present["on"] = True
     assert list(d.children()) == ["fixed", "maybe"]
     assert stat.S_ISDIR(node_mode(d)) and stat.S_IMODE(d.mode) == 0o750
+
+
+def test_a_directorys_fixed_names_are_its_nodes_not_its_optional_entries():
+    d = Directory({"fixed": TextFile(lambda: ""), "maybe": lambda: None})
+    d.add("added", Directory())
+    assert sorted(d.fixed_names) == ["added", "fixed"]
+    assert fixed_names(TextFile(lambda: "")) == ()      # a node that says nothing
+
+
+def test_stat_path_says_whether_a_name_stays_with_its_directory():
+    """What a host may cache: a fixed name of its directory (and the root); a name a
+    directory computes (an event, an instance) is asked again at each walk."""
+    events = {"ev": TextFile(lambda: "")}
+    tracefs = TracingDirectory({"kprobe_events": TextFile(lambda: ""),
+                                "events": TracingDirectory(lambda: dict(events))})
+    hostfs = build_tree(FakeKernel(), engine=FakeEngine(), tracer=tracefs)
+    stable = {path: hostfs.stat_path(1, path.split("/") if path else [], 1.0)[2]
+              for path in ("", "tracing", "kprobes", "kprobes/list",
+                           "tracing/kprobe_events", "tracing/events", "tracing/events/ev")}
+    assert stable == {"": True, "tracing": True, "kprobes": True, "kprobes/list": True,
+                      "tracing/kprobe_events": True, "tracing/events": True,
+                      "tracing/events/ev": False}
+    node_id, mode, _ = hostfs.stat_path(1, ["tracing", "events", "ev"], 1.0)
+    assert node_id > 3 and stat.S_ISREG(mode)
+    del events["ev"]
+    with pytest.raises(OSError) as e:
+        hostfs.stat_path(1, ["tracing", "events", "ev"], 1.0)
+    assert e.value.errno == errno.ENOENT
 
 
 def test_node_mode_adds_the_file_type():

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from kprobefs.fs.tree import fixed_names
 from tracer_fakes import VFS_READ, cat, echo, make_tracer, node, write_errno
 
 # What instance_mkdir gives an instance here: the per-array files of the top level.
@@ -353,3 +354,16 @@ def test_an_instance_has_its_own_ftrace_pid_files():
     assert cat(root, "set_ftrace_pid") == "no pid\n"
     assert cat(root, "instances/foo/set_ftrace_notrace_pid") == "no pid\n"
     assert tracer.instances["foo"].function_tracer.pids.pids == {5}
+
+
+def test_the_fixed_names_are_a_trace_arrays_files_not_its_events_or_instances(t):
+    """The names the mount lets the host cache (fs: Attributes.stable): every file of a
+    trace array stays while the array does; events and instances come and go."""
+    assert {"kprobe_events", "trace", "events", "instances"} <= set(fixed_names(t.root))
+    assert not fixed_names(node(t.root, "events"))
+    assert not fixed_names(node(t.root, "events/kprobes"))
+    assert not fixed_names(node(t.root, "instances"))
+    mkdir(t, "foo")
+    inst = node(t.root, "instances/foo")
+    assert "trace" in fixed_names(inst) and "kprobe_events" not in fixed_names(inst)
+    assert not fixed_names(node(t.root, "instances/foo/events"))

@@ -18,8 +18,13 @@ not capped at libfuse's 10 threads (blocked ``trace_pipe`` readers each hold one
 
 Node ids are the daemon's: a path gets one at its first LOOKUP and keeps it until the
 kernel forgets it (FORGET counts down its lookups); ``st_ino`` is the node id, as
-libfuse's.  Mounting is mount(2) as root, else the set-uid ``fusermount`` hands the
-device back over a socket (its ``_FUSE_COMMFD`` protocol).
+libfuse's.  A lookup of a name that stays while its directory does (tracefs's own
+files, the mount's top-level names: :attr:`Attributes.stable`) may be cached by the
+host, as its dcache keeps tracefs's dentries; an event's or an instance's name, or one
+in the kernel's tmp or proc, is asked again at each walk.
+
+Mounting is mount(2) as root, else the set-uid ``fusermount`` hands the device back over
+a socket (its ``_FUSE_COMMFD`` protocol).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import threading
 import time
 from typing import Callable
 
-from .gateway import Caller, Gateway
+from .gateway import Attributes, Caller, Gateway
 
 __all__ = ["FuseSession", "attributes", "unmount", "STREAM_SIZE", "MAX_WRITE", "STREAMS"]
 
@@ -53,9 +58,15 @@ STREAM_SIZE = 1 << 40
 #: Files that are streams in Linux (nonseekable_open); the first is spliced by trace-cmd.
 SPLICED = "trace_pipe_raw"
 STREAMS = (SPLICED, "trace_pipe")
-#: How long the host caches a node's attributes (s); names are looked up every time.
+#: How long the host caches a node's attributes (s).
 ATTR_TIMEOUT = 1.0
 _ATTR_VALID = (int(ATTR_TIMEOUT), int(ATTR_TIMEOUT % 1 * 1_000_000_000))   # (s, ns)
+#: How long the host caches a lookup of a name that stays while its directory does
+#: (Attributes.stable: tracefs's own files, the mount's top-level names); every other
+#: name (events, instances, proc, tmp) is looked up at each walk, so that one that went
+#: away is gone at once.  The host revalidates each component of a walk on its own: a
+#: stable name below one that went away goes with it.
+ENTRY_TIMEOUT = 60
 
 _IN = struct.Struct("<IIQQIIIHH")           # fuse_in_header
 _OUT = struct.Struct("<IiQ")                # fuse_out_header
@@ -91,11 +102,15 @@ MAX_THREADS = 64
 
 
 def attributes(gateway: Gateway, path: str, caller: Caller, mounted_at: int) -> dict:
-    """A path's attributes as the mount shows them (fusepy's getattr dict): the emulated
-    kernel's mode and link count; a regular file where the kernel has a device (this
-    nodev mount could not open one, and the daemon serves them); size 0 but
-    ``trace_pipe_raw``'s; owned by root; times of the mount (hostfs keeps no inodes)."""
-    a = gateway.getattr(path, caller)
+    """A path's attributes as the mount shows them (fusepy's getattr dict)."""
+    return _shown(path, gateway.getattr(path, caller), mounted_at)
+
+
+def _shown(path: str, a: Attributes, mounted_at: int) -> dict:
+    """Attributes as the mount shows them: the emulated kernel's mode and link count; a
+    regular file where the kernel has a device (this nodev mount could not open one,
+    and the daemon serves them); size 0 but ``trace_pipe_raw``'s; owned by root; times
+    of the mount (hostfs keeps no inodes)."""
     mode = _shown_kind(a.mode) | stat.S_IMODE(a.mode)
     spliced = stat.S_ISREG(mode) and os.path.basename(path) == SPLICED
     return {"st_mode": mode, "st_ino": a.ino, "st_nlink": a.nlink or 1, "st_uid": 0,
@@ -425,11 +440,11 @@ class FuseSession:
 
     def _entry(self, path: str, caller: Caller) -> bytes:
         """LOOKUP's answer for path (its node counted once more)."""
-        at = attributes(self.gateway, path, caller, self._mounted_at)
+        a = self.gateway.getattr(path, caller)
         nodeid = self._nodes.looked_up(path)
         sec, nsec = _ATTR_VALID
-        # the name is not cached (each walk looks it up again), the attributes are
-        return _ENTRY.pack(nodeid, 0, 0, sec, 0, nsec) + _pack_attr(nodeid, at)
+        return _ENTRY.pack(nodeid, 0, ENTRY_TIMEOUT if a.stable else 0, sec, 0, nsec) + \
+            _pack_attr(nodeid, _shown(path, a, self._mounted_at))
 
     def _lookup(self, nodeid, body, caller) -> bytes:
         return self._entry(self._nodes.child(nodeid, _names(body, 1)[0]), caller)

@@ -94,6 +94,9 @@ class Attributes(NamedTuple):
     atime: float
     mtime: float
     ctime: float
+    #: The name stays as long as its directory does (a host may cache the lookup): a
+    #: fixed name of the debugfs or tracefs tree, or a top-level name of the mount.
+    stable: bool = False
 
 
 @dataclass(eq=False)
@@ -258,6 +261,7 @@ class Gateway(HostCallers):
             parts = [p for p in path.split("/") if p]
             if not parts or parts[0] not in ROOT_DIRS:
                 return self._host_attributes(parts)
+            top = len(parts) == 1   # proc, dev, tmp: fixed names of the mount's root
             buf = UserBuffer(_STAT.size)
             self._sys(caller, "newfstatat", AT_FDCWD, self.kernel_path(path), buf,
                       AT_SYMLINK_NOFOLLOW)
@@ -270,7 +274,8 @@ class Gateway(HostCallers):
             return Attributes(stat.S_IFDIR | 0o755, 1, 2, now, now, now)
         (_dev, ino, nlink, mode, _uid, _gid, _pad, _rdev, _size, _blksize, _blocks,
          at, atn, mt, mtn, ct, ctn) = _STAT.unpack(buf.data[:_STAT.size])
-        return Attributes(mode, ino, nlink, at + atn / 1e9, mt + mtn / 1e9, ct + ctn / 1e9)
+        return Attributes(mode, ino, nlink, at + atn / 1e9, mt + mtn / 1e9, ct + ctn / 1e9,
+                          top)
 
     def _host_attributes(self, parts: list[str]) -> Attributes:
         """Attributes of the debugfs name at parts, from the host tree, as the kernel's
@@ -283,12 +288,12 @@ class Gateway(HostCallers):
         if stuck is not None:
             self.stats["failed"] += 1
             raise OSError(errno.EIO, f"the machine is stuck: {stuck}")
-        node_id, mode = self.hostfs.stat_path(DEBUGFS_ROOT, parts, self.timeout)
+        node_id, mode, fixed = self.hostfs.stat_path(DEBUGFS_ROOT, parts, self.timeout)
         if tuple(parts) in _MOUNT_ROOTS:
             mode = stat.S_IFDIR | 0o700     # the mount's root (hostfs_fill_super)
         elif not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
             mode = stat.S_IFREG | stat.S_IMODE(mode)
-        return Attributes(mode, node_id, 1, 0.0, 0.0, 0.0)
+        return Attributes(mode, node_id, 1, 0.0, 0.0, 0.0, fixed)
 
     def readdir(self, path: str, ctx: Caller) -> list[tuple[str, int]]:
         """[(name, st_mode type bits)] including ``.`` and ``..``; the mount root also

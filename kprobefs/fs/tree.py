@@ -26,7 +26,7 @@ import logging
 import stat
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Collection, Iterable, Protocol
 
 from ..machine.memory import FaultError
 
@@ -75,6 +75,12 @@ class Handle(Protocol):
 def is_dir(node) -> bool:
     """Whether node is a directory (it lists children)."""
     return callable(getattr(node, "children", None))
+
+
+def fixed_names(directory) -> Collection[str]:
+    """The names of a directory node that stay as long as the directory does (a host may
+    cache them); none unless the node says (its ``fixed_names``)."""
+    return getattr(directory, "fixed_names", ())
 
 
 def node_mode(node) -> int:
@@ -178,6 +184,12 @@ class Directory:
         if not name or "/" in name:
             raise ValueError(f"bad file name {name!r}")
         self._entries[name] = node
+
+    @property
+    def fixed_names(self) -> Collection[str]:
+        """The entries that are nodes; an entry made by a callable may be absent."""
+        return [name for name, entry in self._entries.items()
+                if not (callable(entry) and not hasattr(entry, "mode"))]
 
     def children(self) -> dict:
         out = {}
@@ -378,23 +390,31 @@ class HostFS:
             raise OSError(errno.ENOENT, "No such file or directory")
         return self._remember(dir_id, name, child), child
 
-    def stat_path(self, root_id: int, parts: list[str], timeout: float) -> tuple[int, int]:
-        """(id, mode) of the name at parts below root_id, for a thread that is not the
-        machine's: taken between two name-changing hypercalls (waiting at most timeout
-        seconds for one in progress, then OSError(EIO)).  OSError(ENOENT/ENOTDIR) as
-        :func:`walk`."""
+    def stat_path(self, root_id: int, parts: list[str],
+                  timeout: float) -> tuple[int, int, bool]:
+        """(id, mode, fixed) of the name at parts below root_id, for a thread that is not
+        the machine's: taken between two name-changing hypercalls (waiting at most
+        timeout seconds for one in progress, then OSError(EIO)); fixed: the name stays
+        while its directory does (:func:`fixed_names`; the root is fixed).
+        OSError(ENOENT/ENOTDIR) as :func:`walk`."""
         if not self.names_lock.acquire(timeout=timeout):
             raise OSError(errno.EIO, "the tree has been busy for %g s" % timeout)
         try:
             try:
-                node_id, node = walk(self, root_id, parts)
+                return self._stat_path(root_id, parts)
             except RuntimeError:
                 # a directory changed under its listing (host code that changes the
                 # tree outside a hypercall, as the Python API may): once more
-                node_id, node = walk(self, root_id, parts)
-            return node_id, node_mode(node)
+                return self._stat_path(root_id, parts)
         finally:
             self.names_lock.release()
+
+    def _stat_path(self, root_id: int, parts: list[str]) -> tuple[int, int, bool]:
+        if not parts:
+            return root_id, node_mode(self.node(root_id)), True
+        _dir_id, directory = walk(self, root_id, parts[:-1])
+        node_id, node = walk(self, _dir_id, parts[-1:])
+        return node_id, node_mode(node), parts[-1] in fixed_names(directory)
 
     def list_dir(self, dir_id: int) -> list[tuple[str, int, int]]:
         """[(name, child id, mode)] of directory dir_id, in the directory's own order."""

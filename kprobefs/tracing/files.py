@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Collection, Protocol, runtime_checkable
 
 from kprobefs.tracing.cpumask import format_cpumask, parse_cpumask
 from kprobefs.tracing.events import TraceEvent, Tracer
@@ -184,6 +184,13 @@ class Directory:
     def children(self) -> dict[str, Any]:
         entries = self._entries
         return dict(entries() if callable(entries) else entries)
+
+    @property
+    def fixed_names(self) -> Collection[str]:
+        """Names that stay as long as the directory does: a fixed mapping's (a trace
+        array's files), none of a computed one (events come and go)."""
+        entries = self._entries
+        return () if callable(entries) else entries.keys()
 
 
 def _text_file(produce: Callable[[], str]) -> _File:
@@ -825,6 +832,10 @@ class _RefDir:
     def __init__(self, inner: Any, tr: TraceArray):
         self._inner = inner
         self.tr = tr
+
+    @property
+    def fixed_names(self) -> Collection[str]:
+        return getattr(self._inner, "fixed_names", ())
 
     def children(self) -> dict[str, Any]:
         return {name: (_RefDir(node, self.tr) if hasattr(node, "children")
