@@ -216,6 +216,7 @@ def _mount_foreground(args, factories) -> int:
         args.mountpoint = prepare_mountpoint(args.mountpoint)
         daemon = _make_daemon(args, factories)
         daemon.boot()
+        daemon.keep_boot_objects()
         daemon.serve()
     except StartupError as e:
         return _fail(str(e))
@@ -266,6 +267,7 @@ def _mount_daemon(args, factories) -> int:
         daemon.on_ready = lambda: _ready(report, args.log_file)
         daemon.on_failure = lambda reason: report.send(f"ERR {reason}\n")
         daemon.boot()
+        daemon.keep_boot_objects()
         daemon.serve()
         status = 0
     except StartupError as e:

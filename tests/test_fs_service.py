@@ -3,6 +3,7 @@ daemon expects (Type=notify, foreground, /run/kprobefs).  The READY=1/STOPPING=1
 exchange itself is tested in test_fs_mount.py against a test-made notify socket."""
 
 import configparser
+import gc
 import os
 import shlex
 import shutil
@@ -74,3 +75,24 @@ def test_sd_notify_paths_and_abstract_names(tmp_path):
         assert s.recv(64) == b"STOPPING=1"
     assert not sd_notify("READY=1", {})
     assert not sd_notify("READY=1", {"NOTIFY_SOCKET": str(tmp_path / "nobody")})
+
+
+def test_the_cli_daemon_keeps_what_boot_made_out_of_the_collector(monkeypatch, tmp_path):
+    """The daemon process freezes boot's objects before it serves (gc.freeze): a full
+    collection then walks only what requests made since, not the kernel image's tables.
+    Booting and serving are faked; the order is the CLI's."""
+    from kprobefs import cli
+    from kprobefs.daemon import Daemon
+
+    seen = []
+    monkeypatch.setattr(cli, "check_fuse", lambda: None)
+    monkeypatch.setattr(Daemon, "boot",
+                        lambda self: seen.append(("boot", gc.get_freeze_count())))
+    monkeypatch.setattr(Daemon, "serve",
+                        lambda self: seen.append(("serve", gc.get_freeze_count())))
+    gc.unfreeze()
+    try:
+        assert cli.main(["mount", "-f", str(tmp_path / "mnt")]) == 0
+    finally:
+        gc.unfreeze()
+    assert seen[0] == ("boot", 0) and seen[1][0] == "serve" and seen[1][1] > 0
