@@ -468,6 +468,52 @@ def test_sigterm_unmounts(mnt):
     assert not is_mounted(mnt)
 
 
+def _holder(path):
+    """A process whose working directory is in the mount: a lazy unmount leaves the
+    mount alive for it (as a trace_pipe reader, or a copy in another namespace)."""
+    proc = subprocess.Popen(["sh", "-c", f"cd {path}/kprobes && exec sleep 120"])
+    assert wait_for(lambda: os.readlink(f"/proc/{proc.pid}/cwd").endswith("kprobes"))
+    return proc
+
+
+def test_sigterm_stops_a_daemon_whose_mount_stays_in_use(mnt):
+    """After SIGTERM's lazy unmount a user still holds the mount: the daemon aborts the
+    connection after a grace period and exits (its user gets ENOTCONN), rather than
+    serve a mount nobody can reach by its path."""
+    mount(FAKE_CLI, mnt)
+    (pid,) = daemon_pids(mnt)
+    holder = _holder(mnt)
+    try:
+        os.kill(pid, signal.SIGTERM)
+        assert wait_for(lambda: not os.path.exists(f"/proc/{pid}"))
+        assert not is_mounted(mnt)
+        with pytest.raises(OSError) as e:
+            os.stat(f"/proc/{holder.pid}/cwd/")
+        assert e.value.errno == 107     # ENOTCONN
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_stopping_daemon_leaves_a_newer_mount_at_its_path_alone(mnt):
+    """A daemon whose mount was unmounted already (lazily, still held) is stopped while
+    another daemon serves a new mount at the same path: the new mount stays."""
+    mount(FAKE_CLI, mnt)
+    (old,) = daemon_pids(mnt)
+    holder = _holder(mnt)
+    try:
+        assert unmount(str(mnt), lazy=True) and not is_mounted(mnt)
+        mount(FAKE_CLI, mnt)
+        os.kill(old, signal.SIGTERM)
+        assert wait_for(lambda: not os.path.exists(f"/proc/{old}"))
+        assert is_mounted(mnt)
+        assert sh(f"cat {mnt}/kprobes/enabled").stdout == "1\n"
+    finally:
+        holder.kill()
+        holder.wait()
+        run(FAKE_CLI + ["umount", str(mnt)])
+
+
 def test_kill_9_then_mount_again(mnt):
     mount(FAKE_CLI, mnt)
     (pid,) = daemon_pids(mnt)

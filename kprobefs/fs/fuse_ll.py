@@ -35,6 +35,7 @@ import ctypes.util
 import errno
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -225,6 +226,10 @@ class FuseSession:
                  on_destroy: Callable[[], None] | None = None):
         self.gateway = gateway
         self.mountpoint = os.path.abspath(mountpoint)
+        # as /proc/self/mountinfo names it (resolved now: once mounted, resolving the
+        # mount point itself would stat it, a request to this very mount)
+        self._where = os.path.join(os.path.realpath(os.path.dirname(self.mountpoint)),
+                                   os.path.basename(self.mountpoint))
         self.allow_other = allow_other
         self._on_init, self._on_destroy = on_init, on_destroy
         self._mounted_at = 0
@@ -236,6 +241,7 @@ class FuseSession:
         self._workers = 0       # threads reading the device
         self._idle = 0
         self._gone = threading.Event()
+        self._device: tuple[int, int] | None = None     # the mount's, once mounted
         self._destroyed = False
         self._inflight: dict[int, _Request] = {}    # thread ident -> its request
         eperm, no_xattr = _failing(errno.EPERM), _failing(errno.EOPNOTSUPP)
@@ -274,6 +280,7 @@ class FuseSession:
         else:
             fd = self._fusermount(f"fsname=debugfs,subtype=kprobefs,{opts}")
         self._fd = fd
+        self._device = mount_device(self._where)
 
     def _fusermount(self, opts: str) -> int:
         """The device fd fusermount opens and mounts for a user, sent back over a
@@ -320,10 +327,34 @@ class FuseSession:
             self._finish()
 
     def unmount(self) -> None:
-        """Unmounts lazily, from a thread of its own (a signal handler calls it); the
-        threads see the device go and stop."""
-        threading.Thread(target=unmount, args=(self.mountpoint, True), daemon=True,
-                         name="kprobefs-unmount").start()
+        """Stops serving, from a thread of its own (a signal handler calls it): the
+        mount is unmounted lazily, unless what is mounted at its path now is another
+        one (ours was unmounted already, and the path reused); the threads see the
+        device go and stop.  A mount that stays in use after that (a process holds a
+        file or its directory there, a ``trace_pipe`` reader waits, another mount
+        namespace has a copy) keeps the connection alive: after SHUTDOWN_GRACE seconds
+        the connection is aborted, as ``umount -f`` would, and its users get ENOTCONN
+        from then on."""
+        threading.Thread(target=self._stop, daemon=True, name="kprobefs-unmount").start()
+
+    #: How long a stop waits for the mount's users to let go before it aborts it (s).
+    SHUTDOWN_GRACE = 2.0
+
+    def _stop(self) -> None:
+        if self._device is None or mount_device(self._where) == self._device:
+            unmount(self.mountpoint, lazy=True)
+        if self._gone.wait(self.SHUTDOWN_GRACE):
+            return
+        log.warning("%s is still in use after it was unmounted: its connection is "
+                    "aborted", self.mountpoint)
+        if self._device is not None:
+            abort = f"/sys/fs/fuse/connections/{self._device[1]}/abort"
+            try:
+                with open(abort, "w") as f:
+                    f.write("1")
+            except OSError as e:
+                log.debug("%s: %s", abort, e)
+        self._gone.set()        # the threads still reading go with the process
 
     def _finish(self) -> None:
         if not self._destroyed:
@@ -613,6 +644,30 @@ def _run_quietly(argv: list[str]) -> bool:
 
 
 _MNT_DETACH = 2
+
+
+def mount_device(where: str) -> tuple[int, int] | None:
+    """(major, minor) of the FUSE mount on top at where, a path without symlinks (the
+    minor is its connection's number under /sys/fs/fuse/connections); None when none
+    is there.  Read from /proc/self/mountinfo: a stat of the path would be a request
+    to the mount itself."""
+    found = None
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            lines = f.read().decode("utf-8", "surrogateescape").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields, _, rest = line.partition(" - ")
+        fields = fields.split()
+        if len(fields) < 5 or not rest.startswith("fuse"):
+            continue
+        where_listed = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)),
+                              fields[4])
+        if where_listed == where:
+            major, _, minor = fields[2].partition(":")
+            found = (int(major), int(minor))    # the last one listed is on top
+    return found
 
 
 def unmount(path: str, lazy: bool = False) -> bool:
