@@ -123,7 +123,7 @@ class FakeKernel:
             self.tasks[pid] = task
             return task
 
-    def submit(self, task, name, *args, on_done=None) -> SyscallRequest:
+    def submit(self, task, name, *args, on_done=None, wake=True) -> SyscallRequest:
         req = SyscallRequest(task, -1, name, args, on_done=on_done)
         with self.lock:
             if task.state == "dead":

@@ -152,6 +152,42 @@ def test_a_waiting_caller_runs_its_call_while_the_machine_is_idle():
         kernel.close()
 
 
+def test_a_call_its_poster_drives_does_not_wake_the_machine_thread():
+    """A call posted with wake=False (the gateway's, which waits for it next) runs in its
+    poster's thread without the machine thread being woken for it: one thread wakes for
+    a system call, not two.  A plain post wakes the machine thread each time."""
+    from kprobefs import Kernel
+    from kprobefs.machine.flag import Flag
+
+    class Counted(Flag):
+        __slots__ = ("sets",)
+
+        def __init__(self):
+            super().__init__()
+            self.sets = 0
+
+        def set(self) -> None:
+            self.sets += 1
+            super().set()
+
+    kernel = Kernel(cpus=2, seed=0)
+    task = kernel.spawn("driven")
+    kernel._work = Counted()
+    kernel.drive_waits = True
+    kernel.serve()
+    try:
+        for wake in (True, False):
+            before = kernel._work.sets
+            for _ in range(20):
+                assert kernel.wait(kernel.submit(task, "getppid", wake=wake)) == 1
+                time.sleep(0.005)
+            woken = kernel._work.sets - before
+            # a poster that finds the machine busy (its thread's periodic turn) wakes it
+            assert woken >= 20 if wake else woken <= 3, (wake, woken)
+    finally:
+        kernel.close()
+
+
 from test_fs_mount import _need_fuse, sh  # noqa: E402,F401  (fixtures)
 
 

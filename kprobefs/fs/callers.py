@@ -430,14 +430,15 @@ class HostCallers:
 
     def _start_spawn(self, comm: str, pid: int, parent=None):
         """The task for host pid (or its spawn under way, a :class:`Spawning`): its
-        clone3 is queued now and waited for when the task is first needed, so that it
-        runs while the request that asked for it is answered."""
+        clone3 is queued now and runs when the task is first needed, in the thread
+        that needs it (or on the machine thread's next turn, whichever comes first):
+        a request that makes no system call (a lookup) does not wait for it."""
         start = getattr(self.kernel, "start_spawn", None)
         if start is None:
             return self._spawn(comm, pid, parent)
         forked_from = {} if parent is None else {"parent": parent}
         try:
-            req = start(comm, pid=pid, **forked_from)
+            req = start(comm, pid=pid, wake=False, **forked_from)
         except (ProcessExited, KernelError, MachineError):
             return self._spawn(comm, pid, parent)   # it sorts each case out
 

@@ -185,7 +185,7 @@ class Gateway(HostCallers):
         KernelOops pass through."""
         kernel = self.kernel
         try:
-            req = kernel.submit(task, name, *args, on_done=on_done)
+            req = kernel.submit(task, name, *args, on_done=on_done, wake=False)
         except ProcessExited:
             raise
         except (MachineError, KernelError) as e:

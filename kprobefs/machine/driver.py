@@ -110,9 +110,11 @@ class MachineDriver:
         """Runs the machine in this thread until done is set, for at most DRIVE_SLICE,
         if nobody else drives it now: the call that was just posted then runs without a
         hand-off to the machine thread and back.  Whatever is left (an idle kernel that
-        waits for something, the slice used up, a failure) is the machine thread's,
-        woken on the way out."""
+        waits for something, the slice used up, a failure, work posted meanwhile) is
+        the machine thread's, woken on the way out; so is the call when another thread
+        drives now (its poster may not have woken the machine thread)."""
         if self.stuck is not None or not self.lock.acquire(False):
+            self._work.set()
             return
         now = time.monotonic()
         end = now + self.DRIVE_SLICE
@@ -126,7 +128,7 @@ class MachineDriver:
         finally:
             self.driver = None
             self.lock.release()
-            if not done.is_set():
+            if not done.is_set() or self._inbox:
                 self._work.set()
 
     @contextlib.contextmanager

@@ -305,11 +305,15 @@ class Kernel(MachineDriver, SystemCalls):
         return bool(self._wakeups or self._upcalls or self.irq.has_work()) and any(
             c.state == "idle" for c in self.cpus)
 
-    def _post(self, work: Callable[[], None]) -> None:
+    def _post(self, work: Callable[[], None], wake: bool = True) -> None:
         """Hand work to whoever drives the machine next (it runs under the lock, at the
-        start of a slice).  Never blocks."""
+        start of a slice).  Never blocks.  wake False, where waiting callers drive
+        (drive_waits): the machine thread is not woken for it, since its poster is
+        about to run it (see _drive_while_idle, which wakes the thread when it cannot,
+        or leaves work behind)."""
         self._inbox.append(work)
-        self._work.set()
+        if wake or not self.drive_waits:
+            self._work.set()
 
     def _take_posted(self) -> None:
         while self._inbox:

@@ -81,9 +81,10 @@ class SystemCalls:
         for buf in req.outputs:
             buf.data = self.mem.read(buf.addr, buf.size)
 
-    def submit(self, task: Task, name: str, *args, on_done: Callable | None = None
-               ) -> SyscallRequest:
-        """Queue a system call for task without waiting for it."""
+    def submit(self, task: Task, name: str, *args, on_done: Callable | None = None,
+               wake: bool = True) -> SyscallRequest:
+        """Queue a system call for task without waiting for it.  wake False: the
+        caller waits for it next, and drives it (see Kernel._post)."""
         try:
             nr = abi.SYSCALLS[name] if isinstance(name, str) else int(name)
         except KeyError:
@@ -94,7 +95,7 @@ class SystemCalls:
         if self.stuck is not None:
             raise KernelStuck(f"the machine is stuck: {self.stuck}")
         req = SyscallRequest(task, nr, str(name), args, on_done=on_done)
-        self._post(lambda: self._accept(req))
+        self._post(lambda: self._accept(req), wake)
         return req
 
     def run_user(self, task: Task, sleep_state: int = abi.TASK_INTERRUPTIBLE
@@ -154,10 +155,10 @@ class SystemCalls:
         kernel does not finish within timeout seconds."""
         return self.spawned(self.start_spawn(comm, pid, parent), timeout)
 
-    def start_spawn(self, comm: str, pid: int | None = None, parent: Task | None = None
-                    ) -> SyscallRequest:
+    def start_spawn(self, comm: str, pid: int | None = None, parent: Task | None = None,
+                    wake: bool = True) -> SyscallRequest:
         """Queues :meth:`spawn`'s clone3 without waiting for it; :meth:`spawned` gives
-        the task."""
+        the task (wake: as :meth:`submit`'s)."""
         parent = parent or self.init_task
         # Arguments are laid out from the start of the parent's scratch page, so the
         # set_tid array's user address is known before the call is marshalled.
@@ -185,7 +186,7 @@ class SystemCalls:
                 task.comm = comm[:15]
 
         return self.submit(parent, "clone3", clone_args + struct.pack("<q", pid or 0), 88,
-                           on_done=name_child)
+                           on_done=name_child, wake=wake)
 
     def spawned(self, req: SyscallRequest, timeout: float | None = 30.0) -> Task:
         """The task a :meth:`start_spawn` made, once its clone3 is done."""
