@@ -51,6 +51,7 @@ import sys
 from typing import NoReturn, Sequence
 
 from .errors import KprobefsError
+from .fs.hostproc import mountinfo_path
 from .fs.syscallwatch import hand_over
 
 __all__ = ["ExecError", "exec_in_view", "prepare_view"]
@@ -99,19 +100,6 @@ def _detach(target: str) -> None:
     _check(_libc.umount2(os.fsencode(target), _MNT_DETACH), f"umount -l {target}")
 
 
-def _unescape(field: str) -> str:
-    """A mountinfo path, whose blanks and backslashes are octal escapes (``\\040``)."""
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
 def _mounts() -> list[tuple[str, str]]:
     """(mount point, type) of this namespace's mounts, in /proc/mounts order."""
     out = []
@@ -119,7 +107,7 @@ def _mounts() -> list[tuple[str, str]]:
         for line in f:
             fields = line.split()
             fstype = fields[fields.index("-") + 1]
-            out.append((_unescape(fields[4]), fstype))
+            out.append((mountinfo_path(fields[4]), fstype))
     return out
 
 

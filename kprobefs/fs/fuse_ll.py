@@ -35,7 +35,6 @@ import ctypes.util
 import errno
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
@@ -47,6 +46,7 @@ import time
 from typing import Callable
 
 from .gateway import Attributes, Caller, Gateway
+from .hostproc import mountinfo_path
 
 __all__ = ["FuseSession", "attributes", "unmount", "STREAM_SIZE", "MAX_WRITE", "STREAMS"]
 
@@ -662,9 +662,7 @@ def mount_device(where: str) -> tuple[int, int] | None:
         fields = fields.split()
         if len(fields) < 5 or not rest.startswith("fuse"):
             continue
-        where_listed = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)),
-                              fields[4])
-        if where_listed == where:
+        if mountinfo_path(fields[4]) == where:
             major, _, minor = fields[2].partition(":")
             found = (int(major), int(minor))    # the last one listed is on top
     return found

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 __all__ = ["HostProcess", "MountTables", "host_comm", "host_process", "host_start_time",
            "host_signal_pending", "mount_relative", "mount_relative_of",
-           "open_mount_paths"]
+           "mountinfo_path", "open_mount_paths"]
 
 
 def host_comm(pid: int) -> str:
@@ -175,7 +175,7 @@ def mount_relative(mountinfo: list[str], path: str) -> str | None:
     """:func:`mount_relative_of` on the lines of a mountinfo file: the last of the
     deepest mounts holding ``path`` decides (a mount on top of another hides it)."""
     # Most paths (a working directory anywhere) are under no kprobefs mount at all.
-    if not any(_inside(path, _unescape(line.split(" ")[4]))
+    if not any(_inside(path, mountinfo_path(line.split(" ")[4]))
                for line in mountinfo if " - fuse.kprobefs " in line):
         return None
     best = None
@@ -185,9 +185,9 @@ def mount_relative(mountinfo: list[str], path: str) -> str | None:
             sep = fields.index("-")
         except ValueError:
             continue
-        point = _unescape(fields[4])
+        point = mountinfo_path(fields[4])
         if _inside(path, point) and (best is None or len(point) >= len(best[0])):
-            best = (point, _unescape(fields[3]), fields[sep + 1])
+            best = (point, mountinfo_path(fields[3]), fields[sep + 1])
     if best is None or best[2] != "fuse.kprobefs":
         return None
     point, root, _ = best
@@ -199,6 +199,7 @@ def _inside(path: str, point: str) -> bool:
     return path == point or path.startswith(point.rstrip("/") + "/")
 
 
-def _unescape(field: str) -> str:
-    """A mountinfo path: blanks and backslashes are written as octal escapes."""
+def mountinfo_path(field: str) -> str:
+    """A path field of a mountinfo line, whose blanks and backslashes are written as
+    octal escapes (``\\040``)."""
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
