@@ -19,14 +19,23 @@ from typing import NamedTuple
 
 __all__ = ["HostProcess", "MountTables", "host_comm", "host_process", "host_start_time",
            "host_signal_pending", "mount_relative", "mount_relative_of",
-           "mountinfo_path", "open_mount_paths"]
+           "mountinfo_path", "open_mount_paths", "read_proc"]
+
+
+def read_proc(path: str) -> bytes:
+    """A small /proc file in one read(2) (an os.read costs a third of a file object's
+    read; the sampler and every new caller read some).  OSError when it is gone."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 16384)
+    finally:
+        os.close(fd)
 
 
 def host_comm(pid: int) -> str:
     """The host process's comm, or "" when it cannot be read."""
     try:
-        with open(f"/proc/{pid}/comm", "rb") as f:
-            return f.read().rstrip(b"\n").decode("utf-8", "replace")[:15]
+        return read_proc(f"/proc/{pid}/comm").rstrip(b"\n").decode("utf-8", "replace")[:15]
     except OSError:
         return ""
 
@@ -43,8 +52,7 @@ def host_process(pid: int) -> HostProcess | None:
     """The host process's comm, parent and start time in one read; None when it is
     gone."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
+        data = read_proc(f"/proc/{pid}/stat")
     except OSError:
         return None
     try:
@@ -67,8 +75,7 @@ def host_signal_pending(pid: int) -> bool:
     """Whether the host thread has a signal pending that it neither blocks nor ignores
     (a reader blocked in a FUSE read is killed or interrupted): its read must return."""
     try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            text = f.read().decode("ascii", "replace")
+        text = read_proc(f"/proc/{pid}/status").decode("ascii", "replace")
     except OSError:
         return True
     fields = {}
@@ -175,8 +182,7 @@ def mount_relative(mountinfo: list[str], path: str) -> str | None:
     """:func:`mount_relative_of` on the lines of a mountinfo file: the last of the
     deepest mounts holding ``path`` decides (a mount on top of another hides it)."""
     # Most paths (a working directory anywhere) are under no kprobefs mount at all.
-    if not any(_inside(path, mountinfo_path(line.split(" ")[4]))
-               for line in mountinfo if " - fuse.kprobefs " in line):
+    if not any(_inside(path, point) for point in _kprobefs_points(mountinfo)):
         return None
     best = None
     for line in mountinfo:
@@ -193,6 +199,21 @@ def mount_relative(mountinfo: list[str], path: str) -> str | None:
     point, root, _ = best
     rest = path[len(point):].lstrip("/")
     return "/" + "/".join(p for p in (root.strip("/"), rest) if p)
+
+
+#: The kprobefs mount points of the table last asked about (a table's lines are one
+#: list until its namespace's mounts change): (lines, points).
+_POINTS: tuple[list, tuple[str, ...]] = ([], ())
+
+
+def _kprobefs_points(mountinfo: list[str]) -> tuple[str, ...]:
+    global _POINTS
+    lines, points = _POINTS
+    if lines is not mountinfo:
+        points = tuple(mountinfo_path(line.split(" ")[4])
+                       for line in mountinfo if " - fuse.kprobefs " in line)
+        _POINTS = (mountinfo, points)
+    return points
 
 
 def _inside(path: str, point: str) -> bool:

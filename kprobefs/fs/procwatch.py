@@ -28,6 +28,8 @@ import struct
 import threading
 from typing import NamedTuple
 
+from .hostproc import host_comm
+
 __all__ = ["ProcessEvents", "ProcessEvent", "FORK", "EXEC", "COMM", "EXIT", "host_exec_image"]
 
 log = logging.getLogger("kprobefs.fs.procwatch")
@@ -230,12 +232,8 @@ def _with_exec_comm(event: ProcessEvent) -> ProcessEvent:
     gone by the time the event is applied."""
     if event.what != EXEC:
         return event
-    try:
-        with open(f"/proc/{event.pid}/comm", "rb") as f:
-            comm = f.read().rstrip(b"\n").decode("utf-8", "replace")
-    except OSError:
-        return event
-    return event._replace(comm=comm)
+    comm = host_comm(event.pid)
+    return event._replace(comm=comm) if comm else event
 
 
 def _control(op: int) -> bytes:

@@ -35,6 +35,7 @@ from typing import Callable, NamedTuple
 from ..errors import KernelError, MachineError
 from ..machine import abi
 from ..machine.kernel import ProcessExited
+from .hostproc import read_proc
 
 __all__ = ["SchedWatch", "HostSched", "HostSchedFiles", "KernelMirror",
            "read_host_sched", "SCHED_NORMAL", "SCHED_FIFO", "SCHED_RR"]
@@ -70,8 +71,8 @@ class _Prio(NamedTuple):
 def read_host_sched(pid: int) -> HostSched | None:
     """The host process's scheduling state, None when it is gone or unreadable."""
     try:
-        stat = _read_small(f"/proc/{pid}/stat")
-        status = _read_small(f"/proc/{pid}/status")
+        stat = read_proc(f"/proc/{pid}/stat")
+        status = read_proc(f"/proc/{pid}/status")
     except OSError:
         return None
     return _parse_sched(stat, status)
@@ -125,16 +126,6 @@ def _parse_sched(stat: bytes, status: bytes) -> HostSched | None:
                          int(fields[_STAT_POLICY]), int(fields[_STAT_RTPRIO]), nvcsw)
     except (ValueError, IndexError):
         return None
-
-
-def _read_small(path: str) -> bytes:
-    """A small /proc file in one read (the sampler reads two per process every few
-    milliseconds: os.read costs a third of a file object)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.read(fd, 16384)
-    finally:
-        os.close(fd)
 
 
 class KernelMirror:
