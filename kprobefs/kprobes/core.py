@@ -874,11 +874,13 @@ class KprobeEngine:
                 self._kret_natives.give(rp)
         return ret
 
-    def _run_return_handler(self, rp: Kretprobe, ri: KretprobeInstance, regs) -> None:
+    def _run_return_handler(self, rp: Kretprobe, ri: KretprobeInstance, regs,
+                            cpu: int | None = None) -> None:
+        """rp's handler on ri, on CPU cpu (default: the current one)."""
         kp = rp.kp
         handler = rp.handler
         if handler is not None and not kp.flags & _SKIP:
-            kcb = self.kprobe_ctlblks[self.kernel.cpu.index]
+            kcb = self.kprobe_ctlblks[self.kernel.cpu.index if cpu is None else cpu]
             if kcb.current is None:
                 kcb.current, kcb.status = kp, "hit_active"
                 try:
@@ -895,15 +897,18 @@ class KprobeEngine:
         natives = self._kret_natives
         words, at = natives.words, natives.rets[cpu]
         rp = natives.probe(words[at])
-        if rp is None or not rp.kp.registered:
+        if rp is None:
+            return
+        kp = rp.kp
+        if not kp.registered:
             return
         free = rp.free_instances
         ri = free.pop() if free else KretprobeInstance(
-            rp, data=bytearray(rp.data_size), pid_of=self.kernel.task_pid, func=rp.kp.addr)
+            rp, data=bytearray(rp.data_size), pid_of=self.kernel.task_pid, func=kp.addr)
         ri.ret_addr = regs.ip = words[at + 1]
         ri.fp = words[at + 2]
         ri.task_struct = words[at + 3]
-        self._run_return_handler(rp, ri, regs)
+        self._run_return_handler(rp, ri, regs, cpu)
         free.append(ri)
 
     def rethook_trampoline_handler(self, regs, slot: int) -> int:

@@ -279,7 +279,8 @@ class X86Kprobes:
             self._ss_slots[end] = p
             done = self._singlestep_callback(p, insn.next_address, moves_ip=not jump)
             if jump:
-                ainsn.ss_hook = self.kernel.hook_code_raw(end, end, self._raw_trap(done))
+                ainsn.ss_hook = self.kernel.hook_code_raw(
+                    end, end, self._singlestep_trap(p, insn.next_address))
             else:
                 self.kernel.insert_breakpoint(end, done)
         return ainsn
@@ -461,20 +462,28 @@ class X86Kprobes:
     def _has_post_handler(p) -> bool:
         return p.post_handler is not None
 
-    def _raw_trap(self, handler):
-        """A raw code hook running ``handler(kernel, cpu, ip)`` as a trap handler; an
-        exception in it panics the machine (it must not unwind through Unicorn)."""
-        kernel = self.kernel
+    def _singlestep_trap(self, p, next_ip: int):
+        """The raw code hook on the jump that ends p's single-stepped copy (the jump goes
+        on by itself): :meth:`_singlestep_callback`'s, without moving %rip, written out
+        for the common case."""
+        ctl, kernel = self.core.kprobe_ctlblks, self.kernel
+        general = self._singlestep_callback(p, next_ip, moves_ip=False)
 
-        def trap(_uc, address, _size, _ud):
+        def singlestep_trap(_uc, _address, _size, _ud):
             try:
-                handler(kernel, kernel.cpu, address)
+                kcb = ctl[kernel.cpu.index]
+                if kcb.current is not p:
+                    return
+                if kcb.status == "hit_ss" and p.post_handler is None:
+                    kcb.current = kcb.status = None
+                else:
+                    general(kernel, kernel.cpu, _address)
             except Exception as e:
-                log.exception("single-step handler failed at %#x", address)
+                log.exception("single-step handler failed at %#x", _address)
                 kernel.panicked = f"single-step handler failed: {e!r}"
                 kernel.uc.emu_stop()
 
-        return trap
+        return singlestep_trap
 
     def _singlestep_callback(self, p, next_ip: int, moves_ip: bool):
         """The trap after p's copy: the single-step is over, go on at next_ip (the jump
