@@ -277,12 +277,12 @@ class X86Kprobes:
             self.kernel.text_poke(slot + _BOOST, boost_copy)
             ainsn.slot = slot
             self._ss_slots[end] = p
-            done = self._singlestep_callback(p, insn.next_address, moves_ip=not jump)
             if jump:
                 ainsn.ss_hook = self.kernel.hook_code_raw(
                     end, end, self._singlestep_trap(p, insn.next_address))
             else:
-                self.kernel.insert_breakpoint(end, done)
+                self.kernel.insert_breakpoint(
+                    end, self._singlestep_callback(p, insn.next_address, moves_ip=True))
         return ainsn
 
     def arm(self, p) -> None:
@@ -469,7 +469,7 @@ class X86Kprobes:
         ctl, kernel = self.core.kprobe_ctlblks, self.kernel
         general = self._singlestep_callback(p, next_ip, moves_ip=False)
 
-        def singlestep_trap(_uc, _address, _size, _ud):
+        def singlestep_trap(_uc, address, _size, _ud):
             try:
                 kcb = ctl[kernel.cpu.index]
                 if kcb.current is not p:
@@ -477,9 +477,9 @@ class X86Kprobes:
                 if kcb.status == "hit_ss" and p.post_handler is None:
                     kcb.current = kcb.status = None
                 else:
-                    general(kernel, kernel.cpu, _address)
+                    general(kernel, kernel.cpu, address)
             except Exception as e:
-                log.exception("single-step handler failed at %#x", _address)
+                log.exception("single-step handler failed at %#x", address)
                 kernel.panicked = f"single-step handler failed: {e!r}"
                 kernel.uc.emu_stop()
 
