@@ -266,9 +266,11 @@ class Daemon:
 
     def _start(self) -> None:
         events = ProcessEvents.open()
-        if events is not None:
-            events.start_reader()
         self.gateway.watch_host_processes(events)
+        if events is not None:
+            # the reader applies what it reads (forks, execs and exits are mirrored as
+            # they come, on its own thread)
+            events.start_reader(on_events=self.gateway.mirror_host_processes)
         # From here on only the machine thread runs emulated code; request threads wait.
         self.kernel.serve()
         self._start_schedwatch(events)

@@ -90,6 +90,39 @@ def test_the_reader_thread_queues_events_with_the_execd_comm_and_signals_them(ev
     assert execs and execs[0].comm == "sleep"
 
 
+def test_the_reader_applies_what_it_read_itself_and_an_exit_alone_wakes_no_sampler(events):
+    """With on_events, the reader thread hands each batch it queued over itself (no
+    other thread is woken to apply it); ``arrived``, the sampler's wake-up, is set for
+    a fork or an exec, not for an exit alone."""
+    import threading
+
+    child = subprocess.Popen(["sleep", "60"])
+    applied, seen = [], []
+
+    def on_events():
+        applied.append(threading.get_ident())
+        seen.extend(events.drain(read_socket=False))
+
+    try:
+        time.sleep(0.2)                 # the child's own fork and exec are read already
+        events.drain()
+        events.watch(child.pid)
+        events.start_reader(on_events=on_events)
+        events.arrived.clear()
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+                e.what == EXIT and e.pid == child.pid for e in seen):
+            time.sleep(0.01)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert any(e.what == EXIT and e.pid == child.pid for e in seen)
+    assert applied and threading.get_ident() not in applied
+    assert not events.arrived.is_set()
+
+
 def test_comm_events_carry_the_new_name():
     import struct
     from kprobefs.fs import procwatch as pw

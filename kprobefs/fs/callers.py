@@ -324,9 +324,9 @@ class HostCallers:
     # ---- host process events ---------------------------------------------------------
     def mirror_host_processes(self) -> None:
         """Applies the host process events queued so far and gives exec'd processes
-        their new comm now, not at their next request (the scheduling mirror calls it
-        before each sample: what the reader thread has queued, without a read of the
-        socket of its own)."""
+        their new comm now, not at their next request (the process events' reader calls
+        it after each batch, the scheduling mirror before each sample: what the reader
+        thread has queued, without a read of the socket of its own)."""
         self._sync_host_processes(read_socket=False)
         with self._lock:
             execd = [c for c in self._callers.values() if c.exec_seen]

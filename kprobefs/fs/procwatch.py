@@ -26,7 +26,7 @@ import shutil
 import socket
 import struct
 import threading
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from .hostproc import host_comm
 
@@ -77,8 +77,11 @@ class ProcessEvents:
     """A listening process-connector socket.  :meth:`drain` never blocks.
 
     With :meth:`start_reader`, a thread takes the events off the socket as they come
-    (an EXEC's comm is read then, while a short command still lives) and sets
-    ``arrived``; :meth:`drain` hands over what it queued, in order.
+    (an EXEC's comm is read then, while a short command still lives); :meth:`drain`
+    hands over what it queued, in order.  The reader then calls its ``on_events``
+    (which drains and applies them, on that thread: no hand-off to another), and sets
+    ``arrived`` when a process forked or exec'd (one to start sampling at once; an
+    exit alone does not set it).
 
     The socket hears every process of the host.  Once :meth:`watch` has named a
     process, only the events of watched processes are kept: theirs, and the forks they
@@ -91,7 +94,8 @@ class ProcessEvents:
     def __init__(self, sock: socket.socket):
         self._sock = sock
         self.lost = 0       # times the socket overflowed (events were dropped)
-        #: Set when the reader queued events (whoever applies them may clear it).
+        #: Set when the reader queued a FORK, EXEC or COMM event (whoever waits on it
+        #: may clear it).
         self.arrived = threading.Event()
         #: Held while the socket is read and what was read is queued: events leave the
         #: socket and join the queue in order.  The queue itself has a lock of its
@@ -100,6 +104,7 @@ class ProcessEvents:
         self._lock = threading.Lock()
         self._queue: collections.deque = collections.deque()
         self._reader: threading.Thread | None = None
+        self._on_events: Callable[[], None] | None = None
         self._closed = False
         self._watched: set[int] | None = None     # None: every process
 
@@ -169,8 +174,10 @@ class ProcessEvents:
             events.extend(self._read())
         return events
 
-    def start_reader(self) -> None:
-        """Read the socket on a thread of its own from now on.  Idempotent."""
+    def start_reader(self, on_events: Callable[[], None] | None = None) -> None:
+        """Read the socket on a thread of its own from now on, calling on_events after
+        each batch it queued.  Idempotent."""
+        self._on_events = on_events
         if self._reader is None:
             self._reader = threading.Thread(target=self._read_loop, daemon=True,
                                             name="kprobefs-procwatch")
@@ -188,7 +195,14 @@ class ProcessEvents:
                 got = self._read()
                 with self._lock:
                     self._queue.extend(got)
-            if got:
+            if not got:
+                continue
+            if self._on_events is not None:
+                try:
+                    self._on_events()
+                except Exception:
+                    log.exception("applying host process events failed")
+            if any(event.what != EXIT for event in got):
                 self.arrived.set()
 
     def _read(self) -> list[ProcessEvent]:

@@ -9,7 +9,7 @@ host process's priority, so that the kernel's own scheduler records what happene
 task, and ``sched_switch`` away from it with ``prev_state`` S or D.
 
 A thread samples each mirrored process every few milliseconds (5 ms while one of them
-runs, backing off to 40 ms while none does; a process event samples at once) from
+runs, backing off to 40 ms while none does; a fork or exec samples at once) from
 ``/proc/PID/stat`` (state, nice, policy, rt_priority) and ``/proc/PID/status``
 (``voluntary_ctxt_switches``).  When the process ran since the last sample (its
 voluntary switch count moved: it blocked and was woken, or it went from S/D to running),
