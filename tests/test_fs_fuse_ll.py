@@ -21,6 +21,7 @@ from kprobefs import Kprobe
 from kprobefs.fs import Caller, Gateway, build_tree, fuse_ll
 from kprobefs.fs.fuse_ll import ROOT_ID, FuseSession, _Nodes, _Request
 from kprobefs.fs.tree import TextFile
+from kprobefs.machine.flag import Flag
 from kprobefs.tracing.files import Directory
 
 
@@ -152,27 +153,29 @@ def test_a_waiting_caller_runs_its_call_while_the_machine_is_idle():
         kernel.close()
 
 
+class _CountedFlag(Flag):
+    """The machine thread's wake-up flag, counting how often it is set."""
+
+    __slots__ = ("sets",)
+
+    def __init__(self):
+        super().__init__()
+        self.sets = 0
+
+    def set(self) -> None:
+        self.sets += 1
+        super().set()
+
+
 def test_a_call_its_poster_drives_does_not_wake_the_machine_thread():
     """A call posted with wake=False (the gateway's, which waits for it next) runs in its
     poster's thread without the machine thread being woken for it: one thread wakes for
     a system call, not two.  A plain post wakes the machine thread each time."""
     from kprobefs import Kernel
-    from kprobefs.machine.flag import Flag
-
-    class Counted(Flag):
-        __slots__ = ("sets",)
-
-        def __init__(self):
-            super().__init__()
-            self.sets = 0
-
-        def set(self) -> None:
-            self.sets += 1
-            super().set()
 
     kernel = Kernel(cpus=2, seed=0)
     task = kernel.spawn("driven")
-    kernel._work = Counted()
+    kernel._work = _CountedFlag()
     kernel.drive_waits = True
     kernel.serve()
     try:
@@ -184,6 +187,34 @@ def test_a_call_its_poster_drives_does_not_wake_the_machine_thread():
             woken = kernel._work.sets - before
             # a poster that finds the machine busy (its thread's periodic turn) wakes it
             assert woken >= 20 if wake else woken <= 3, (wake, woken)
+    finally:
+        kernel.close()
+
+
+def test_a_driven_spawn_runs_the_childs_rename_itself():
+    """A new task's rename (the prctl its clone3's return queues) runs in the thread that
+    drove the clone3, with no wake-up of the machine thread: each of ten renamed
+    spawns leaves its task named."""
+    from kprobefs import Kernel
+    from kprobefs.machine.kernel import UserBuffer
+
+    kernel = Kernel(cpus=2, seed=0)
+    kernel._work = _CountedFlag()
+    kernel.drive_waits = True
+    kernel.serve()
+    try:
+        time.sleep(0.05)
+        before = kernel._work.sets
+        tasks = []
+        for i in range(10):
+            tasks.append(kernel.spawned(kernel.start_spawn(f"renamed{i}", wake=False)))
+            time.sleep(0.005)
+        woken = kernel._work.sets - before
+        assert woken <= 3, woken
+        for i, task in enumerate(tasks):
+            buf = UserBuffer(16)
+            assert kernel.syscall(task, "prctl", 16, buf) == 0      # PR_GET_NAME
+            assert buf.data.split(b"\0")[0] == f"renamed{i}".encode()
     finally:
         kernel.close()
 

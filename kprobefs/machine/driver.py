@@ -112,7 +112,10 @@ class MachineDriver:
         hand-off to the machine thread and back.  Whatever is left (an idle kernel that
         waits for something, the slice used up, a failure, work posted meanwhile) is
         the machine thread's, woken on the way out; so is the call when another thread
-        drives now (its poster may not have woken the machine thread)."""
+        drives now (its poster may not have woken the machine thread).  What the call
+        posted as it ended (a new task's rename, queued at its clone3's return) gets
+        one more slice here: it runs before that task's next call, which its caller is
+        about to make."""
         if self.stuck is not None or not self.lock.acquire(False):
             self._work.set()
             return
@@ -123,6 +126,8 @@ class MachineDriver:
             while not done.is_set() and self.stuck is None and time.monotonic() < end:
                 if not self.run_slice():
                     break
+            if done.is_set() and self._inbox and self.stuck is None:
+                self.run_slice()    # what the call posted as it ended (a child's rename)
         except MachineError:
             pass        # the machine thread meets it too, and declares the machine stuck
         finally:

@@ -179,7 +179,7 @@ class SystemCalls:
                     task.comm = comm[:15]
                     return
                 try:
-                    self.submit(task, "prctl", abi.PR_SET_NAME, name)
+                    self.submit(task, "prctl", abi.PR_SET_NAME, name, wake=False)
                 except (ProcessExited, KernelStuck):
                     return
                 # PR_SET_NAME of a live task does not fail.
