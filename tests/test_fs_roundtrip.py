@@ -5,9 +5,12 @@ RELEASE returns once its close has run."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+import subprocess
+import time
 
 import pytest
 
@@ -15,6 +18,7 @@ from conftest import blocking_kprobe
 from kprobefs.daemon import Daemon
 from kprobefs.fs import Caller
 from kprobefs.fs.gateway import _STAT, AT_FDCWD, AT_SYMLINK_NOFOLLOW, STATUS_PATH
+from kprobefs.fs.procwatch import ProcessEvents
 from kprobefs.machine.kernel import UserBuffer
 
 
@@ -190,42 +194,57 @@ def test_a_mirrored_exec_makes_its_program_once(daemon, sleeper):
         kernel.upcall = upcall
 
 
-def test_what_a_callers_child_did_before_its_request_is_mirrored_first(daemon):
-    """A known shell runs a child that exits, then makes a request: the child's fork
-    and exit are mirrored before the request runs, even when the process events'
-    reader thread has not taken them off the socket yet (here it never does)."""
-    import subprocess
-    import time
-
-    from kprobefs.fs.procwatch import ProcessEvents
-
-    gateway, kernel = daemon.gateway, daemon.kernel
+@pytest.fixture
+def unread_events(daemon):
+    """The host's process events, watched by the daemon's gateway through a reader
+    that never reads: only the gateway's own requests take them off the socket."""
     events = ProcessEvents.open()
     if events is None:
         pytest.skip("no process connector here")
     events._reader = object()           # a reader that never reads
-    gateway.watch_host_processes(events)
+    daemon.gateway.watch_host_processes(events)
+    yield events
+    daemon.gateway.watch_host_processes(None)
+    events._reader = None
+    events.close()
+
+
+@contextlib.contextmanager
+def _submitted(kernel):
+    """The names of the system calls submitted to kernel meanwhile, in order."""
+    seen = []
+    submit = kernel.submit
+    kernel.submit = lambda task, name, *a, **kw: (seen.append(name),
+                                                  submit(task, name, *a, **kw))[1]
+    try:
+        yield seen
+    finally:
+        kernel.submit = submit
+
+
+def test_what_a_callers_child_did_before_its_request_is_mirrored_first(daemon,
+                                                                        unread_events):
+    """A known shell runs a child that exits, then makes a request: the child's fork
+    and exit are mirrored before the request runs, even when the process events'
+    reader thread has not taken them off the socket yet (here it never does)."""
+    gateway, kernel = daemon.gateway, daemon.kernel
     shell = subprocess.Popen(["sh", "-c", "read go; /bin/true; read done"],
                              stdin=subprocess.PIPE, text=True)
     try:
         time.sleep(0.2)
         gateway.getattr("/tracing", Caller(shell.pid))          # the shell is known
-        seen = []
-        submit = kernel.submit
-        kernel.submit = lambda task, name, *a, **kw: (seen.append(name),
-                                                      submit(task, name, *a, **kw))[1]
-        shell.stdin.write("go\n")
-        shell.stdin.flush()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:      # until the child has come and gone
-            time.sleep(0.1)
-            kids = subprocess.run(["pgrep", "-P", str(shell.pid)],
-                                  capture_output=True).stdout.split()
-            with open(f"/proc/{shell.pid}/stat") as f:
-                if not kids and f.read().split()[2] == "S":
-                    break
-        gateway.getattr("/tracing", Caller(shell.pid))
-        kernel.submit = submit
+        with _submitted(kernel) as seen:
+            shell.stdin.write("go\n")
+            shell.stdin.flush()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:      # until the child has come and gone
+                time.sleep(0.1)
+                kids = subprocess.run(["pgrep", "-P", str(shell.pid)],
+                                      capture_output=True).stdout.split()
+                with open(f"/proc/{shell.pid}/stat") as f:
+                    if not kids and f.read().split()[2] == "S":
+                        break
+            gateway.getattr("/tracing", Caller(shell.pid))
         # (the shell's own prctl may come first; a child this short is gone before
         # its exec is read, so that is a rename, not an execve)
         assert "clone3" in seen and seen[-1] == "exit", seen
@@ -233,21 +252,11 @@ def test_what_a_callers_child_did_before_its_request_is_mirrored_first(daemon):
         shell.communicate("done\n", timeout=10)
 
 
-def test_a_release_after_its_process_exited_is_that_exit(daemon):
+def test_a_release_after_its_process_exited_is_that_exit(daemon, unread_events):
     """A process wrote a file and exited; the RELEASE comes after its exit event: the
     exit is mirrored first, and do_exit closes the file (as on Linux, where an exiting
     process's files are released with no close(2)), so no close is made for it."""
-    import subprocess
-    import time
-
-    from kprobefs.fs.procwatch import ProcessEvents
-
     gateway, kernel = daemon.gateway, daemon.kernel
-    events = ProcessEvents.open()
-    if events is None:
-        pytest.skip("no process connector here")
-    events._reader = object()           # a reader that never reads
-    gateway.watch_host_processes(events)
     child = subprocess.Popen(["sh", "-c", "read go; exit 3"], stdin=subprocess.PIPE,
                              text=True)
     try:
@@ -258,18 +267,10 @@ def test_a_release_after_its_process_exited_is_that_exit(daemon):
         child.communicate("go\n", timeout=10)
         assert child.returncode == 3
         time.sleep(0.2)                 # its exit event is in the socket
-        seen = []
-        submit = kernel.submit
-        kernel.submit = lambda task, name, *a, **kw: (seen.append(name),
-                                                      submit(task, name, *a, **kw))[1]
-        try:
+        with _submitted(kernel) as seen:
             gateway.release(fh)
-        finally:
-            kernel.submit = submit
         assert "exit" in seen and "close" not in seen, seen
         assert task.state == "dead" and task.exit_code == 3 << 8
     finally:
         if child.poll() is None:
             child.kill()
-        events._reader = None
-        events.close()
