@@ -51,7 +51,7 @@ import sys
 from typing import NoReturn, Sequence
 
 from .errors import KprobefsError
-from .fs.hostproc import mountinfo_path
+from .fs.hostproc import KPROBEFS_FSTYPE, own_mounts
 from .fs.syscallwatch import hand_over
 
 __all__ = ["ExecError", "exec_in_view", "prepare_view"]
@@ -67,7 +67,7 @@ PROC_DIR = "proc"
 #: reads the kernel's text from /proc/kcore, the host kernel's memory.
 MASKED = ("/sys/kernel/notes", "/proc/kcore")
 #: The type /proc/mounts gives a kprobefs mount (fuse.SUBTYPE; fs/fuse_ops.py).
-FSTYPE = "fuse.kprobefs"
+FSTYPE = KPROBEFS_FSTYPE
 
 _CLONE_NEWNS = 0x00020000
 _MS_BIND = 0x1000
@@ -102,13 +102,7 @@ def _detach(target: str) -> None:
 
 def _mounts() -> list[tuple[str, str]]:
     """(mount point, type) of this namespace's mounts, in /proc/mounts order."""
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            fstype = fields[fields.index("-") + 1]
-            out.append((mountinfo_path(fields[4]), fstype))
-    return out
+    return [(m.point, m.fstype) for m in own_mounts()]
 
 
 def _kprobefs_mounts() -> list[str]:

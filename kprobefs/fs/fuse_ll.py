@@ -46,7 +46,7 @@ import time
 from typing import Callable
 
 from .gateway import Attributes, Caller, Gateway
-from .hostproc import mountinfo_path
+from .hostproc import own_mounts
 
 __all__ = ["FuseSession", "attributes", "unmount", "STREAM_SIZE", "MAX_WRITE", "STREAMS"]
 
@@ -651,21 +651,8 @@ def mount_device(where: str) -> tuple[int, int] | None:
     minor is its connection's number under /sys/fs/fuse/connections); None when none
     is there.  Read from /proc/self/mountinfo: a stat of the path would be a request
     to the mount itself."""
-    found = None
-    try:
-        with open("/proc/self/mountinfo", "rb") as f:
-            lines = f.read().decode("utf-8", "surrogateescape").splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        fields, _, rest = line.partition(" - ")
-        fields = fields.split()
-        if len(fields) < 5 or not rest.startswith("fuse"):
-            continue
-        if mountinfo_path(fields[4]) == where:
-            major, _, minor = fields[2].partition(":")
-            found = (int(major), int(minor))    # the last one listed is on top
-    return found
+    on_top = [m for m in own_mounts() if m.point == where and m.fstype.startswith("fuse")]
+    return on_top[-1].device if on_top else None
 
 
 def unmount(path: str, lazy: bool = False) -> bool:

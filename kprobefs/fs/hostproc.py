@@ -15,11 +15,15 @@ import os
 import re
 import select
 import threading
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
-__all__ = ["HostProcess", "MountTables", "host_comm", "host_process", "host_start_time",
-           "host_signal_pending", "mount_relative", "mount_relative_of",
-           "mountinfo_path", "open_mount_paths", "read_proc"]
+__all__ = ["HostProcess", "KPROBEFS_FSTYPE", "Mount", "MountTables", "host_comm",
+           "host_process", "host_start_time", "host_signal_pending", "mount_relative",
+           "mount_relative_of", "own_mounts", "open_mount_paths", "parse_mountinfo",
+           "read_proc"]
+
+#: The type mountinfo gives a kprobefs mount.
+KPROBEFS_FSTYPE = "fuse.kprobefs"
 
 
 def read_proc(path: str) -> bytes:
@@ -178,42 +182,69 @@ def open_mount_paths(pid: int):
             yield rel
 
 
+class Mount(NamedTuple):
+    """One line of a mountinfo file."""
+
+    device: tuple[int, int]     # (major, minor); a FUSE mount's minor names its connection
+    root: str                   # the directory of its filesystem mounted there
+    point: str
+    fstype: str
+
+
+def parse_mountinfo(lines: Iterable[str]) -> list[Mount]:
+    """The mounts of a mountinfo file's lines, in its order (a mount on top of another
+    comes after it)."""
+    out = []
+    for line in lines:
+        head, sep, tail = line.partition(" - ")
+        fields = head.split(" ")
+        if not sep or len(fields) < 5:
+            continue
+        major, _, minor = fields[2].partition(":")
+        out.append(Mount((int(major), int(minor)), mountinfo_path(fields[3]),
+                         mountinfo_path(fields[4]), tail.split(" ", 1)[0]))
+    return out
+
+
+def own_mounts() -> list[Mount]:
+    """The mounts of this process's namespace ([] when /proc cannot say)."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            text = f.read().decode("utf-8", "surrogateescape")
+    except OSError:
+        return []
+    return parse_mountinfo(text.splitlines())
+
+
 def mount_relative(mountinfo: list[str], path: str) -> str | None:
     """:func:`mount_relative_of` on the lines of a mountinfo file: the last of the
     deepest mounts holding ``path`` decides (a mount on top of another hides it)."""
+    mounts = _parsed(mountinfo)
     # Most paths (a working directory anywhere) are under no kprobefs mount at all.
-    if not any(_inside(path, point) for point in _kprobefs_points(mountinfo)):
+    if not any(m.fstype == KPROBEFS_FSTYPE and _inside(path, m.point) for m in mounts):
         return None
     best = None
-    for line in mountinfo:
-        fields = line.split(" ")
-        try:
-            sep = fields.index("-")
-        except ValueError:
-            continue
-        point = mountinfo_path(fields[4])
-        if _inside(path, point) and (best is None or len(point) >= len(best[0])):
-            best = (point, mountinfo_path(fields[3]), fields[sep + 1])
-    if best is None or best[2] != "fuse.kprobefs":
+    for m in mounts:
+        if _inside(path, m.point) and (best is None or len(m.point) >= len(best.point)):
+            best = m
+    if best is None or best.fstype != KPROBEFS_FSTYPE:
         return None
-    point, root, _ = best
-    rest = path[len(point):].lstrip("/")
-    return "/" + "/".join(p for p in (root.strip("/"), rest) if p)
+    rest = path[len(best.point):].lstrip("/")
+    return "/" + "/".join(p for p in (best.root.strip("/"), rest) if p)
 
 
-#: The kprobefs mount points of the table last asked about (a table's lines are one
-#: list until its namespace's mounts change): (lines, points).
-_POINTS: tuple[list, tuple[str, ...]] = ([], ())
+#: The mounts of the table last asked about (a table's lines are one list until its
+#: namespace's mounts change): (lines, mounts).
+_PARSED: tuple[list, list[Mount]] = ([], [])
 
 
-def _kprobefs_points(mountinfo: list[str]) -> tuple[str, ...]:
-    global _POINTS
-    lines, points = _POINTS
+def _parsed(mountinfo: list[str]) -> list[Mount]:
+    global _PARSED
+    lines, mounts = _PARSED
     if lines is not mountinfo:
-        points = tuple(mountinfo_path(line.split(" ")[4])
-                       for line in mountinfo if " - fuse.kprobefs " in line)
-        _POINTS = (mountinfo, points)
-    return points
+        mounts = parse_mountinfo(mountinfo)
+        _PARSED = (mountinfo, mounts)
+    return mounts
 
 
 def _inside(path: str, point: str) -> bool:
