@@ -123,8 +123,6 @@ class HostCallers:
         host's process events queued so far are applied."""
         pid = ctx.pid if ctx.pid > 0 else os.getpid()
         self._after_releases()
-        with self._lock:
-            known = self._callers.get(pid)
         # What happened before this request is mirrored before it runs: a new process's
         # parent may have forked it an instant ago, a known one's child may have just
         # exec'd and exited (ftracetest's event-no-pid.tc stops tracing right after);

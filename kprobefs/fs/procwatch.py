@@ -314,8 +314,9 @@ def _on_path(comm: str, exe: str) -> str | None:
     search of PATH is a stat per directory, and every mirrored exec of a program asks
     it again; PATH is searched anew when what was remembered is not exe."""
     found = _WHICH.get(comm)
-    if found is None or os.path.realpath(found) != exe:
-        if len(_WHICH) >= _WHICH_MAX:
-            _WHICH.clear()
-        found = _WHICH[comm] = shutil.which(comm)
+    if found is not None and os.path.realpath(found) == exe:
+        return found
+    if len(_WHICH) >= _WHICH_MAX:
+        _WHICH.clear()
+    found = _WHICH[comm] = shutil.which(comm)
     return found if found is not None and os.path.realpath(found) == exe else None
