@@ -188,16 +188,21 @@ class Directory:
     @property
     def fixed_names(self) -> Collection[str]:
         """The entries that are nodes; an entry made by a callable may be absent."""
-        return [name for name, entry in self._entries.items()
-                if not (callable(entry) and not hasattr(entry, "mode"))]
+        return [name for name, entry in self._entries.items() if not _made(entry)]
 
     def children(self) -> dict:
         out = {}
         for name, entry in self._entries.items():
-            node = entry() if callable(entry) and not hasattr(entry, "mode") else entry
+            node = entry() if _made(entry) else entry
             if node is not None:
                 out[name] = node
         return out
+
+
+def _made(entry) -> bool:
+    """Whether a Directory entry is a callable that makes its node (or None) at each
+    listing, rather than the node itself."""
+    return callable(entry) and not hasattr(entry, "mode")
 
 
 class _TextHandle:
@@ -412,8 +417,8 @@ class HostFS:
     def _stat_path(self, root_id: int, parts: list[str]) -> tuple[int, int, bool]:
         if not parts:
             return root_id, node_mode(self.node(root_id)), True
-        _dir_id, directory = walk(self, root_id, parts[:-1])
-        node_id, node = walk(self, _dir_id, parts[-1:])
+        dir_id, directory = walk(self, root_id, parts[:-1])
+        node_id, node = walk(self, dir_id, parts[-1:])
         return node_id, node_mode(node), parts[-1] in fixed_names(directory)
 
     def list_dir(self, dir_id: int) -> list[tuple[str, int, int]]:
