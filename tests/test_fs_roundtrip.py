@@ -169,6 +169,43 @@ def test_an_rmdir_ahead_of_a_release_waits_for_it(daemon):
     assert e.value.errno == errno.ENOENT
 
 
+def test_an_rmdir_during_a_release_waits_for_its_close(daemon, monkeypatch):
+    """The rmdir came in before the RELEASE and finds the instance busy while that
+    RELEASE's close runs (the file is no longer listed as open): it waits for the close
+    and goes through, rather than fail EBUSY."""
+    import threading
+
+    gateway = daemon.gateway
+    me = Caller(os.getpid())
+    daemon.kernel.serve()
+    gateway.mkdir("/tracing/instances/closing", 0o755, me)
+    fh = gateway.open("/tracing/instances/closing/trace", os.O_RDONLY, me)
+    go_on, closing = threading.Event(), threading.Event()
+    close_fd = gateway._close_fd
+
+    def slow_close(caller, fd):
+        closing.set()
+        go_on.wait(10)
+        close_fd(caller, fd)
+
+    monkeypatch.setattr(gateway, "_close_fd", slow_close)
+    releasing = threading.Thread(target=gateway.release, args=(fh,))
+    releasing.start()
+    assert closing.wait(10)
+    # its request was taken before the RELEASE: no wait for releases before it
+    monkeypatch.setattr(gateway, "_after_releases", lambda: None)
+    done = []
+    removing = threading.Thread(
+        target=lambda: done.append(gateway.rmdir("/tracing/instances/closing", me)))
+    removing.start()
+    removing.join(0.3)
+    assert removing.is_alive()              # waits for the close, not EBUSY
+    go_on.set()
+    releasing.join(30)
+    removing.join(30)
+    assert done == [None]
+
+
 def test_a_mirrored_exec_makes_its_program_once(daemon, sleeper):
     """A host exec is mirrored as the task's execve of the same program, which is made in
     the emulated rootfs first: once per program (one machine call per exec, not two),

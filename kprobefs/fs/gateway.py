@@ -523,10 +523,12 @@ class Gateway(HostCallers):
 
     def _await_releases(self, prefix: str) -> bool:
         """Waits (bounded) for the release of the files open under ``prefix`` that no
-        process that used them still holds; whether there were any and all went."""
+        process that used them still holds, and for the RELEASEs in progress (a file
+        whose close is running is no longer listed); whether there were any and all
+        went."""
         with self._lock:
             under = {fh: of for fh, of in self._files.items() if of.path.startswith(prefix)}
-        if not under or any(_held(of) for of in under.values()):
+        if not (under or self._releasing) or any(_held(of) for of in under.values()):
             return False
         with self._released:
             return self._released.wait_for(
