@@ -10,6 +10,7 @@ import errno
 import os
 import stat
 import subprocess
+import threading
 import time
 
 import pytest
@@ -118,8 +119,6 @@ def test_a_request_after_a_release_waits_for_its_close(daemon, sleeper):
     on, and its next request (another process's too) must find the file closed, as
     on Linux.  Here the close is held up in the kernel by a probe: a LOOKUP that comes
     meanwhile is answered only once the close is done."""
-    import threading
-
     kernel, gateway = daemon.kernel, daemon.gateway
     me = Caller(os.getpid())
     fh = gateway.open("/tracing/README", os.O_RDONLY, me)
@@ -143,24 +142,28 @@ def test_a_request_after_a_release_waits_for_its_close(daemon, sleeper):
     assert not looking.is_alive() and gateway.hostfs.open_handles == 0
 
 
+def _rmdir_waiting(gateway, path: str, me: Caller):
+    """An rmdir of path on a thread of its own, checked to be waiting (for a release,
+    not failing EBUSY) after 0.3 s: (its thread, the list its result goes to)."""
+    done = []
+    removing = threading.Thread(target=lambda: done.append(gateway.rmdir(path, me)))
+    removing.start()
+    removing.join(0.3)
+    assert removing.is_alive()
+    return removing, done
+
+
 def test_an_rmdir_ahead_of_a_release_waits_for_it(daemon):
     """`read e < instances/foo/x && rmdir instances/foo`: the RELEASE is queued before
     the shell's close(2) returns, but another daemon thread may take the rmdir first.
     An rmdir the kernel finds busy, with only files no process holds any more, waits
     for their release and goes through."""
-    import threading
-
     gateway = daemon.gateway
     me = Caller(os.getpid())
     daemon.kernel.serve()
     gateway.mkdir("/tracing/instances/late", 0o755, me)
     fh = gateway.open("/tracing/instances/late/trace", os.O_RDONLY, me)
-    done = []
-    removing = threading.Thread(
-        target=lambda: done.append(gateway.rmdir("/tracing/instances/late", me)))
-    removing.start()
-    removing.join(0.3)
-    assert removing.is_alive()              # waits for the release, not EBUSY
+    removing, done = _rmdir_waiting(gateway, "/tracing/instances/late", me)
     gateway.release(fh)
     removing.join(30)
     assert done == [None]
@@ -173,8 +176,6 @@ def test_an_rmdir_during_a_release_waits_for_its_close(daemon, monkeypatch):
     """The rmdir came in before the RELEASE and finds the instance busy while that
     RELEASE's close runs (the file is no longer listed as open): it waits for the close
     and goes through, rather than fail EBUSY."""
-    import threading
-
     gateway = daemon.gateway
     me = Caller(os.getpid())
     daemon.kernel.serve()
@@ -194,12 +195,7 @@ def test_an_rmdir_during_a_release_waits_for_its_close(daemon, monkeypatch):
     assert closing.wait(10)
     # its request was taken before the RELEASE: no wait for releases before it
     monkeypatch.setattr(gateway, "_after_releases", lambda: None)
-    done = []
-    removing = threading.Thread(
-        target=lambda: done.append(gateway.rmdir("/tracing/instances/closing", me)))
-    removing.start()
-    removing.join(0.3)
-    assert removing.is_alive()              # waits for the close, not EBUSY
+    removing, done = _rmdir_waiting(gateway, "/tracing/instances/closing", me)
     go_on.set()
     releasing.join(30)
     removing.join(30)
