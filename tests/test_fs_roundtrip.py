@@ -283,27 +283,3 @@ def test_what_a_callers_child_did_before_its_request_is_mirrored_first(daemon,
         assert "clone3" in seen and seen[-1] == "exit", seen
     finally:
         shell.communicate("done\n", timeout=10)
-
-
-def test_a_release_after_its_process_exited_is_that_exit(daemon, unread_events):
-    """A process wrote a file and exited; the RELEASE comes after its exit event: the
-    exit is mirrored first, and do_exit closes the file (as on Linux, where an exiting
-    process's files are released with no close(2)), so no close is made for it."""
-    gateway, kernel = daemon.gateway, daemon.kernel
-    child = subprocess.Popen(["sh", "-c", "read go; exit 3"], stdin=subprocess.PIPE,
-                             text=True)
-    try:
-        me = Caller(child.pid)
-        fh = gateway.open("/tracing/kprobe_events", os.O_WRONLY | os.O_APPEND, me)
-        gateway.write(fh, b"p:gone_with_exit vfs_read\n", 0, me)
-        task = gateway.tasks()[child.pid]
-        child.communicate("go\n", timeout=10)
-        assert child.returncode == 3
-        time.sleep(0.2)                 # its exit event is in the socket
-        with _submitted(kernel) as seen:
-            gateway.release(fh)
-        assert "exit" in seen and "close" not in seen, seen
-        assert task.state == "dead" and task.exit_code == 3 << 8
-    finally:
-        if child.poll() is None:
-            child.kill()

@@ -454,16 +454,12 @@ class Gateway(HostCallers):
         close: on Linux a file is released before the close(2) of its last descriptor
         returns, and the host's FUSE sends RELEASE without waiting for it, so the
         process may already go on (`echo … > instances/foo/set_ftrace_filter; rmdir
-        instances/foo` must not find the file still open).  The host process events
-        that came first are mirrored first: a process that exited (a shell whose last
-        command wrote the file) then has its files closed by do_exit, as on Linux, not
-        by a close(2) it never made."""
+        instances/foo` must not find the file still open)."""
         # Counted before the fh goes: a request waiting for this file's release
         # (_await_releases) sees it either open or still closing.
         with self._released:
             self._releasing += 1
         try:
-            self._sync_host_processes(read_socket=True)
             with self._lock:
                 of = self._files.pop(fh, None)
             for fd in list(of.fds.values()) if of is not None else ():
