@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import errno
-import operator
 import struct
 import time
 from dataclasses import dataclass
@@ -226,13 +225,13 @@ class KprobeEngine:
         self._instances: dict[int, KretprobeInstance] = {}
         self._native_aggrs = _NativeAggrs(kernel)
         self._kret_natives = KretprobeNatives(kernel)
-        self._jprobe_layout = None
         # Called on every kretprobe or jprobe hit: bound once.
         self._current_task = kernel.current_task
         self._prepare_kretprobe = self.arch.prepare_kretprobe
         # (A jprobe's stack copy is one slice of RAM when it lies in one page.)
         self._jprobe_machine = (kernel.save_cpu_state, kernel.restore_cpu_state,
-                                kernel.mem.ram, kernel.mem.translate, kernel.reg_writes)
+                                kernel.entry_arguments, kernel.mem.ram, kernel.mem.translate,
+                                kernel.reg_writes)
         self.handler_errors = HandlerErrorLog()
         self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler,
                                             site_func=self._kprobe_ftrace_site_handler,
@@ -724,42 +723,33 @@ class KprobeEngine:
     def _setjmp_pre_handler(self, p: Kprobe, regs) -> int:
         """Run the jprobe's entry with the function's arguments on a copy of the
         registers and stack, then put both back (the longjmp of jprobe_return)."""
-        save, restore, ram, translate, writes = self._jprobe_machine
-        state = save()                          # the arguments and %rsp come from it too
-        args, sp_index = self._jprobe_layout or self._make_jprobe_layout()
-        sp = state[sp_index] + regs.sp_offset
+        save, restore, arguments, ram, translate, writes = self._jprobe_machine
+        state = save()
+        di, si, dx, cx, r8, r9, sp = arguments()
+        sp += regs.sp_offset
         if (sp & 0xFFF) + MAX_STACK_SIZE > 0x1000:     # across two pages
-            return self._setjmp_slow(p, state, sp)
+            return self._setjmp_slow(p, state, (di, si, dx, cx, r8, r9), sp)
         pa = translate(sp)
         saved_stack = ram[pa:pa + MAX_STACK_SIZE]
         mark = writes[0]
         try:
-            p.owner.entry(*args(state))
+            p.owner.entry(di, si, dx, cx, r8, r9)
         finally:
             ram[pa:pa + MAX_STACK_SIZE] = saved_stack
             if writes[0] != mark:               # the entry wrote registers
                 restore(state)
         return 0
 
-    def _setjmp_slow(self, p: Kprobe, state: tuple, sp: int) -> int:
+    def _setjmp_slow(self, p: Kprobe, state, args: tuple, sp: int) -> int:
         """_setjmp_pre_handler for a stack copy that spans two pages."""
         kernel = self.kernel
         saved_stack = kernel.read(sp, MAX_STACK_SIZE)
         try:
-            p.owner.entry(*self._jprobe_layout[0](state))
+            p.owner.entry(*args)
         finally:
             kernel.write(sp, saved_stack)
             kernel.restore_cpu_state(state)
         return 0
-
-    def _make_jprobe_layout(self) -> tuple[Callable[[tuple], tuple[int, ...]], int]:
-        """(the six argument registers out of a kernel.save_cpu_state() tuple, where
-        %rsp is in it), made at the first jprobe hit."""
-        fields = self.kernel.cpu_state_fields
-        self._jprobe_layout = (operator.itemgetter(
-            *(fields.index(name) for name in ("di", "si", "dx", "cx", "r8", "r9"))),
-            fields.index("sp"))
-        return self._jprobe_layout
 
     # ==== kretprobes ==========================================================================
     def _on_func_entry(self, addr: int) -> bool:

@@ -41,7 +41,8 @@ from .clock import TscClock
 from .cpu import (
     KERNEL_CS, KERNEL_DS, PT_REGS_SIZE, UC_REG, Registers, pack_pt_regs, unpack_pt_regs,
 )
-from ._fastuc import REG_WRITES, FastRegs, RegSet, add_code_hook, add_intr_hook
+from ._fastuc import (REG_WRITES, FastRegs, RegSet, add_code_hook, add_intr_hook,
+                      register_file)
 from ._quirks import clear_exception_state
 from .image import FENTRY_NOP, KernelImage
 from .irq import InterruptController
@@ -129,6 +130,8 @@ class Kernel(MachineDriver, SystemCalls):
         self.uc = Uc(UC_ARCH_X86, UC_MODE_64)
         self.layout = PhysicalLayout(ram_mb=ram_mb)
         self.mem = AddressSpace(self.uc, self.layout)
+        # Hooks reach the general registers as memory where that is shown to work.
+        self.register_file = register_file(self.uc)
         self.regs = Registers(self.uc)
         self.fast = FastRegs(self.uc)
         self._breakpoints: dict[int, int] = {}          # addr -> code hook
@@ -250,10 +253,16 @@ class Kernel(MachineDriver, SystemCalls):
         self._init_pid_at = self._sym("init_task") + self._task_pid_off
         self._init_pid_pa = self.mem.translate(self._init_pid_at)
         self.current_task, self.task_pid = self._make_current_task()
-        # Writing ip makes Unicorn leave the current block: ip is not part of the set.
-        self.cpu_state_fields = tuple(name for name in UC_REG if name not in ("cs", "ss", "ip"))
-        self._gprs = RegSet(self.uc, [UC_REG[name] for name in self.cpu_state_fields])
-        self.save_cpu_state, self.restore_cpu_state = self._gprs.read, self._gprs.write
+        if self.register_file is not None:
+            self.save_cpu_state = self.register_file.snapshot
+            self.restore_cpu_state = self.register_file.restore
+        else:
+            # Writing ip makes Unicorn leave the current block: ip is not in the set.
+            gprs = RegSet(self.uc, [UC_REG[name] for name in UC_REG
+                                    if name not in ("cs", "ss", "ip")])
+            self.save_cpu_state, self.restore_cpu_state = gprs.read, gprs.write
+        self.entry_arguments = RegSet(self.uc, [UC_REG[name] for name in (
+            "di", "si", "dx", "cx", "r8", "r9", "sp")]).read
         self._hc_args = RegSet(self.uc, [UC_X86_REG_RDI, UC_X86_REG_RSI, UC_X86_REG_RDX,
                                          UC_X86_REG_R10, UC_X86_REG_R8])
 
@@ -816,11 +825,12 @@ class Kernel(MachineDriver, SystemCalls):
         return len(self._raw_hooks) < self.FAST_HOOK_BUDGET
 
     # ---- registers of the CPU in a hook ------------------------------------------------
-    # save_cpu_state() -> tuple: the general registers and flags of the current CPU
-    # (inside a hook), for restore_cpu_state(state), in the order ``cpu_state_fields``
-    # names them: one C call, where reading them one by one costs one each.  (A Unicorn
-    # context would carry the whole CPU, at ten times the cost.)  Both are the register
-    # set's own methods, bound in __init__: jprobes call them on every hit.
+    # save_cpu_state() -> state: the general registers and flags of the current CPU
+    # (inside a hook), for restore_cpu_state(state) in the same hook: a copy of the
+    # register file where there is one, else one C call for them all.  (A Unicorn
+    # context would carry the whole CPU, at ten times the cost.)  entry_arguments() ->
+    # (di, si, dx, cx, r8, r9, sp): a function's six arguments and %rsp at its entry.
+    # All three are bound in __init__: jprobes call them on every hit.
 
     #: A count of the register writes made through the machine (its register views,
     #: save/restore, the probe handlers' regs; not Unicorn's own reg_write): unchanged
