@@ -8,6 +8,7 @@ timestamps aside, must be identical -- every fetch kind the kernel's recorder ru
 faults, page accounting, overwrite and drop modes included.
 """
 
+import errno
 import os
 import re
 import threading
@@ -475,3 +476,30 @@ def test_a_reaped_task_gives_back_its_pending_returns():
         assert kernel.syscall(kernel.init_task, "wait4", t.pid, 0, 0) == t.pid
     assert native._pending(tp.native) < 4 and native.misses(tp.native) == 0
     assert tracer.hits(tp) > 12 and kernel.panicked is None
+
+
+@pytest.mark.parametrize("boost", [True, False])
+def test_a_native_hit_on_a_faulting_user_copy_still_gets_efault(boost):
+    """The kernel's recorder runs from the int3's stub, which then goes to the copy that
+    jumps back, with no probe current.  The copied user access faults there; the fault
+    goes back on the probed address, where __put_user_4's exception table applies."""
+    from test_kprobes import _find_insn
+
+    kernel, tracer, root = make(native=True, cpus=1)
+    kernel.kprobes.arch.boost = boost
+    func = kernel.image.lookup_name("__put_user_4")[0]
+    insn = _find_insn(kernel, "__put_user_4", pred=lambda i: i.address in kernel.image.extable)
+    write(root, "kprobe_events", f"p:put __put_user_4+{insn.address - func.addr} v=%ax\n")
+    write(root, "events/kprobes/put/enable", "1")
+    ap = kernel.kprobes.get_kprobe(insn.address)
+    assert ap.native is not None and not ap.is_optimized()
+    t = kernel.spawn("fault")
+    child = kernel.syscall(t, "fork")
+    kernel.submit(kernel.tasks[child], "exit", 0)
+    assert kernel.syscall(t, "wait4", child, 0x10, 0, 0) == -errno.EFAULT
+    assert "Oops" not in kernel.dmesg()
+    assert re.search(r"fault-\d+ .* put: \(__put_user_4\+0x[0-9a-f]+/0x[0-9a-f]+\) v=0x",
+                     read(root, "trace"))
+    # Nothing is left current on the CPU: the next hit is not taken for a reentry.
+    assert kernel.syscall(t, "wait4", child, 0x10, 0, 0) in (-errno.EFAULT, -errno.ECHILD)
+    assert ap.nmissed == 0

@@ -71,7 +71,7 @@ class ArchKprobe:
     boostable: bool
     slot: int | None = None     # see _SLOT
     #: (native handler, where it resumes, the stub): the native template, then a jump to
-    #: the boosted copy or the copy to single-step
+    #: the copy that jumps back (see X86Kprobes._int3_callback)
     native_stub: tuple | None = None
     #: the code hook that ends a single-step when the copy ends in a jump back
     ss_hook: int | None = None
@@ -159,6 +159,8 @@ class X86Kprobes:
         self._sym = kernel.image.symbol_value
         self.slots = InsnSlots(self._sym("kprobe_insn_area"), self._sym("kprobe_insn_area_end"))
         self._ss_slots: dict[int, object] = {}    # int3 after a slot copy -> probe
+        self._slot_probes: dict[int, object] = {}  # a slot's address -> its probe
+        self._slot_area = self._sym("kprobe_insn_area")
         self._boost_slots: dict[int, object] = {}
         self._set_text_tables(img)
         self._template = kernel.read(self._sym("optprobe_template_entry"),
@@ -277,6 +279,7 @@ class X86Kprobes:
             self.kernel.text_poke(slot + _BOOST, boost_copy)
             ainsn.slot = slot
             self._ss_slots[end] = p
+            self._slot_probes[slot] = p
             if jump:
                 ainsn.ss_hook = self.kernel.hook_code_raw(
                     end, end, self._singlestep_trap(p, insn.next_address))
@@ -322,6 +325,7 @@ class X86Kprobes:
                 a.ss_hook = None
             self.kernel.remove_breakpoint(a.slot + a.insn.length)
             self._ss_slots.pop(a.slot + a.insn.length, None)
+            self._slot_probes.pop(a.slot, None)
             self.kernel.text_poke(a.slot, bytes([INT3]) * _SLOT)
             self.slots.free(_SLOT, a.slot)
             a.slot = None
@@ -330,7 +334,14 @@ class X86Kprobes:
     def _int3_callback(self, p):
         """The int3 handler of one armed probe.  The common case (no reentry, one active
         probe, a copied instruction, no post-handler) is kept to a few lookups; the
-        rest goes through the general path."""
+        rest goes through the general path.
+
+        A hit whose handler is kernel code (``p.native``) goes on from the kernel's stub
+        to the copy that jumps back, boostable or not: it has no post-handler, and its
+        handler ran before the copy, so no trap after the instruction is needed and no
+        probe is current while the copy runs.  A fault in that copy of an instruction
+        that is not boosted goes back on the probed address as during a single-step
+        (:meth:`_fault_in_copy`), so the kernel's fixups still apply."""
         fast, ctl, regs_of = self._fast, self.core.kprobe_ctlblks, self._regs
         a = p.ainsn
         ip = p.addr + 1
@@ -342,20 +353,17 @@ class X86Kprobes:
             kcb = ctl[cpu.index]
             if a.emulate or kcb.current is not None:
                 return general(kernel, cpu, ip)
-            boosted = a.boostable and self.boost
             native = p.native
             if native is not None:
-                # The kernel handlers run from a stub that then jumps to the boosted
-                # copy (no host code but this hook), or to the copy to single-step.
-                resume = boost_addr if boosted else ss_addr
+                # The kernel handlers run from a stub that then jumps to the copy that
+                # jumps back: no host code but this hook.
                 stub = a.native_stub
-                if stub is None or stub[1] != resume or stub[0] != native:
-                    self._native_stub(p, native, resume)
+                if stub is None or stub[0] != native:
+                    self._native_stub(p, native, boost_addr)
                     stub = a.native_stub
-                if not boosted:
-                    kcb.current, kcb.status = p, "hit_ss"
                 fast.set(UC_X86_REG_RIP, stub[2])
                 return True
+            boosted = a.boostable and self.boost
             active = p.active
             if len(active) != 1 or p.post_handler is not None or p.detour is not None:
                 return general(kernel, cpu, ip)
@@ -384,8 +392,7 @@ class X86Kprobes:
     def _native_stub(self, p, native: tuple[int, int], resume: int) -> int:
         """The stub an int3 hit of p enters to call its kernel handler: the native
         template with ``argument + 1`` (the hit trapped), then `jmp` to ``resume``, the
-        boosted copy of the probed instruction or the copy to single-step (whose int3
-        ends the hit)."""
+        copy of the probed instruction that jumps back."""
         a = p.ainsn
         if a.native_stub is not None:
             if a.native_stub[:2] == (native, resume):
@@ -553,7 +560,7 @@ class X86Kprobes:
         kcb = self.core.kprobe_ctlblk(cpu.index)
         p = kcb.current
         if p is None:
-            return False
+            return self._fault_in_copy(ip)
         if kcb.status not in ("hit_ss", "reenter"):
             # None: a fast path runs its handler (int3, detour, ftrace site)
             if kcb.status in (None, "hit_active", "hit_ssdone"):
@@ -566,6 +573,21 @@ class X86Kprobes:
             kcb.pop()
         else:
             kcb.reset()
+        return False
+
+    def _fault_in_copy(self, ip: int) -> bool:
+        """A fault with no probe current: if ip is in the copy a native hit of a probe
+        went on to (:meth:`_int3_callback`), and that copy stands for a single-step (the
+        instruction is not boosted), put ip back on the probed address."""
+        base = self._slot_area + (ip - self._slot_area) // _SLOT * _SLOT
+        p = self._slot_probes.get(base)
+        if p is None:
+            return False
+        a = p.ainsn
+        if a.slot != base or not 0 <= ip - a.boost_addr < a.insn.length:
+            return False
+        if not (a.boostable and self.boost):
+            self._fast.set(UC_X86_REG_RIP, p.addr)
         return False
 
     # ==== jump optimization ===============================================================
