@@ -858,19 +858,19 @@ class KprobeEngine:
             return ret
         kp = rp.kp
         if kp.registered:
-            self._run_return_handler(rp, ri, regs)
+            self._run_return_handler(rp, ri, regs, self.kernel.cpu.index)
             rp.free_instances.append(ri)
             if rp.native_at:
                 self._kret_natives.give(rp)
         return ret
 
     def _run_return_handler(self, rp: Kretprobe, ri: KretprobeInstance, regs,
-                            cpu: int | None = None) -> None:
-        """rp's handler on ri, on CPU cpu (default: the current one)."""
+                            cpu: int) -> None:
+        """rp's handler on ri, on CPU cpu."""
         kp = rp.kp
         handler = rp.handler
         if handler is not None and not kp.flags & _SKIP:
-            kcb = self.kprobe_ctlblks[self.kernel.cpu.index if cpu is None else cpu]
+            kcb = self.kprobe_ctlblks[cpu]
             if kcb.current is None:
                 kcb.current, kcb.status = kp, "hit_active"
                 try:
@@ -886,7 +886,7 @@ class KprobeEngine:
         probe's handler.  The registers are the function's at its return."""
         natives = self._kret_natives
         words, at = natives.words, natives.rets[cpu]
-        rp = natives.probe(words[at])
+        rp = natives.by_id.get(words[at])
         if rp is None:
             return
         kp = rp.kp

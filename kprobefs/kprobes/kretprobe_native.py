@@ -44,7 +44,7 @@ class KretprobeNatives:
         self.words = self._words = kernel.mem.words
         self._slots: list[int] = []                   # free struct addresses
         self._retired: list[tuple[int, int]] = []     # (address, word): returns pending
-        self._by_id: dict[int, object] = {}           # id -> Kretprobe
+        self.by_id: dict[int, object] = {}            # id -> Kretprobe
         self._next_id = 1
         self.rets: list[int] = []                     # each CPU's record, as a word index
         if not self.available:
@@ -72,7 +72,7 @@ class KretprobeNatives:
         words[word + _FREE] = len(rp.free_instances)
         words[word + _PENDING] = 0
         words[word + _ID] = rp_id
-        self._by_id[rp_id] = rp
+        self.by_id[rp_id] = rp
         rp.native_at, rp.native_word, rp.native_id = addr, word, rp_id
         return True
 
@@ -82,7 +82,7 @@ class KretprobeNatives:
         if not rp.native_at:
             return
         self._words[rp.native_word + _ID] = 0
-        self._by_id.pop(rp.native_id, None)
+        self.by_id.pop(rp.native_id, None)
         self._retired.append((rp.native_at, rp.native_word))
         rp.native_at = rp.native_word = rp.native_id = 0
         self._reclaim()
@@ -111,12 +111,8 @@ class KretprobeNatives:
         if rp.native_at:
             self._words[rp.native_word + _FREE] += 1
 
-    def probe(self, rp_id: int):
-        """The Kretprobe of an id a return record names (None: unregistered since)."""
-        return self._by_id.get(rp_id)
-
     def _hc_missed(self, rp_id: int, *_args) -> int:
-        rp = self._by_id.get(rp_id)
+        rp = self.by_id.get(rp_id)
         if rp is not None:
             rp.nmissed += 1
         return 0

@@ -51,7 +51,7 @@ class FastRegs:
     (and %rip, for reads) in the register file when the Uc has one (:func:`register_file`),
     the rest through the C API."""
 
-    __slots__ = ("_handle", "_read", "_write", "_val", "_ref", "_words")
+    __slots__ = ("_handle", "_read", "_write", "_val", "_ref", "_words", "set_ip")
 
     def __init__(self, uc: Uc):
         self._handle = uc._uch
@@ -61,6 +61,21 @@ class FastRegs:
         self._ref = ctypes.byref(self._val)
         found = known_register_file(uc)
         self._words = found.words if found is not None else None
+        self.set_ip = self._ip_setter()
+
+    def _ip_setter(self):
+        """set_ip(address): a write of %rip (which also leaves the translated block), for
+        the probe paths that redirect every hit: set() less its lookups."""
+        handle, write, writes = self._handle, self._write, REG_WRITES
+        value = ctypes.c_uint64()
+        ref = ctypes.byref(value)
+
+        def set_ip(address: int) -> None:
+            writes[0] += 1
+            value.value = address
+            write(handle, UC_X86_REG_RIP, ref)
+
+        return set_ip
 
     def get(self, reg_id: int) -> int:
         words = self._words

@@ -342,7 +342,7 @@ class X86Kprobes:
         probe is current while the copy runs.  A fault in that copy of an instruction
         that is not boosted goes back on the probed address as during a single-step
         (:meth:`_fault_in_copy`), so the kernel's fixups still apply."""
-        fast, ctl, regs_of = self._fast, self.core.kprobe_ctlblks, self._regs
+        set_ip, ctl, regs_of = self._fast.set_ip, self.core.kprobe_ctlblks, self._regs
         a = p.ainsn
         ip = p.addr + 1
         general = self._int3
@@ -361,7 +361,7 @@ class X86Kprobes:
                 if stub is None or stub[0] != native:
                     self._native_stub(p, native, boost_addr)
                     stub = a.native_stub
-                fast.set(UC_X86_REG_RIP, stub[2])
+                set_ip(stub[2])
                 return True
             boosted = a.boostable and self.boost
             active = p.active
@@ -378,13 +378,13 @@ class X86Kprobes:
                 redirected = False
             if redirected:
                 kcb.current = None
-                fast.set(UC_X86_REG_RIP, regs.ip)
+                set_ip(regs.ip)
             elif boosted:
                 kcb.current = None
-                fast.set(UC_X86_REG_RIP, boost_addr)
+                set_ip(boost_addr)
             else:               # single-step the copy: its int3 ends the hit
                 kcb.status = "hit_ss"
-                fast.set(UC_X86_REG_RIP, ss_addr)
+                set_ip(ss_addr)
             return True
 
         return kprobe_int3_handler
@@ -436,7 +436,7 @@ class X86Kprobes:
             redirected = False
         if redirected:
             kcb.reset()
-            self._fast.set(UC_X86_REG_RIP, regs.ip)
+            self._fast.set_ip(regs.ip)
             return True
         self._setup_singlestep(p, regs, kcb, reenter=False)
         return True
@@ -446,7 +446,7 @@ class X86Kprobes:
         op = getattr(p, "detour", None)
         if op is not None and not reenter and not self._has_post_handler(p):
             # Queued for optimization but not patched yet: run the detour's copy.
-            self._fast.set(UC_X86_REG_RIP, op.copied)
+            self._fast.set_ip(op.copied)
             kcb.reset()
             return
         if a.emulate:
@@ -455,7 +455,7 @@ class X86Kprobes:
                 self._post(p, kcb)
             return
         if a.boostable and self.boost and (reenter or not self._has_post_handler(p)):
-            self._fast.set(UC_X86_REG_RIP, a.boost_addr)
+            self._fast.set_ip(a.boost_addr)
             if not reenter:
                 kcb.reset()
             return
@@ -463,7 +463,7 @@ class X86Kprobes:
             kcb.push()
             kcb.current = p
         kcb.status = "hit_ss" if not reenter else "reenter"
-        self._fast.set(UC_X86_REG_RIP, a.ss_addr)
+        self._fast.set_ip(a.ss_addr)
 
     @staticmethod
     def _has_post_handler(p) -> bool:
@@ -496,14 +496,14 @@ class X86Kprobes:
         """The trap after p's copy: the single-step is over, go on at next_ip (the jump
         that ends the copy goes there itself unless ``moves_ip``: an int3 ends it).  The
         common case (not a reentered hit, no post-handler) is kept to a few lookups."""
-        ctl, fast = self.core.kprobe_ctlblks, self._fast
+        ctl, set_ip = self.core.kprobe_ctlblks, self._fast.set_ip
 
         def singlestep_done(kernel, cpu, _ip):
             kcb = ctl[cpu.index]
             if kcb.current is not p:
                 return False
             if moves_ip:
-                fast.set(UC_X86_REG_RIP, next_ip)
+                set_ip(next_ip)
             if kcb.status == "hit_ss" and p.post_handler is None:
                 kcb.current = kcb.status = None
             elif kcb.status == "reenter":
@@ -520,7 +520,7 @@ class X86Kprobes:
             return False
         a = p.ainsn
         if a.ss_hook is None:
-            self._fast.set(UC_X86_REG_RIP, a.insn.next_address)
+            self._fast.set_ip(a.insn.next_address)
         if kcb.status == "reenter":
             kcb.pop()
             return True
@@ -550,7 +550,7 @@ class X86Kprobes:
             fast.set(UC_X86_REG_EFLAGS, r.flags)
         if r.cx != cx:
             fast.set(UC_X86_REG_RCX, r.cx)
-        fast.set(UC_X86_REG_RIP, ip)
+        fast.set_ip(ip)
 
     def _fault(self, cpu, ip: int, trapnr: int) -> bool:
         """Fault ``trapnr`` (a page fault or #GP) at ip.  While a copied instruction
@@ -568,7 +568,7 @@ class X86Kprobes:
             return False
         if p.ainsn.slot is None or not p.ainsn.slot <= ip < p.ainsn.slot + _SLOT:
             return False
-        self._fast.set(UC_X86_REG_RIP, p.addr)
+        self._fast.set_ip(p.addr)
         if kcb.status == "reenter":
             kcb.pop()
         else:
@@ -587,7 +587,7 @@ class X86Kprobes:
         if a.slot != base or not 0 <= ip - a.boost_addr < a.insn.length:
             return False
         if not (a.boostable and self.boost):
-            self._fast.set(UC_X86_REG_RIP, p.addr)
+            self._fast.set_ip(p.addr)
         return False
 
     # ==== jump optimization ===============================================================
@@ -779,7 +779,7 @@ class X86Kprobes:
 
         def trapped(kernel, cpu, ip):
             callback(None, tramp, 1, None)
-            self._fast.set(UC_X86_REG_RIP, tramp + 1)
+            self._fast.set_ip(tramp + 1)
             return True
 
         self.kernel.insert_breakpoint(tramp, trapped)
