@@ -120,7 +120,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=50000)
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     b = Bench(args.calls, time.thread_time if args.clock == "cpu" else time.perf_counter)
     b.per_call()                                   # warm the translation cache
