@@ -210,11 +210,14 @@ class KprobeEngine:
     def __init__(self, kernel, arch_factory: Callable):
         self.kernel = kernel
         self.image = kernel.image
+        self.kprobe_ctlblks = [KprobeCtlblk() for _ in range(kernel.nr_cpus)]
+        self._kret_natives = KretprobeNatives(kernel)
+        # The arch's hook at the kernel's native return trampoline calls this.
+        self.kretprobe_native_return = self._native_return_handler()
         self.arch = arch_factory(kernel, self)
         self.ftrace = Ftrace(self.arch, self.image.ftrace_sites)
         self._table: dict[int, AggrKprobe] = {}
         self._order: dict[Kprobe, None] = {}    # registration order, for listings
-        self.kprobe_ctlblks = [KprobeCtlblk() for _ in range(kernel.nr_cpus)]
         self.kprobes_all_disarmed = False
         self.optimization_enabled = True
         # Queued for the optimizer, in queueing order (so by due time): ap -> due time.
@@ -224,7 +227,6 @@ class KprobeEngine:
         # instance without asking which task is current.
         self._instances: dict[int, KretprobeInstance] = {}
         self._native_aggrs = _NativeAggrs(kernel)
-        self._kret_natives = KretprobeNatives(kernel)
         # Called on every kretprobe or jprobe hit: bound once.
         self._current_task = kernel.current_task
         self._prepare_kretprobe = self.arch.prepare_kretprobe
@@ -880,26 +882,45 @@ class KprobeEngine:
                 finally:
                     kcb.current = kcb.status = None
 
-    def kretprobe_native_return(self, cpu: int, regs) -> None:
-        """A return hijacked by the kernel's kretprobe entry was taken (the kernel put
-        the real return address back and gave its instance back already): run the
-        probe's handler.  The registers are the function's at its return."""
-        natives = self._kret_natives
-        words, at = natives.words, natives.rets[cpu]
-        rp = natives.by_id.get(words[at])
-        if rp is None:
-            return
-        kp = rp.kp
-        if not kp.registered:
-            return
-        free = rp.free_instances
-        ri = free.pop() if free else KretprobeInstance(
-            rp, data=bytearray(rp.data_size), pid_of=self.kernel.task_pid, func=kp.addr)
-        ri.ret_addr = regs.ip = words[at + 1]
-        ri.fp = words[at + 2]
-        ri.task_struct = words[at + 3]
-        self._run_return_handler(rp, ri, regs, cpu)
-        free.append(ri)
+    def _native_return_handler(self) -> Callable[[int, object], None]:
+        """kretprobe_native_return(cpu, regs): a return hijacked by the kernel's
+        kretprobe entry was taken on CPU cpu (the kernel put the real return address
+        back and gave its instance back already): run the probe's handler, with the
+        registers as the function returned them.  The hot path of every natively
+        entered return probe, so _run_return_handler's steps are written out here; a
+        return taken inside a handler (kprobe_running) touches nothing, not even regs,
+        which the arch's hook reuses."""
+        natives, ctl = self._kret_natives, self.kprobe_ctlblks
+        words, rets, by_id = natives.words, natives.rets, natives.by_id
+        pid_of = self.kernel.task_pid
+
+        def kretprobe_native_return(cpu: int, regs) -> None:
+            at = rets[cpu]
+            rp = by_id.get(words[at])
+            if rp is None:
+                return
+            kp, handler = rp.kp, rp.handler
+            if handler is None or not kp.registered or kp.flags & _SKIP:
+                return
+            kcb = ctl[cpu]
+            if kcb.current is not None:
+                return
+            free = rp.free_instances
+            ri = free.pop() if free else KretprobeInstance(
+                rp, data=bytearray(rp.data_size), pid_of=pid_of, func=kp.addr)
+            ri.ret_addr = regs.ip = words[at + 1]
+            ri.fp = words[at + 2]
+            ri.task_struct = words[at + 3]
+            kcb.current, kcb.status = kp, "hit_active"
+            try:
+                handler(ri, regs)
+            except Exception as e:
+                self.handle_fault(kp, regs, TRAP_BP, e)
+            finally:
+                kcb.current = kcb.status = None
+            free.append(ri)
+
+        return kretprobe_native_return
 
     def rethook_trampoline_handler(self, regs, slot: int) -> int:
         return self.fprobes.on_return(regs, slot)

@@ -882,21 +882,15 @@ class X86Kprobes:
         """The code hook at kretprobe_native_call: the kernel's return trampoline put
         the real return address back in its slot, where %rsp points, and restored every
         register; ``handler(cpu, regs)`` runs the probe's handler (regs.sp is the
-        caller's, above the slot)."""
-        fast, mem, kernel = self._fast, self._mem, self.kernel
-        regs_of = [ProbeRegs(fast, mem, 0, sp_offset=8) for _ in range(kernel.nr_cpus)]
+        caller's, above the slot).  Each CPU's regs are reused: the handler leaves them
+        alone for a return taken inside another handler (a nested kernel call)."""
+        kernel = self.kernel
+        regs_of = [ProbeRegs(self._fast, self._mem, 0, sp_offset=8)
+                   for _ in range(kernel.nr_cpus)]
 
         def native_return(_uc, _address, _size, _ud) -> None:
             cpu = kernel.cpu.index
-            regs = regs_of[cpu]
-            if regs is None:    # nested (a handler's kernel call returned through one)
-                regs = ProbeRegs(fast, mem, 0, sp_offset=8)
-            else:
-                regs_of[cpu] = None
-            try:
-                handler(cpu, regs)
-            finally:
-                regs_of[cpu] = regs
+            handler(cpu, regs_of[cpu])
 
         return native_return
 
