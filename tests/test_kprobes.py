@@ -494,6 +494,29 @@ def test_a_return_probe_without_entry_handler_enters_in_the_kernel(kernel):
         assert ret_addr == ip and above == 8      # regs.sp is the caller's, over the slot
 
 
+def test_a_native_return_inside_a_handler_leaves_the_handlers_regs_alone(kernel):
+    """The return handler calls the probed function: that call's entry runs in the
+    kernel and its return comes through the same code hook, while the handler runs.
+    Nothing runs for it, and the outer handler's regs (the arch reuses them) still say
+    what they said."""
+    seen = []
+
+    def handler(ri, regs):
+        before = (regs.ip, ri.ret_addr, regs.ax & 0xFFFFFFFF)
+        kernel.call("kprobe_target", 20, 22)
+        seen.append((before, (regs.ip, ri.ret_addr, regs.ax & 0xFFFFFFFF)))
+
+    rp = Kretprobe(symbol_name="kprobe_target", handler=handler)
+    kernel.register_kretprobe(rp)
+    kernel.wait_for_kprobe_optimizer()
+    assert kernel.kprobes.get_kprobe(rp.kp.addr).native is not None
+    assert loop(kernel, 3) == expected_loop(3)
+    assert len(seen) == 3                       # the nested returns ran no handler
+    for before, after in seen:
+        assert before[0] == before[1] and before[:2] == after[:2]
+    assert len(rp.free_instances) == rp.maxactive
+
+
 def test_both_entry_paths_take_instances_from_one_count(kernel):
     """maxactive bounds the kernel's entry and the host's together: with a kprobe at the
     same address the host runs the kretprobe's entry (an aggregate), without it the
