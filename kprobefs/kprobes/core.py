@@ -233,7 +233,7 @@ class KprobeEngine:
         # (A jprobe's stack copy is one slice of RAM when it lies in one page.)
         self._jprobe_machine = (kernel.save_cpu_state, kernel.restore_cpu_state,
                                 kernel.entry_arguments, kernel.mem.ram, kernel.mem.translate,
-                                kernel.reg_writes)
+                                kernel.mem.direct_map, kernel.reg_writes)
         self.handler_errors = HandlerErrorLog()
         self._kprobe_ftrace_ops = FtraceOps(func=self._kprobe_ftrace_handler,
                                             site_func=self._kprobe_ftrace_site_handler,
@@ -725,13 +725,15 @@ class KprobeEngine:
     def _setjmp_pre_handler(self, p: Kprobe, regs) -> int:
         """Run the jprobe's entry with the function's arguments on a copy of the
         registers and stack, then put both back (the longjmp of jprobe_return)."""
-        save, restore, arguments, ram, translate, writes = self._jprobe_machine
+        save, restore, arguments, ram, translate, direct_map, writes = self._jprobe_machine
         state = save()
         di, si, dx, cx, r8, r9, sp = arguments()
         sp += regs.sp_offset
         if (sp & 0xFFF) + MAX_STACK_SIZE > 0x1000:     # across two pages
             return self._setjmp_slow(p, state, (di, si, dx, cx, r8, r9), sp)
-        pa = translate(sp)
+        pa = sp - direct_map[0]                 # a task's stack: in the direct map
+        if not 0 <= pa < direct_map[1]:
+            pa = translate(sp)
         saved_stack = ram[pa:pa + MAX_STACK_SIZE]
         mark = writes[0]
         try:

@@ -83,6 +83,9 @@ class AddressSpace:
         self._user_next = 0
         self._user_end = layout.ram_size
         self._ram_size = layout.ram_size
+        #: (PAGE_OFFSET, RAM size): a virtual address va in the direct map is at
+        #: physical va - PAGE_OFFSET when that is below the size (translate's first case).
+        self.direct_map = (PAGE_OFFSET, layout.ram_size)
         self._linear = (0, 0, 0)    # (start, end, va - pa) of a linearly mapped range
 
     # ---- page-table construction --------------------------------------------------------
