@@ -47,6 +47,9 @@ def status_text(kernel, engine=None, tracer=None, gateway=None,
         lines.append(f"requests: {stats.get('calls', 0)} system calls, "
                      f"{stats.get('failed', 0)} failed, "
                      f"{stats.get('timed_out', 0)} timed out")
+    if stats.get("prespawned"):
+        lines.append(f"prespawned: {stats['prespawned']} tasks made as their process "
+                     f"forked, {stats.get('prespawn_hits', 0)} of which made a request")
     if stats.get("mirrored"):
         lines.append(f"mirrored: {stats['mirrored']} system calls of `kprobefs exec` "
                      f"processes")

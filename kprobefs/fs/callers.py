@@ -12,6 +12,13 @@ an exit runs ``do_exit`` with the process's exit status.  The calls ``kprobefs e
 hands over (:mod:`.syscallwatch`) are queued here and run on the task before its next
 request.
 
+A process whose parent is not known, but one of whose children was a caller (a shell
+loop of ``sh -c 'echo … >> kprobe_events'``), is a *spawner*: its next children get
+their tasks as they are forked (from init, as any new caller's), while the host still
+execs them, rather than at their first request.  Their execs are not mirrored before
+that request (a new caller's never is); their comm is copied after each one.  A spawner
+three of whose children in a row exited without a request is forgotten.
+
 :class:`HostCallers` is a mixin of :class:`~.gateway.Gateway`, which owns the state
 used here (``kernel``, ``_lock``, ``_callers``, ``_events``, the mirrored calls).
 """
@@ -41,6 +48,10 @@ PR_SET_NAME = 15
 _NO_PROGRAMS = ("/proc", "/sys", "/dev")
 #: Mirrored calls kept for one process whose task is not there yet (syscallwatch).
 MAX_MIRRORED = 256
+#: Spawners remembered at once, and the children in a row that made no request after
+#: which a spawner is forgotten.
+MAX_SPAWNERS = 16
+SPAWNER_MISSES = 3
 
 
 class Caller(NamedTuple):
@@ -90,6 +101,8 @@ class HostCaller:
     cwd: str | None = None   # its host working directory, as last followed
     comm_seen: str = ""      # its comm as its last COMM event gave it
     mirrored: bool = False   # its chdirs are mirrored (syscallwatch), not followed
+    #: the spawner whose fork made its task, until its first request (0: none)
+    prespawned_by: int = 0
 
     @property
     def task(self):
@@ -132,6 +145,8 @@ class HostCallers:
         with self._lock:
             known = self._callers.get(pid)
         if known is not None and self._live(known):
+            if known.prespawned_by:
+                self._spawner_hit(known)
             if known.exec_seen:
                 self._rename(known)
             if not known.mirrored:
@@ -171,6 +186,8 @@ class HostCallers:
             proc = host_process(pid) or HostProcess("", None, None)
             comm = proc.comm or f"pid{pid}"
             parent = self._known_parent(proc.ppid)
+            if parent is None:
+                self._note_spawner(proc.ppid)
             task = self._start_spawn(comm, pid, parent.task if parent is not None else None)
             # a forked task has its parent's working directory already
             start = proc.start
@@ -189,6 +206,51 @@ class HostCallers:
                 self._forget(caller)
                 raise
             return caller
+
+    # ---- spawners -------------------------------------------------------------------------
+    def _note_spawner(self, ppid: int | None) -> None:
+        """The parent of a new caller, itself unknown, is a spawner from now on (see the
+        module's docstring): its forks are watched."""
+        if not ppid or ppid <= 1 or ppid == os.getpid():
+            return
+        with self._lock:
+            spawners = self._spawners
+            if ppid in spawners:
+                spawners[ppid] = 0
+                return
+            if len(spawners) >= MAX_SPAWNERS:
+                del spawners[next(iter(spawners))]
+            spawners[ppid] = 0
+        events = self._events
+        if events is not None:
+            events.watch(ppid)
+
+    def _spawner_hit(self, caller: HostCaller) -> None:
+        """A child a spawner's fork made a task for makes its first request."""
+        with self._lock:
+            if caller.prespawned_by in self._spawners:
+                self._spawners[caller.prespawned_by] = 0
+            caller.prespawned_by = 0
+        self.stats["prespawn_hits"] += 1
+
+    def _prespawn(self, pid: int, spawner: int) -> None:
+        """The spawner forked pid: its task is made now (the clone3 runs at once, on the
+        machine thread), before its first request."""
+        with self._spawn_lock:
+            with self._lock:
+                if pid in self._callers:
+                    return
+            proc = host_process(pid)
+            if proc is None:
+                return      # gone already: its EXIT follows
+            comm = proc.comm or f"pid{pid}"
+            task = self._start_spawn(comm, pid, None, wake=True)
+            caller = HostCaller(pid, proc.start, comm, task,
+                                mirrored=self._is_marked(pid, proc.start),
+                                prespawned_by=spawner)
+            with self._lock:
+                self._callers[pid] = caller
+        self.stats["prespawned"] += 1
 
     def _follow_cwd(self, caller: HostCaller, cwd: str | None = None) -> None:
         """A host process that changed its working directory into the mount (``cd
@@ -354,6 +416,11 @@ class HostCallers:
             with self._lock:
                 parent = self._callers.get(event.pid) or self._callers.get(event.tgid)
                 child = self._callers.get(event.child)
+                spawner = next((p for p in (event.tgid, event.pid) if p in self._spawners),
+                               0) if parent is None else 0
+            if spawner and child is None:
+                self._prespawn(event.child, spawner)
+                return
             if parent is None or parent.task.state == "dead":
                 return
             if child is not None:
@@ -372,11 +439,21 @@ class HostCallers:
                 caller = self._callers.get(event.pid)
             if caller is not None:
                 caller.comm_seen = event.comm or caller.comm_seen
-                if caller.task.state != "dead":
+                if caller.prespawned_by:
+                    caller.exec_seen = True     # renamed after this batch, not exec'd
+                elif caller.task.state != "dead":
                     self._exec(caller)
         elif event.what == EXIT:
             with self._lock:
                 caller = self._callers.get(event.pid)
+                if event.pid == event.tgid:
+                    self._spawners.pop(event.pid, None)
+                if caller is not None and caller.prespawned_by in self._spawners:
+                    misses = self._spawners[caller.prespawned_by] + 1
+                    if misses >= SPAWNER_MISSES:
+                        del self._spawners[caller.prespawned_by]
+                    else:
+                        self._spawners[caller.prespawned_by] = misses
             if caller is not None and caller.pid != os.getpid():
                 if caller.exec_seen:    # exec'd and gone within one batch of events
                     self._rename(caller)
@@ -426,17 +503,18 @@ class HostCallers:
             self._programs.add(filename)
         return True
 
-    def _start_spawn(self, comm: str, pid: int, parent=None):
+    def _start_spawn(self, comm: str, pid: int, parent=None, wake: bool = False):
         """The task for host pid (or its spawn under way, a :class:`Spawning`): its
         clone3 is queued now and runs when the task is first needed, in the thread
         that needs it (or on the machine thread's next turn, whichever comes first):
-        a request that makes no system call (a lookup) does not wait for it."""
+        a request that makes no system call (a lookup) does not wait for it.  wake: the
+        machine thread runs it at once."""
         start = getattr(self.kernel, "start_spawn", None)
         if start is None:
             return self._spawn(comm, pid, parent)
         forked_from = {} if parent is None else {"parent": parent}
         try:
-            req = start(comm, pid=pid, wake=False, **forked_from)
+            req = start(comm, pid=pid, wake=wake, **forked_from)
         except (ProcessExited, KernelError, MachineError):
             return self._spawn(comm, pid, parent)   # it sorts each case out
 

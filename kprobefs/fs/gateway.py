@@ -142,6 +142,8 @@ class Gateway(HostCallers):
         self._lock = threading.Lock()
         self._spawn_lock = threading.Lock()
         self._callers: dict[int, HostCaller] = {}
+        #: Spawners (callers.py): host pid -> its children in a row that made no request.
+        self._spawners: dict[int, int] = {}
         self._files: dict[int, _OpenFile] = {}
         self._next_fh = 1
         #: RELEASEs whose closes are running (see release()), and its condition.
