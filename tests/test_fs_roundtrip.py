@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import stat
 import subprocess
 import threading
@@ -283,3 +284,45 @@ def test_what_a_callers_child_did_before_its_request_is_mirrored_first(daemon,
         assert "clone3" in seen and seen[-1] == "exit", seen
     finally:
         shell.communicate("done\n", timeout=10)
+
+
+def test_a_spawners_children_get_their_tasks_as_they_fork(daemon, unread_events):
+    """A shell no request came from runs a child that makes one: the shell becomes a
+    spawner, and its next child's task is made from its fork event, before that child's
+    first request (which then makes no clone3 of its own).  Three children in a row
+    that exit without a request make the shell an ordinary process again."""
+    gateway, kernel = daemon.gateway, daemon.kernel
+    shell = subprocess.Popen(
+        ["sh", "-c", "sleep 30 & echo $!; read go; sleep 30 & echo $!; read more; "
+                     "/bin/true; /bin/true; /bin/true; echo done; read end"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        first = second = int(shell.stdout.readline())
+        gateway.getattr("/tracing", Caller(first))              # the first caller child
+        assert gateway._spawners.get(shell.pid) == 0
+        shell.stdin.write("go\n")
+        shell.stdin.flush()
+        second = int(shell.stdout.readline())
+        gateway._sync_host_processes()                          # its fork event
+        made = gateway._callers[second]
+        assert made.prespawned_by == shell.pid
+        assert made.task.pid == second and kernel.tasks[second] is made.task
+        with _submitted(kernel) as seen:
+            gateway.getattr("/tracing", Caller(second))
+            fh = gateway.open("/tracing/kprobe_events", os.O_RDONLY, Caller(second))
+            gateway.release(fh)
+        assert "clone3" not in seen and "openat" in seen, seen
+        assert made.prespawned_by == 0 and gateway.stats["prespawn_hits"] == 1
+        shell.stdin.write("more\n")
+        shell.stdin.flush()
+        assert shell.stdout.readline() == "done\n"
+        deadline = time.monotonic() + 10
+        while shell.pid in gateway._spawners and time.monotonic() < deadline:
+            gateway._sync_host_processes()
+            time.sleep(0.05)
+        assert shell.pid not in gateway._spawners
+    finally:
+        for pid in {first, second}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        shell.communicate("end\n", timeout=10)

@@ -233,6 +233,17 @@ class HostCallers:
             caller.prespawned_by = 0
         self.stats["prespawn_hits"] += 1
 
+    def _spawner_miss(self, spawner: int) -> None:
+        """A child of spawner exited without a request."""
+        with self._lock:
+            misses = self._spawners.get(spawner)
+            if misses is None:
+                return
+            if misses + 1 >= SPAWNER_MISSES:
+                del self._spawners[spawner]
+            else:
+                self._spawners[spawner] = misses + 1
+
     def _prespawn(self, pid: int, spawner: int) -> None:
         """The spawner forked pid: its task is made now (the clone3 runs at once, on the
         machine thread), before its first request."""
@@ -242,7 +253,8 @@ class HostCallers:
                     return
             proc = host_process(pid)
             if proc is None:
-                return      # gone already: its EXIT follows
+                self._spawner_miss(spawner)     # gone already, without a request
+                return
             comm = proc.comm or f"pid{pid}"
             task = self._start_spawn(comm, pid, None, wake=True)
             caller = HostCaller(pid, proc.start, comm, task,
@@ -448,12 +460,8 @@ class HostCallers:
                 caller = self._callers.get(event.pid)
                 if event.pid == event.tgid:
                     self._spawners.pop(event.pid, None)
-                if caller is not None and caller.prespawned_by in self._spawners:
-                    misses = self._spawners[caller.prespawned_by] + 1
-                    if misses >= SPAWNER_MISSES:
-                        del self._spawners[caller.prespawned_by]
-                    else:
-                        self._spawners[caller.prespawned_by] = misses
+            if caller is not None and caller.prespawned_by:
+                self._spawner_miss(caller.prespawned_by)
             if caller is not None and caller.pid != os.getpid():
                 if caller.exec_seen:    # exec'd and gone within one batch of events
                     self._rename(caller)
