@@ -11,7 +11,10 @@ Execution model (Linux 6.1 on a non-preemptible kernel, as kprobes.txt describes
 an armed probe's first byte is int3; on the hit the pre-handler runs, then the original
 instruction is emulated (branches, calls, returns, pushf/popf, cli/sti), or run from a
 copy in an instruction slot: followed by a jump back (boosted: no second trap) or by an
-int3 whose trap completes the single-step and runs the post-handler.
+int3 whose trap completes the single-step and runs the post-handler.  A hit whose
+handler is kernel code runs it from a stub, then the copy that jumps back, whether the
+instruction is boostable or not: it has no post-handler, and a fault in that copy is
+put back on the probed address without a probe being current (``_fault_in_copy``).
 """
 
 from __future__ import annotations
