@@ -245,8 +245,9 @@ class HostCallers:
                 self._spawners[spawner] = misses + 1
 
     def _prespawn(self, pid: int, spawner: int) -> None:
-        """The spawner forked pid: its task is made now (the clone3 runs at once, on the
-        machine thread), before its first request."""
+        """The spawner forked pid: its task is made now, before its first request (the
+        calling thread, the process events' reader, runs the clone3 itself: handed to
+        the machine thread, it cost as much as it saved)."""
         with self._spawn_lock:
             with self._lock:
                 if pid in self._callers:
@@ -256,13 +257,17 @@ class HostCallers:
                 self._spawner_miss(spawner)     # gone already, without a request
                 return
             comm = proc.comm or f"pid{pid}"
-            task = self._start_spawn(comm, pid, None, wake=True)
+            task = self._start_spawn(comm, pid, None)
             caller = HostCaller(pid, proc.start, comm, task,
                                 mirrored=self._is_marked(pid, proc.start),
                                 prespawned_by=spawner)
             with self._lock:
                 self._callers[pid] = caller
         self.stats["prespawned"] += 1
+        try:
+            caller.task         # this thread runs the clone3, as a request's would
+        except OSError as e:
+            log.debug("pid %d: no task made at its fork: %s", pid, e)
 
     def _follow_cwd(self, caller: HostCaller, cwd: str | None = None) -> None:
         """A host process that changed its working directory into the mount (``cd
@@ -511,18 +516,17 @@ class HostCallers:
             self._programs.add(filename)
         return True
 
-    def _start_spawn(self, comm: str, pid: int, parent=None, wake: bool = False):
+    def _start_spawn(self, comm: str, pid: int, parent=None):
         """The task for host pid (or its spawn under way, a :class:`Spawning`): its
         clone3 is queued now and runs when the task is first needed, in the thread
         that needs it (or on the machine thread's next turn, whichever comes first):
-        a request that makes no system call (a lookup) does not wait for it.  wake: the
-        machine thread runs it at once."""
+        a request that makes no system call (a lookup) does not wait for it."""
         start = getattr(self.kernel, "start_spawn", None)
         if start is None:
             return self._spawn(comm, pid, parent)
         forked_from = {} if parent is None else {"parent": parent}
         try:
-            req = start(comm, pid=pid, wake=wake, **forked_from)
+            req = start(comm, pid=pid, wake=False, **forked_from)
         except (ProcessExited, KernelError, MachineError):
             return self._spawn(comm, pid, parent)   # it sorts each case out
 
