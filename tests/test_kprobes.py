@@ -496,9 +496,10 @@ def test_a_return_probe_without_entry_handler_enters_in_the_kernel(kernel):
 
 def test_a_native_return_inside_a_handler_leaves_the_handlers_regs_alone(kernel):
     """The return handler calls the probed function: that call's entry runs in the
-    kernel and its return comes through the same code hook, while the handler runs.
-    Nothing runs for it, and the outer handler's regs (the arch reuses them) still say
-    what they said."""
+    kernel (which cannot see that a handler runs) and its return comes through the same
+    code hook, while the handler runs.  It counts the miss Linux counts for an entry
+    inside a handler, nothing runs for it, and the outer handler's regs (the arch
+    reuses them) still say what they said."""
     seen = []
 
     def handler(ri, regs):
@@ -512,6 +513,7 @@ def test_a_native_return_inside_a_handler_leaves_the_handlers_regs_alone(kernel)
     assert kernel.kprobes.get_kprobe(rp.kp.addr).native is not None
     assert loop(kernel, 3) == expected_loop(3)
     assert len(seen) == 3                       # the nested returns ran no handler
+    assert rp.kp.nmissed == 3 and rp.nmissed == 0
     for before, after in seen:
         assert before[0] == before[1] and before[:2] == after[:2]
     assert len(rp.free_instances) == rp.maxactive

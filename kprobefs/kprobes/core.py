@@ -889,9 +889,10 @@ class KprobeEngine:
         kretprobe entry was taken on CPU cpu (the kernel put the real return address
         back and gave its instance back already): run the probe's handler, with the
         registers as the function returned them.  The hot path of every natively
-        entered return probe, so _run_return_handler's steps are written out here; a
-        return taken inside a handler (kprobe_running) touches nothing, not even regs,
-        which the arch's hook reuses."""
+        entered return probe, so _run_return_handler's steps are written out here.  A
+        return taken inside a handler (kprobe_running) counts the miss its entry would
+        have been on Linux and touches nothing else, not even regs, which the arch's
+        hook reuses."""
         natives, ctl = self._kret_natives, self.kprobe_ctlblks
         words, rets, by_id = natives.words, natives.rets, natives.by_id
         pid_of = self.kernel.task_pid
@@ -906,6 +907,9 @@ class KprobeEngine:
                 return
             kcb = ctl[cpu]
             if kcb.current is not None:
+                # Its entry ran inside a handler, in the kernel, which cannot see
+                # kprobe_running(): Linux's int3 or detour would have missed that entry.
+                kp.nmissed += 1
                 return
             free = rp.free_instances
             ri = free.pop() if free else KretprobeInstance(
