@@ -221,7 +221,7 @@ class RegisterFile:
 
 def known_register_file(uc: Uc) -> RegisterFile | None:
     """uc's register file if :func:`register_file` found it, else None."""
-    return getattr(uc, "_kprobefs_regfile", None) or None
+    return getattr(uc, "_kprobefs_regfile", None)
 
 
 def _file_access(words: memoryview, indices: list[int]):
@@ -268,9 +268,10 @@ def _find_register_file(uc: Uc) -> RegisterFile | None:
     try:
         with open("/proc/self/mem", "rb", buffering=0) as mem:
             address = _locate(uc, mem.fileno(), pattern)
-        if address is None or not _checks_out(uc, RegisterFile(address), gprs):
+        if address is None:
             return None
-        return RegisterFile(address)
+        found = RegisterFile(address)
+        return found if _checks_out(uc, found, gprs) else None
     finally:
         for reg, value in zip(gprs, saved):
             uc.reg_write(reg, value)
