@@ -273,7 +273,7 @@ class Daemon:
             events.start_reader(on_events=self.gateway.mirror_host_processes)
         # From here on only the machine thread runs emulated code; request threads wait.
         self.kernel.serve()
-        self._start_schedwatch(events)
+        self._start_schedwatch()
         # `kprobefs exec` hands its processes' system calls over from now on.
         syscalls = SyscallWatch(self.gateway, self._real_mountpoint,
                                 allow_other=self.allow_other)
@@ -284,14 +284,13 @@ class Daemon:
             self._spawn_thread("workload", self._start_workload)
         self._spawn_thread("ready", self._probe_ready)
 
-    def _start_schedwatch(self, events: ProcessEvents | None) -> None:
+    def _start_schedwatch(self) -> None:
         """Mirrors the host processes' sleeps, wake-ups and priorities into their tasks
         (fs/schedwatch.py); the host's process events are applied as it samples."""
         gateway = self.gateway
         self.schedwatch = SchedWatch(
             KernelMirror(self.kernel, timeout=min(5.0, self.request_timeout)),
-            gateway.tasks, before_sample=gateway.mirror_host_processes,
-            wake=events.arrived if events is not None else None)
+            gateway.tasks, before_sample=gateway.mirror_host_processes)
         gateway.sched = self.schedwatch
         self.schedwatch.start()
 

@@ -156,6 +156,58 @@ def test_a_child_inherits_its_parents_priority_as_fork_gives_it(world):
     assert mirror.calls == [("nice", 20, 3), ("nice", 22, 3)]
 
 
+def test_a_forked_process_that_blocked_before_its_first_sample_ran(world):
+    """A task made at its host fork is compared with what fork left (no voluntary
+    switch yet): a command that ran and went to sleep before the sampler looked at it
+    has its run mirrored; an unforked process's first sample is only the baseline."""
+    proc, mirror, tasks, watch = world
+    watch.forked(30)
+    tasks[30] = FakeTask(30)
+    proc.set(30, "S", nvcsw=1)          # exec'd and sleeps
+    tasks[31] = FakeTask(31)
+    proc.set(31, "S", nvcsw=1)          # not forked: a process first seen now
+    watch.sample()
+    assert mirror.calls == [("ran", 30, S)]
+    watch.sample()
+    assert mirror.calls == [("ran", 30, S)]
+
+
+def test_a_forked_process_still_running_its_first_run_is_left_to_the_next_sample(world):
+    proc, mirror, tasks, watch = world
+    watch.forked(32)
+    tasks[32] = FakeTask(32)
+    proc.set(32, "R", nvcsw=0)
+    watch.sample()
+    assert mirror.calls == []
+    proc.set(32, "S", nvcsw=1)
+    watch.sample()
+    assert mirror.calls == [("ran", 32, S)]
+
+
+def test_a_forked_process_whose_switches_were_our_requests_starts_from_a_baseline(world):
+    proc, mirror, tasks, watch = world
+    watch.forked(33)
+    watch.enter(33)                     # its first request, before any sample
+    watch.leave(33)
+    tasks[33] = FakeTask(33)
+    proc.set(33, "S", nvcsw=4)
+    watch.sample()
+    assert mirror.calls == []
+
+
+def test_a_fork_never_watched_is_forgotten(world, monkeypatch):
+    proc, mirror, tasks, watch = world
+    watch.forked(34)
+    monkeypatch.setattr(SchedWatch, "FORKED_KEPT", 0.0)
+    time.sleep(0.01)
+    watch.sample()                      # 34 exited before it was ever watched
+    monkeypatch.undo()
+    tasks[34] = FakeTask(34)            # a later process with the same pid
+    proc.set(34, "S", nvcsw=7)
+    watch.sample()
+    assert mirror.calls == []
+
+
 def test_tasks_that_go_are_forgotten_and_a_reused_pid_starts_afresh(world):
     proc, mirror, tasks, watch = world
     tasks[30] = FakeTask(30)

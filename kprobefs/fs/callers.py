@@ -263,11 +263,19 @@ class HostCallers:
                                 prespawned_by=spawner)
             with self._lock:
                 self._callers[pid] = caller
+        self._forked(pid)
         self.stats["prespawned"] += 1
         try:
             caller.task         # this thread runs the clone3, as a request's would
         except OSError as e:
             log.debug("pid %d: no task made at its fork: %s", pid, e)
+
+    def _forked(self, pid: int) -> None:
+        """pid's task was made at its fork: the scheduling mirror needs no sample of it
+        there (see schedwatch)."""
+        sched = self.sched
+        if sched is not None:
+            sched.forked(pid)
 
     def _follow_cwd(self, caller: HostCaller, cwd: str | None = None) -> None:
         """A host process that changed its working directory into the mount (``cd
@@ -451,6 +459,7 @@ class HostCallers:
                                     mirrored=parent.mirrored)
                 with self._lock:
                     self._callers[event.child] = caller
+            self._forked(event.child)
         elif event.what in (EXEC, COMM):
             with self._lock:
                 caller = self._callers.get(event.pid)

@@ -79,14 +79,12 @@ class ProcessEvents:
     With :meth:`start_reader`, a thread takes the events off the socket as they come
     (an EXEC's comm is read then, while a short command still lives); :meth:`drain`
     hands over what it queued, in order.  The reader then calls its ``on_events``
-    (which drains and applies them, on that thread: no hand-off to another), and sets
-    ``arrived`` when a process forked or exec'd (one to start sampling at once; an
-    exit alone does not set it).
+    (which drains and applies them, on that thread: no hand-off to another).
 
     The socket hears every process of the host.  Once :meth:`watch` has named a
     process, only the events of watched processes are kept: theirs, and the forks they
     make, whose children are watched from then on (until their exit).  Nothing is read
-    of the others (no comm, no wake-up of whoever waits on ``arrived``).
+    of the others (no comm, no call of ``on_events``).
     """
 
     RECV_SIZE = 1 << 16
@@ -94,9 +92,6 @@ class ProcessEvents:
     def __init__(self, sock: socket.socket):
         self._sock = sock
         self.lost = 0       # times the socket overflowed (events were dropped)
-        #: Set when the reader queued a FORK, EXEC or COMM event (whoever waits on it
-        #: may clear it).
-        self.arrived = threading.Event()
         #: Held while the socket is read and what was read is queued: events leave the
         #: socket and join the queue in order.  The queue itself has a lock of its
         #: own, so that taking what is queued never waits on a read.
@@ -202,8 +197,6 @@ class ProcessEvents:
                     self._on_events()
                 except Exception:
                     log.exception("applying host process events failed")
-            if any(event.what != EXIT for event in got):
-                self.arrived.set()
 
     def _read(self) -> list[ProcessEvent]:
         """What the socket holds now (caller holds _read_lock)."""

@@ -9,12 +9,15 @@ host process's priority, so that the kernel's own scheduler records what happene
 task, and ``sched_switch`` away from it with ``prev_state`` S or D.
 
 A thread samples each mirrored process every few milliseconds (5 ms while one of them
-runs, backing off to 40 ms while none does; a fork or exec samples at once) from
-``/proc/PID/stat`` (state, nice, policy, rt_priority) and ``/proc/PID/status``
-(``voluntary_ctxt_switches``).  When the process ran since the last sample (its
-voluntary switch count moved: it blocked and was woken, or it went from S/D to running),
-its task is woken and put back to sleep (``Kernel.run_user``), in D when the host
-process is in D now, else S.  A nice or policy change becomes the ``setpriority`` or
+runs, backing off to 40 ms while none does) from ``/proc/PID/stat`` (state, nice,
+policy, rt_priority) and ``/proc/PID/status`` (``voluntary_ctxt_switches``).  When the
+process ran since the last sample (its voluntary switch count moved: it blocked and was
+woken, or it went from S/D to running), its task is woken and put back to sleep
+(``Kernel.run_user``), in D when the host process is in D now, else S.  A process whose
+task was made as it forked (:meth:`SchedWatch.forked`) needs no sample at its fork: it
+had run and blocked by its first sample when it has any voluntary switch at all, as
+fork starts the count at 0.  So a short command's sleep is seen with no pass at each
+fork and exec, which cost a pass (two /proc reads each) per process event.  A nice or policy change becomes the ``setpriority`` or
 ``sched_setscheduler`` system call in the task, as ``nice`` and ``chrt`` make them.
 Processes inside one of our own FUSE requests are left alone (:meth:`SchedWatch.enter`):
 the request wakes their task itself, and the switches the request costs them are no run
@@ -29,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -160,6 +164,7 @@ class _Watched:
     last: HostSched | None = None   # the previous sample (None: none yet)
     busy: int = 0                   # our FUSE requests in progress
     resync: bool = False            # take the next sample as the baseline
+    forked: bool = False            # no sample yet, and none needed (see SchedWatch.forked)
     broken: bool = False            # mirroring it failed unexpectedly: left alone
 
 
@@ -169,23 +174,23 @@ class SchedWatch:
     ``mirror``: what acts on the kernel (:class:`KernelMirror`); ``read``: the /proc
     reader (default: a :class:`HostSchedFiles`); ``before_sample``: run first in each
     pass (the gateway applies the host's queued process events there, so forks, execs
-    and exits are mirrored while the processes run, not at the next request); ``wake``:
-    an event (the process events' ``arrived``) that starts a pass at once.
+    and exits are mirrored while the processes run, not at the next request).
     """
 
     def __init__(self, mirror, tasks: Callable[[], dict],
                  read: Callable[[int], HostSched | None] | None = None,
                  before_sample: Callable[[], None] | None = None,
-                 interval: float = 0.005, wake: threading.Event | None = None):
+                 interval: float = 0.005):
         self.mirror = mirror
         self.tasks = tasks
         self.read = read if read is not None else HostSchedFiles()
         self.before_sample = before_sample
         self.interval = interval
-        self.wake = wake
         self._lock = threading.Lock()
         self._watched: dict[int, _Watched] = {}
         self._busy: dict[int, int] = {}
+        #: pid -> when forked() named it, until it is watched (or FORKED_KEPT passes)
+        self._forked: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._own_pid = os.getpid()
@@ -210,6 +215,19 @@ class SchedWatch:
             watched = self._watched.get(pid)
             if watched is not None:
                 watched.resync = True
+            else:   # its switches since its fork include the request's
+                self._forked.pop(pid, None)
+
+    #: How long (s) a fork named by forked() waits to be watched before it is dropped.
+    FORKED_KEPT = 1.0
+
+    def forked(self, pid: int) -> None:
+        """pid's task was made as the host process forked: its voluntary switches count
+        from 0 there, so its first sample is compared with that (a run of its own since
+        its fork), not taken as the baseline."""
+        with self._lock:
+            if pid not in self._watched:
+                self._forked[pid] = time.monotonic()
 
     # ---- sampling ------------------------------------------------------------------------
     def sample(self) -> None:
@@ -224,9 +242,15 @@ class SchedWatch:
                 del self._watched[pid]
                 if forget is not None:
                     forget(pid)
+            forked = self._forked
             for pid, task in current.items():
                 if pid not in self._watched and pid != self._own_pid:
-                    self._watched[pid] = _Watched(task)
+                    self._watched[pid] = _Watched(
+                        task, forked=forked.pop(pid, None) is not None)
+            if forked:
+                too_old = time.monotonic() - self.FORKED_KEPT
+                for pid in [p for p, t in forked.items() if t < too_old]:
+                    del forked[pid]
             todo = [(pid, w) for pid, w in self._watched.items()
                     if not self._busy.get(pid) and not w.broken
                     and getattr(w.task, "state", "") != "dead"]
@@ -246,6 +270,8 @@ class SchedWatch:
         if now is None or now.state in _GONE:
             return              # its exit is mirrored from the process events
         last, watched.last = watched.last, now
+        if last is None and watched.forked:
+            last = now._replace(state="R", nvcsw=0)     # as its fork left it
         if watched.prio is None:
             watched.prio = self._inherited_prio(now.ppid)
         try:
@@ -315,19 +341,13 @@ class SchedWatch:
     IDLE_FACTOR = 8
 
     def _wait(self) -> None:
-        """Until the next pass is due, or a process event came (its fork or exec is
-        mirrored at once).  While no watched process runs, the passes come less often
-        (each a host round of /proc reads under the GIL): a process that wakes is seen
-        within IDLE_FACTOR times interval, and runs are sampled every interval again
-        from then on."""
+        """Until the next pass is due.  While no watched process runs, the passes come
+        less often (each a host round of /proc reads under the GIL): a process that
+        wakes is seen within IDLE_FACTOR times interval, and runs are sampled every
+        interval again from then on."""
         if self._active:
             self._idle_wait = self.interval
         else:
             self._idle_wait = min(2 * self._idle_wait, self.IDLE_FACTOR * self.interval)
         self._active = False
-        if self.wake is None:
-            self._stop.wait(self._idle_wait)
-            return
-        if self.wake.wait(self._idle_wait):
-            self._active = True             # an event: sample at the pace again
-        self.wake.clear()
+        self._stop.wait(self._idle_wait)
