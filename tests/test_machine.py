@@ -137,9 +137,9 @@ def test_spawn_gives_pid_and_comm(kernel):
     assert e.value.errno == errno.EEXIST
 
 
-def test_a_fork_that_keeps_its_parents_name_makes_no_prctl(kernel):
-    """A task forked from a parent of the same name has it already (fork copies comm):
-    no prctl is queued for it, as no host fork makes one; another name is a prctl."""
+def test_a_spawned_task_has_its_name_from_its_fork_and_no_prctl(kernel):
+    """A spawn's child is named as fork makes it (the kernel's TASK_NEW), whatever its
+    parent's name: no prctl is queued for it, as no host fork makes one."""
     sh = kernel.spawn("sh")
     calls = []
     submit = kernel.submit
@@ -148,14 +148,20 @@ def test_a_fork_that_keeps_its_parents_name_makes_no_prctl(kernel):
     try:
         same = kernel.spawn("sh", parent=sh)
         other = kernel.spawn("cat", parent=sh)
+        long = kernel.spawn("a-name-longer-than-15")
         kernel.run_until_idle()
     finally:
         kernel.submit = submit
-    assert calls == ["clone3", "clone3", "prctl"]
-    for task, comm in ((same, b"sh"), (other, b"cat")):
+    assert calls == ["clone3", "clone3", "clone3"]
+    for task, comm in ((same, b"sh"), (other, b"cat"), (long, b"a-name-longer-t")):
         name = UserBuffer(16)
         assert kernel.syscall(task, "prctl", 16, name) == 0
         assert name.data.rstrip(b"\0") == comm and task.comm == comm.decode()
+    # a fork of the task itself copies its name, as Linux's does
+    child = kernel.syscall(other, "fork")
+    name = UserBuffer(16)
+    assert kernel.syscall(kernel.tasks[child], "prctl", 16, name) == 0
+    assert name.data.rstrip(b"\0") == b"cat"
 
 
 def _read_int(kernel, name, fmt="<i"):

@@ -147,6 +147,19 @@ def test_a_disabled_event_leaves_a_nop_and_an_enabled_one_a_jump(traced):
     assert lines_of(root, "sched_process_fork") == []
 
 
+def test_a_spawned_task_is_forked_under_its_own_name_without_a_rename(traced):
+    """A task made for a host process has that process's comm from its fork on, as a
+    host fork gives the child its parent's: sched_process_fork shows it, and no
+    prctl(PR_SET_NAME) follows."""
+    kernel, tracer, root = traced
+    write(root, "set_event", "sched:sched_process_fork syscalls:sys_enter_prctl")
+    child = kernel.spawn("named")
+    kernel.run_until_idle()
+    (fork,) = [l for l in lines_of(root, "sched_process_fork") if f"={child.pid}" in l]
+    assert fork.endswith(f"child_comm=named child_pid={child.pid}")
+    assert lines_of(root, "sys_enter_prctl") == []
+
+
 def test_fork_exit_wait_free_and_wakeups_are_recorded(traced):
     kernel, tracer, root = traced
     write(root, "set_event", "sched:*")

@@ -113,9 +113,8 @@ class MachineDriver:
         waits for something, the slice used up, a failure, work posted meanwhile) is
         the machine thread's, woken on the way out; so is the call when another thread
         drives now (its poster may not have woken the machine thread).  What the call
-        posted as it ended (a new task's rename, queued at its clone3's return) gets
-        one more slice here: it runs before that task's next call, which its caller is
-        about to make."""
+        posted as it ended (its completion's follow-up) gets one more slice here: it
+        runs before the next call its caller is about to make."""
         if self.stuck is not None or not self.lock.acquire(False):
             self._work.set()
             return
@@ -127,7 +126,7 @@ class MachineDriver:
                 if not self.run_slice():
                     break
             if done.is_set() and self._inbox and self.stuck is None:
-                self.run_slice()    # what the call posted as it ended (a child's rename)
+                self.run_slice()    # what the call posted as it ended
         except MachineError:
             pass        # the machine thread meets it too, and declares the machine stuck
         finally:

@@ -668,8 +668,8 @@ class Kernel(MachineDriver, SystemCalls):
 
     # ---- tasks ---------------------------------------------------------------------------
     def _hc_task_new(self):
-        pid, ppid = self._args()[:2]
-        pid = signed64(pid)
+        pid, ppid, task_struct = self._args()[:3]
+        pid, ppid = signed64(pid), signed64(ppid)
         if self._free_windows:
             slot = self._free_windows.pop()
         elif self._next_window < self.MAX_TASKS:
@@ -677,9 +677,16 @@ class Kernel(MachineDriver, SystemCalls):
         else:
             return -11  # EAGAIN: the fork fails, as at RLIMIT_NPROC
         base = USER_WINDOW_BASE + slot * USER_WINDOW_SIZE
-        self.tasks[pid] = Task(pid=pid, window=base)
+        task = self.tasks[pid] = Task(pid=pid, window=base)
+        # A spawn's child has its name from its fork on, as a host process forked by
+        # its parent has (see SystemCalls.start_spawn): no rename follows.
+        parent = self.tasks.get(ppid)
+        spawn = parent.active if parent is not None else None
+        if spawn is not None and spawn.child_comm:
+            self.mem.write(task_struct + self.kabi["task.comm"], spawn.child_comm)
+            task.comm = spawn.child_comm.rstrip(b"\0").decode("utf-8", "replace")
         for listener in self.fork_listeners:
-            listener(signed64(ppid), pid)
+            listener(ppid, pid)
         return base
 
     def _hc_task_exit(self):

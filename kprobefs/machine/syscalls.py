@@ -82,9 +82,10 @@ class SystemCalls:
             buf.data = self.mem.read(buf.addr, buf.size)
 
     def submit(self, task: Task, name: str, *args, on_done: Callable | None = None,
-               wake: bool = True) -> SyscallRequest:
+               wake: bool = True, child_comm: bytes = b"") -> SyscallRequest:
         """Queue a system call for task without waiting for it.  wake False: the
-        caller waits for it next, and drives it (see Kernel._post)."""
+        caller waits for it next, and drives it (see Kernel._post).  child_comm: a
+        clone3's, the name its child gets (see start_spawn)."""
         try:
             nr = abi.SYSCALLS[name] if isinstance(name, str) else int(name)
         except KeyError:
@@ -94,7 +95,8 @@ class SystemCalls:
             raise ProcessExited(task.pid, task.exit_code)
         if self.stuck is not None:
             raise KernelStuck(f"the machine is stuck: {self.stuck}")
-        req = SyscallRequest(task, nr, str(name), args, on_done=on_done)
+        req = SyscallRequest(task, nr, str(name), args, on_done=on_done,
+                             child_comm=child_comm)
         self._post(lambda: self._accept(req), wake)
         return req
 
@@ -147,12 +149,11 @@ class SystemCalls:
 
     def spawn(self, comm: str, pid: int | None = None, parent: Task | None = None,
               timeout: float | None = 30.0) -> Task:
-        """A new user task forked (clone3) from parent (default: init) and named comm
-        (prctl PR_SET_NAME, queued on the child as clone3 returns: returned once clone3
-        is done, before the naming runs; none when fork gave it its parent's name and
-        that is comm).  With pid, the task gets exactly that pid
-        (clone3's set_tid).  Raises KernelError when clone3 fails, KernelWedged if the
-        kernel does not finish within timeout seconds."""
+        """A new user task forked (clone3) from parent (default: init) and named comm as
+        fork makes it (the kernel's TASK_NEW: no rename follows, and sched_process_fork
+        already shows the name).  With pid, the task gets exactly that pid (clone3's
+        set_tid).  Raises KernelError when clone3 fails, KernelWedged if the kernel does
+        not finish within timeout seconds."""
         return self.spawned(self.start_spawn(comm, pid, parent), timeout)
 
     def start_spawn(self, comm: str, pid: int | None = None, parent: Task | None = None,
@@ -165,28 +166,8 @@ class SystemCalls:
         set_tid_addr = parent.window + PAGE + 88
         clone_args = struct.pack("<11Q", 0, 0, 0, 0, 17, 0, 0, 0,
                                  set_tid_addr if pid else 0, 1 if pid else 0, 0)
-        name = comm.encode()[:15] + b"\0"
-
-        def name_child(req: SyscallRequest) -> None:
-            # The machine thread, as clone3 returns: the child's prctl is queued at
-            # once, ahead of whatever its caller asks of it next.  A child that has
-            # the name already (fork copied its parent's, current here) needs none.
-            child = req.result if req.error is None else None
-            if child is not None and child > 0 and child in self.tasks:
-                task = self.tasks[child]
-                if self.mem.read_cstring(self.current_task() + self.kabi["task.comm"],
-                                         16) == name[:-1]:
-                    task.comm = comm[:15]
-                    return
-                try:
-                    self.submit(task, "prctl", abi.PR_SET_NAME, name, wake=False)
-                except (ProcessExited, KernelStuck):
-                    return
-                # PR_SET_NAME of a live task does not fail.
-                task.comm = comm[:15]
-
         return self.submit(parent, "clone3", clone_args + struct.pack("<q", pid or 0), 88,
-                           on_done=name_child, wake=wake)
+                           wake=wake, child_comm=comm.encode()[:15].ljust(16, b"\0"))
 
     def spawned(self, req: SyscallRequest, timeout: float | None = 30.0) -> Task:
         """The task a :meth:`start_spawn` made, once its clone3 is done."""

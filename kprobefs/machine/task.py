@@ -59,6 +59,8 @@ class SyscallRequest:
     error: Exception | None = None
     outputs: list = field(default_factory=list)
     on_done: Callable | None = None
+    #: A spawn's clone3: the comm its child is given as fork makes it (16 bytes).
+    child_comm: bytes = b""
 
 
 @dataclass(eq=False)

@@ -201,7 +201,7 @@ static __always_inline void atomic_set(atomic_t *v, int i) { WRITE_ONCE(v->count
 enum hypercall_nr {
 	HC_IDLE = 1,		/* this CPU has nothing to run; returns a wake-up word */
 	HC_SYSCALL_DONE = 2,	/* (ret): the current task returns to user mode */
-	HC_TASK_NEW = 3,	/* (pid, parent pid): returns the user window base */
+	HC_TASK_NEW = 3,	/* (pid, parent pid, task): returns the user window base */
 	HC_TASK_EXIT = 4,	/* (pid, exit code): the task is dead */
 	HC_IRET = 5,		/* (pt_regs *): return from an exception frame */
 	/* 6 was HC_CLOCK: ktime_get_ns reads the TSC itself (ktime_tsc) */

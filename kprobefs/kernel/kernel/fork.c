@@ -77,7 +77,7 @@ static noinline int copy_mm(u64 clone_flags, struct task_struct *tsk)
 	mm = kzalloc(sizeof(*mm), GFP_KERNEL);
 	if (!mm)
 		return -ENOMEM;
-	base = hypercall(HC_TASK_NEW, tsk->pid, current->pid, 0, 0);
+	base = hypercall(HC_TASK_NEW, tsk->pid, current->pid, (unsigned long)tsk, 0);
 	if (base < 0) {
 		kfree(mm);
 		return (int)base;
