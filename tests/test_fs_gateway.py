@@ -404,6 +404,12 @@ def test_mount_relative_follows_the_top_mount_and_its_root():
     assert mount_relative(info, "/sys/kernel") is None
     assert mount_relative(info, "/other/x") is None
     assert mount_relative(info, "/sys/kernel/tracingx") is None
+    # answers are kept per table: the same path asked of a changed table (a new list,
+    # as MountTables reads it again after a mount) is answered from the new one
+    assert mount_relative(info, "/other/x") is None
+    remounted = info[:4] + ["43 22 0:57 / /other rw - fuse.kprobefs debugfs rw"]
+    assert mount_relative(remounted, "/other/x") == "/x"
+    assert mount_relative(info, "/other/x") is None
 
 
 def test_a_namespaces_mount_table_is_read_again_only_after_a_mount(tmp_path):

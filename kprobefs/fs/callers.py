@@ -393,9 +393,9 @@ class HostCallers:
         """Copies the host process's comm to its task after an exec (prctl PR_SET_NAME,
         the kernel's own rename)."""
         caller.exec_seen = False
-        # A process gone already (it exec'd and exited between two drains) has the comm
-        # of its COMM event.
-        comm = host_comm(caller.pid) or caller.comm_seen
+        # The comm its EXEC or COMM event brought (read as the event came, and every
+        # later rename brings one of its own), else the one it has now.
+        comm = caller.comm_seen or host_comm(caller.pid)
         if not comm or comm == caller.comm:
             return
         try:

@@ -219,7 +219,16 @@ def own_mounts() -> list[Mount]:
 def mount_relative(mountinfo: list[str], path: str) -> str | None:
     """:func:`mount_relative_of` on the lines of a mountinfo file: the last of the
     deepest mounts holding ``path`` decides (a mount on top of another hides it)."""
-    mounts = _parsed(mountinfo)
+    mounts, known = _parsed(mountinfo)
+    if path in known:
+        return known[path]
+    if len(known) >= _KNOWN_MAX:
+        known.clear()
+    known[path] = relative = _relative(mounts, path)
+    return relative
+
+
+def _relative(mounts: list[Mount], path: str) -> str | None:
     # Most paths (a working directory anywhere) are under no kprobefs mount at all.
     if not any(m.fstype == KPROBEFS_FSTYPE and _inside(path, m.point) for m in mounts):
         return None
@@ -234,17 +243,19 @@ def mount_relative(mountinfo: list[str], path: str) -> str | None:
 
 
 #: The mounts of the table last asked about (a table's lines are one list until its
-#: namespace's mounts change): (lines, mounts).
-_PARSED: tuple[list, list[Mount]] = ([], [])
+#: namespace's mounts change): (lines, mounts, path -> what mount_relative gave).
+_PARSED: tuple[list, list[Mount], dict] = ([], [], {})
+#: How many paths' answers one table keeps (each request's working directory asks).
+_KNOWN_MAX = 256
 
 
-def _parsed(mountinfo: list[str]) -> list[Mount]:
+def _parsed(mountinfo: list[str]) -> tuple[list[Mount], dict]:
     global _PARSED
-    lines, mounts = _PARSED
+    lines, mounts, known = _PARSED
     if lines is not mountinfo:
-        mounts = parse_mountinfo(mountinfo)
-        _PARSED = (mountinfo, mounts)
-    return mounts
+        mounts, known = parse_mountinfo(mountinfo), {}
+        _PARSED = (mountinfo, mounts, known)
+    return mounts, known
 
 
 def _inside(path: str, point: str) -> bool:
