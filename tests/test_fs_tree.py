@@ -11,8 +11,8 @@ import pytest
 from fs_fakes import KBASE, FakeEngine, FakeKernel, FakeTracer
 from kprobefs.fs.tree import (
     HC_HOSTFS_LOOKUP, HC_HOSTFS_OPEN, HC_HOSTFS_READ, HC_HOSTFS_READDIR, HC_HOSTFS_RELEASE,
-    HC_HOSTFS_WRITE, BoolKnob, Directory, HostFS, IntKnob, TextFile, build_tree,
-    fixed_names, kstrtobool, kstrtol, kstrtoul, node_mode,
+    HC_HOSTFS_WRITE, HOSTFS_PERMANENT, BoolKnob, Directory, HostFS, IntKnob, TextFile,
+    build_tree, fixed_names, kstrtobool, kstrtol, kstrtoul, node_mode,
 )
 from kprobefs.tracing.files import Directory as TracingDirectory
 
@@ -178,11 +178,15 @@ def _hc(hostfs, mem, nr, *args):
     return hostfs.hypercall(mem.kernel, nr, args)
 
 
-def _lookup(hostfs, mem, dir_id, name):
+def _lookup(hostfs, mem, dir_id, name, kept=None):
+    """(child id, mode); with kept (a list), whether the host keeps the name (its
+    HOSTFS_PERMANENT flag) is appended to it."""
     mode_ptr = mem.alloc(4)
     child = _hc(hostfs, mem, HC_HOSTFS_LOOKUP, dir_id, mem.cstr(name), mode_ptr)
     mode = struct.unpack("<I", mem.kernel.read(mode_ptr, 4))[0]
-    return child, mode
+    if kept is not None:
+        kept.append(bool(mode & HOSTFS_PERMANENT))
+    return child, mode & ~HOSTFS_PERMANENT
 
 
 @pytest.fixture
@@ -209,6 +213,26 @@ def test_lookup_gives_ids_and_modes(tree, mem):
     assert hostfs.node(_lookup(hostfs, mem, tracing, "kprobe_events")[0]) is hostfs.node(events)
     opt_dir = _lookup(hostfs, mem, _lookup(hostfs, mem, 3, "sys")[0], "debug")[0]
     assert _lookup(hostfs, mem, opt_dir, "kprobes-optimization")[1] == stat.S_IFREG | 0o644
+
+
+def test_a_fixed_name_below_names_that_stay_is_kept_by_the_kernel(mem):
+    """HOSTFS_PERMANENT: the name stays while the kernel runs (a fixed name of a
+    directory that stays, from the roots down), so the kernel keeps its dentry and asks
+    no more; a name that comes and goes (an event, an instance), or a fixed one below
+    it, is asked again at each walk."""
+    leaf = TextFile(lambda: "x")
+    hostfs = HostFS({1: Directory({
+        "sub": Directory({"file": leaf}),
+        "dyn": lambda: Directory({"file": leaf}),
+    })})
+    kept = []
+    sub = _lookup(hostfs, mem, 1, "sub", kept)[0]
+    _lookup(hostfs, mem, sub, "file", kept)
+    dyn, mode = _lookup(hostfs, mem, 1, "dyn", kept)
+    _lookup(hostfs, mem, dyn, "file", kept)
+    assert kept == [True, True, False, False]
+    assert mode == node_mode(Directory({})) and not mode & HOSTFS_PERMANENT
+    assert _lookup(hostfs, mem, 1, "nope", kept)[0] == -errno.ENOENT and len(kept) == 5
 
 
 def test_lookup_misses(tree, mem):

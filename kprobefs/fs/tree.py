@@ -39,6 +39,8 @@ __all__ = [
 log = logging.getLogger("kprobefs.fs")
 
 DEBUGFS_ROOT, TRACEFS_ROOT, PROC_ROOT = 1, 2, 3
+#: A lookup's mode flag: the name stays while the kernel runs (fs/hostfs.c keeps it).
+HOSTFS_PERMANENT = 0x80000000
 
 # Hypercall numbers (enum hypercall_nr in kernel/include/kernel.h).
 HC_HOSTFS_LOOKUP = 16
@@ -341,6 +343,9 @@ class HostFS:
                 raise ValueError(f"root {root_id} is not a directory")
             self._places[root_id] = _Place(0, "", node)
         self._next_id = max(roots, default=0) + 1
+        #: Ids of the names that stay while the kernel runs: the roots, and a fixed name
+        #: (fixed_names) of one of these (see _hc_lookup).
+        self._permanent: set[int] = set(roots)
         self._handles: dict[int, _Open] = {}
         self._next_handle = 1
         #: pid -> handle id of the last successful open by that pid (see take_opened()).
@@ -580,6 +585,9 @@ class HostFS:
             return -errno.EIO
 
     def _hc_lookup(self, kernel, dir_id, name_ptr, mode_ptr, *_):
+        """The child's id, and its mode written at mode_ptr, with HOSTFS_PERMANENT when
+        the name stays while the kernel runs (a fixed name of a directory that stays):
+        the kernel keeps that dentry and asks no more about it."""
         name = _read_cstring(kernel, name_ptr, DIRENT_NAME_MAX + 1)
         try:
             child_id, child = self.lookup(dir_id, name)
@@ -588,7 +596,11 @@ class HostFS:
                 return -errno.ENOENT
             raise
         if mode_ptr:
-            kernel.write(mode_ptr, (node_mode(child) & 0xFFFFFFFF).to_bytes(4, "little"))
+            mode = node_mode(child) & 0xFFFF
+            if dir_id in self._permanent and name in fixed_names(self.node(dir_id)):
+                self._permanent.add(child_id)
+                mode |= HOSTFS_PERMANENT
+            kernel.write(mode_ptr, mode.to_bytes(4, "little"))
         return child_id
 
     def _hc_open(self, kernel, node_id, flags, pid, *_):

@@ -2,7 +2,10 @@
  * directory listings become hypercalls; a node is known by the id the host gives it,
  * kept in i_private.  The host's tree changes behind the kernel's back (probe events
  * come and go), so a cached hostfs dentry is asked about again on every walk
- * (d_revalidate) and unused ones are not kept at all.
+ * (d_revalidate) and unused ones are not kept at all; but a name the host says stays
+ * while the kernel runs (HOSTFS_PERMANENT: tracefs's own files, not an event's or an
+ * instance's) is pinned at its first lookup and never asked about again, as tracefs
+ * keeps its dentries.
  *
  * debugfs (/sys/kernel/debug), tracefs (/sys/kernel/tracing) and proc (/proc) are
  * hostfs instances rooted at host nodes 1, 2 and 3. */
@@ -15,6 +18,7 @@
 #define HOSTFS_READ_CHUNK (64 * 1024)
 #define HOSTFS_WRITE_MAX (1024 * 1024)	/* one write() reaches the host as one call */
 #define HOSTFS_DIRENT_SIZE 264		/* name[256], then the u32 mode */
+#define HOSTFS_PERMANENT 0x80000000u	/* a lookup's mode flag: the name stays */
 
 static const struct inode_operations hostfs_dir_inode_operations;
 const struct file_operations hostfs_file_operations, hostfs_dir_operations;
@@ -61,8 +65,9 @@ static struct inode *hostfs_iget(struct super_block *sb, long id, u32 mode)
 	return inode;
 }
 
-/* Asks the host for name in directory dir_id: child id (>0) and its mode, or -errno. */
-static long hostfs_lookup_host(long dir_id, const char *name, u32 *mode)
+/* Asks the host for name in directory dir_id: child id (>0) and its mode, or -errno;
+ * *permanent: whether the name stays while the kernel runs. */
+static long hostfs_lookup_host(long dir_id, const char *name, u32 *mode, bool *permanent)
 {
 	long id;
 
@@ -71,6 +76,8 @@ static long hostfs_lookup_host(long dir_id, const char *name, u32 *mode)
 	*mode = 0;
 	id = hypercall(HC_HOSTFS_LOOKUP, dir_id, name, mode, 0);
 	hostfs_stats.lookups++;
+	*permanent = *mode & HOSTFS_PERMANENT;
+	*mode &= ~HOSTFS_PERMANENT;
 	if (id > 0 && !S_ISDIR(*mode) && !S_ISREG(*mode))
 		*mode = S_IFREG | (*mode & 07777);
 	return id;
@@ -80,12 +87,13 @@ static struct dentry *hostfs_lookup(struct inode *dir, struct dentry *dentry,
 				    unsigned int flags)
 {
 	struct inode *inode = NULL;
+	bool permanent;
 	u32 mode;
 	long id;
 
 	if (dentry->d_name.len > NAME_MAX)
 		return ERR_PTR(-ENAMETOOLONG);
-	id = hostfs_lookup_host(hostfs_node(dir), dentry->d_name.name, &mode);
+	id = hostfs_lookup_host(hostfs_node(dir), dentry->d_name.name, &mode, &permanent);
 	if (id < 0 && id != -ENOENT) {
 		hostfs_stats.errors++;
 		return ERR_PTR(id);
@@ -96,6 +104,12 @@ static struct dentry *hostfs_lookup(struct inode *dir, struct dentry *dentry,
 			return ERR_PTR(-ENOMEM);
 	}
 	d_add(dentry, inode);
+	if (id > 0 && permanent) {
+		spin_lock(&dcache_lock);
+		dentry->d_flags |= DCACHE_HOST_KEPT;
+		spin_unlock(&dcache_lock);
+		dget(dentry);	/* the reference that keeps it */
+	}
 	return NULL;
 }
 
@@ -104,6 +118,7 @@ static int hostfs_d_revalidate(struct dentry *dentry, unsigned int flags)
 {
 	struct inode *inode = dentry->d_inode;
 	struct dentry *parent = dentry->d_parent;
+	bool permanent;
 	u32 mode;
 	long id;
 
@@ -111,12 +126,15 @@ static int hostfs_d_revalidate(struct dentry *dentry, unsigned int flags)
 		return 1;
 	if ((dentry->d_flags & DCACHE_PINNED) && !(dentry->d_flags & DCACHE_TRACEFS))
 		return 1;	/* a kernel-made automount point */
+	if (dentry->d_flags & DCACHE_HOST_KEPT)
+		return 1;	/* a name the host keeps while the kernel runs */
 	if (!inode)
 		return 0;
 	if (!hostfs_inode_is_host(inode))
 		return 1;	/* a tracefs file with kernel fops */
 	hostfs_stats.revalidations++;
-	id = hostfs_lookup_host(hostfs_node(parent->d_inode), dentry->d_name.name, &mode);
+	id = hostfs_lookup_host(hostfs_node(parent->d_inode), dentry->d_name.name, &mode,
+				&permanent);
 	if (id <= 0)
 		goto stale;
 	if ((mode & S_IFMT) != (inode->i_mode & S_IFMT))
@@ -393,7 +411,9 @@ struct dentry *hostfs_create_dentry(struct dentry *parent, const char *name, umo
 		return ERR_PTR(-EINVAL);
 	dir = parent->d_inode;
 	if (!fops && hostfs_inode_is_host(dir)) {
-		id = hostfs_lookup_host(hostfs_node(dir), name, &hmode);
+		bool permanent;
+
+		id = hostfs_lookup_host(hostfs_node(dir), name, &hmode, &permanent);
 		if (id <= 0 || (hmode & S_IFMT) != (mode & S_IFMT)) {
 			id = 0;
 			hmode = mode;
@@ -411,6 +431,10 @@ struct dentry *hostfs_create_dentry(struct dentry *parent, const char *name, umo
 			return ERR_PTR(-EEXIST);
 		}
 		d_drop(old);	/* a host name somebody is using: ours replaces it */
+		if (old->d_flags & DCACHE_HOST_KEPT) {
+			old->d_flags &= ~DCACHE_HOST_KEPT;
+			dput(old);	/* the reference that kept it */
+		}
 		dput(old);
 	}
 	dentry = d_alloc(parent, &q);

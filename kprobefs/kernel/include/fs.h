@@ -210,6 +210,7 @@ struct dentry_operations {
 #define DCACHE_MOUNTPOINT 0x0004	/* a filesystem is mounted here: never revalidated */
 #define DCACHE_TRACEFS 0x0008		/* made by tracefs_create_dir()/tracefs_create_file() */
 #define DCACHE_DEAD 0x0010		/* unlinked / removed directory */
+#define DCACHE_HOST_KEPT 0x0020	/* a hostfs name the host keeps: one reference holds it */
 
 #define FMODE_READ 0x1
 #define FMODE_WRITE 0x2
