@@ -203,7 +203,8 @@ class FakeKernel:
                     if child < 0:
                         raise OSError(-child, "")
                     node = child
-                    mode = struct.unpack("<I", self.read(mode_ptr, 4))[0]
+                    # as hostfs_lookup_host: the flag HOSTFS_PERMANENT is no mode bit
+                    mode = struct.unpack("<I", self.read(mode_ptr, 4))[0] & 0xFFFF
                 return ("host", node, mode)
         raise OSError(errno.ENOENT, "")
 

@@ -457,13 +457,30 @@ def test_hostfs_mkdir_and_rmdir_ask_the_host(host, sc):
 def test_hostfs_names_follow_the_host_tree(host, sc):
     _, tracing = host
     events = tracing.children()["events"]
+    group = {}                          # a group that comes and goes, as events' do
+    events.add("kprobes", lambda: group.get("kprobes"))
     assert stat(sc, "/sys/kernel/tracing/events/kprobes") == -errno.ENOENT
-    events.add("kprobes", Directory({"enable": TextFile(lambda: "0\n")}))
+    group["kprobes"] = Directory({"enable": TextFile(lambda: "0\n")})
     assert open_read(sc, "/sys/kernel/tracing/events/kprobes/enable") == b"0\n"
     assert sc("chdir", "/sys/kernel/tracing/events/kprobes") == 0  # pins the dentry
-    events._entries.clear()
+    group.clear()
     assert stat(sc, "/sys/kernel/tracing/events/kprobes") == -errno.ENOENT
     assert sc("chdir", "/") == 0
+
+
+def test_a_name_the_host_keeps_is_looked_up_once(kernel, host, sc):
+    """A fixed name below names that stay (tracefs's own files) is kept by the kernel:
+    walks after the first make no lookup hypercall for it."""
+    lookups = []
+    hypercall = kernel.hostfs.hypercall
+    kernel.hostfs.hypercall = lambda k, nr, args: (lookups.append(nr == 16),
+                                                   hypercall(k, nr, args))[1]
+    try:
+        for _ in range(3):
+            assert stat(sc, "/sys/kernel/tracing/kprobe_events")["mode"] == S_IFREG | 0o640
+    finally:
+        del kernel.hostfs.hypercall
+    assert lookups.count(True) == 1
 
 
 def test_tracefs_create_dir_and_remove(kernel, host, sc):
