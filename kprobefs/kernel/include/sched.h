@@ -148,6 +148,9 @@ extern struct task_struct init_task;
 extern struct list_head task_list_head;
 extern int nr_threads;
 extern unsigned long total_forks;
+/* Taken through the out-of-line lock API (_raw_spin_lock), as Linux's
+ * write_lock_irq(&tasklist_lock) is a call of _raw_write_lock_irq: every fork and exit
+ * enters a traceable lock function (a `*lock*` stack_trace_filter sees one). */
 extern spinlock_t tasklist_lock;
 
 void sched_init(void);

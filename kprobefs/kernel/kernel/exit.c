@@ -45,7 +45,7 @@ static noinline void exit_notify(struct task_struct *tsk)
 	struct task_struct *child, *n;
 	struct task_struct *reaper = find_task_by_vpid(1);
 
-	spin_lock(&tasklist_lock);
+	_raw_spin_lock(&tasklist_lock);
 	list_for_each_entry_safe(child, n, &tsk->children, sibling) {
 		list_del_init(&child->sibling);
 		if (reaper && reaper != tsk) {
@@ -56,7 +56,7 @@ static noinline void exit_notify(struct task_struct *tsk)
 		}
 	}
 	tsk->exit_state = EXIT_ZOMBIE;
-	spin_unlock(&tasklist_lock);
+	_raw_spin_unlock(&tasklist_lock);
 	do_notify_parent(tsk, tsk->exit_signal);
 	/* The parent is woken from finish_task_switch(), once this task is off its CPU. */
 }
@@ -86,11 +86,11 @@ void __noreturn make_task_dead(int signr)
 
 static noinline void release_task(struct task_struct *p)
 {
-	spin_lock(&tasklist_lock);
+	_raw_spin_lock(&tasklist_lock);
 	list_del_init(&p->sibling);
 	list_del_init(&p->tasks);
 	nr_threads--;
-	spin_unlock(&tasklist_lock);
+	_raw_spin_unlock(&tasklist_lock);
 	free_pid(p);
 	p->exit_state = EXIT_DEAD;
 	trace_sched_process_free(p);
@@ -124,19 +124,19 @@ pid_t kernel_wait4(pid_t upid, int __user *stat_addr, int options)
 		DEFINE_WAIT(wait);
 
 		prepare_to_wait(&tsk->wait_chldexit, &wait);
-		spin_lock(&tasklist_lock);
+		_raw_spin_lock(&tasklist_lock);
 		list_for_each_entry(p, &tsk->children, sibling) {
 			if (upid > 0 && p->pid != upid)
 				continue;
 			any = true;
 			if (p->exit_state == EXIT_ZOMBIE && p->__state == TASK_DEAD &&
 			    !p->on_cpu) {
-				spin_unlock(&tasklist_lock);
+				_raw_spin_unlock(&tasklist_lock);
 				finish_wait(&tsk->wait_chldexit, &wait);
 				return wait_task_zombie(p, stat_addr);
 			}
 		}
-		spin_unlock(&tasklist_lock);
+		_raw_spin_unlock(&tasklist_lock);
 		if (!any || (options & WNOHANG)) {
 			finish_wait(&tsk->wait_chldexit, &wait);
 			return any ? 0 : -ECHILD;

@@ -178,13 +178,13 @@ static noinline struct task_struct *copy_process(struct kernel_clone_args *args)
 		goto bad_fork_cleanup_fs;
 	copy_thread(p, args);
 
-	spin_lock(&tasklist_lock);
+	_raw_spin_lock(&tasklist_lock);
 	p->real_parent = current;
 	list_add_tail(&p->sibling, &current->children);
 	list_add_tail(&p->tasks, &task_list_head);
 	nr_threads++;
 	total_forks++;
-	spin_unlock(&tasklist_lock);
+	_raw_spin_unlock(&tasklist_lock);
 	return p;
 
 bad_fork_cleanup_fs:

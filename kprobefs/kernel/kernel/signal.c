@@ -130,13 +130,13 @@ static int kill_all(int sig, struct kernel_siginfo *info)
 	struct task_struct *p, *victims[64];
 	int n = 0, i;
 
-	spin_lock(&tasklist_lock);
+	_raw_spin_lock(&tasklist_lock);
 	list_for_each_entry(p, &task_list_head, tasks) {
 		if (p->pid > 1 && p != current && !(p->flags & PF_KTHREAD) &&
 		    !p->exit_state && n < (int)ARRAY_SIZE(victims))
 			victims[n++] = p;
 	}
-	spin_unlock(&tasklist_lock);
+	_raw_spin_unlock(&tasklist_lock);
 	if (!n)
 		return -ESRCH;
 	if (!valid_signal(sig))
