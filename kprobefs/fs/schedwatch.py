@@ -16,9 +16,10 @@ woken, or it went from S/D to running), its task is woken and put back to sleep
 (``Kernel.run_user``), in D when the host process is in D now, else S.  A process whose
 task was made as it forked (:meth:`SchedWatch.forked`) needs no sample at its fork: it
 had run and blocked by its first sample when it has any voluntary switch at all, as
-fork starts the count at 0.  So a short command's sleep is seen with no pass at each
-fork and exec, which cost a pass (two /proc reads each) per process event.  A nice or policy change becomes the ``setpriority`` or
-``sched_setscheduler`` system call in the task, as ``nice`` and ``chrt`` make them.
+fork starts the count at 0.  So a short command's sleep is seen without a pass at each
+fork and exec (a pass per process event cost two /proc reads a process).  A nice or
+policy change becomes the ``setpriority`` or ``sched_setscheduler`` system call in the
+task, as ``nice`` and ``chrt`` make them.
 Processes inside one of our own FUSE requests are left alone (:meth:`SchedWatch.enter`):
 the request wakes their task itself, and the switches the request costs them are no run
 of theirs.  Zombies and gone processes are left to the exit mirroring.
@@ -164,7 +165,7 @@ class _Watched:
     last: HostSched | None = None   # the previous sample (None: none yet)
     busy: int = 0                   # our FUSE requests in progress
     resync: bool = False            # take the next sample as the baseline
-    forked: bool = False            # no sample yet, and none needed (see SchedWatch.forked)
+    forked: bool = False            # its first sample is against its fork (forked())
     broken: bool = False            # mirroring it failed unexpectedly: left alone
 
 
