@@ -66,7 +66,7 @@ static struct inode *hostfs_iget(struct super_block *sb, long id, u32 mode)
 }
 
 /* Asks the host for name in directory dir_id: child id (>0) and its mode, or -errno;
- * *permanent: whether the name stays while the kernel runs. */
+ * *permanent (unless NULL): whether the name stays while the kernel runs. */
 static long hostfs_lookup_host(long dir_id, const char *name, u32 *mode, bool *permanent)
 {
 	long id;
@@ -76,7 +76,8 @@ static long hostfs_lookup_host(long dir_id, const char *name, u32 *mode, bool *p
 	*mode = 0;
 	id = hypercall(HC_HOSTFS_LOOKUP, dir_id, name, mode, 0);
 	hostfs_stats.lookups++;
-	*permanent = *mode & HOSTFS_PERMANENT;
+	if (permanent)
+		*permanent = *mode & HOSTFS_PERMANENT;
 	*mode &= ~HOSTFS_PERMANENT;
 	if (id > 0 && !S_ISDIR(*mode) && !S_ISREG(*mode))
 		*mode = S_IFREG | (*mode & 07777);
@@ -118,7 +119,6 @@ static int hostfs_d_revalidate(struct dentry *dentry, unsigned int flags)
 {
 	struct inode *inode = dentry->d_inode;
 	struct dentry *parent = dentry->d_parent;
-	bool permanent;
 	u32 mode;
 	long id;
 
@@ -134,7 +134,7 @@ static int hostfs_d_revalidate(struct dentry *dentry, unsigned int flags)
 		return 1;	/* a tracefs file with kernel fops */
 	hostfs_stats.revalidations++;
 	id = hostfs_lookup_host(hostfs_node(parent->d_inode), dentry->d_name.name, &mode,
-				&permanent);
+				NULL);
 	if (id <= 0)
 		goto stale;
 	if ((mode & S_IFMT) != (inode->i_mode & S_IFMT))
@@ -411,9 +411,7 @@ struct dentry *hostfs_create_dentry(struct dentry *parent, const char *name, umo
 		return ERR_PTR(-EINVAL);
 	dir = parent->d_inode;
 	if (!fops && hostfs_inode_is_host(dir)) {
-		bool permanent;
-
-		id = hostfs_lookup_host(hostfs_node(dir), name, &hmode, &permanent);
+		id = hostfs_lookup_host(hostfs_node(dir), name, &hmode, NULL);
 		if (id <= 0 || (hmode & S_IFMT) != (mode & S_IFMT)) {
 			id = 0;
 			hmode = mode;
