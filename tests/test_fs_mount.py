@@ -590,3 +590,33 @@ def test_real_daemon_with_workload_lifecycle(mnt):
     os.kill(pid, signal.SIGTERM)
     assert wait_for(lambda: not os.path.exists(f"/proc/{pid}"))
     assert not is_mounted(mnt)
+
+
+def test_a_new_mount_has_warmed_its_request_path_and_left_no_trace(mnt):
+    """Readiness takes the path of `echo >> kprobe_events` and `cat` some rounds
+    (Daemon._warm_up) before it is announced; an empty line changes nothing."""
+    from kprobefs.daemon import Daemon
+    mount(REAL_CLI, mnt)
+    try:
+        status = (mnt / "kprobefs/status").read_text()
+        (line,) = [s for s in status.splitlines() if s.startswith("requests:")]
+        # open, write and close, then open, read (twice: the second sees the end) and
+        # close, every round
+        # without them, a dozen (the readiness probe's stats and this read)
+        assert Daemon.WARM_UP_ROUNDS >= 5
+        assert int(line.split()[1]) >= 6 * Daemon.WARM_UP_ROUNDS
+        for name in ("kprobe_events", "dynamic_events", "error_log", "trace"):
+            text = (mnt / "tracing" / name).read_text()
+            assert all(s.startswith("#") for s in text.splitlines()), (name, text)
+    finally:
+        run(REAL_CLI + ["umount", str(mnt)])
+
+
+def test_boot_builds_the_grammars():
+    """The daemon's first command does not build lark's parsers (about 50 ms)."""
+    script = ("from kprobefs.daemon import Daemon\n"
+              "from kprobefs.tracing import filter, parser\n"
+              "Daemon('/nonexistent').boot()\n"
+              "print(parser._lark.cache_info().currsize, filter._lark.cache_info().currsize)")
+    r = run([sys.executable, "-c", script])
+    assert (r.returncode, r.stdout.split()) == (0, ["1", "1"]), r.stderr

@@ -9,6 +9,7 @@ from .events import KernelSymbols, TraceEvent, TraceProbe, Tracer
 from .trace_array import EventFile, TraceArray
 from .ring_buffer import RingBuffer
 from .files import FileHandle, TraceDir, TraceFile, tracing_root
+from . import filter as _filter, parser as _parser
 from .filter import EventFilter, FilterParseError, compile_filter
 from .parser import (
     DeleteSpec, FetchArgSpec, ProbeSpec, SymbolResolver, compare_arg_types,
@@ -22,5 +23,12 @@ __all__ = [
     "format_event_format", "build_record_fields",
     "Tracer", "TraceArray", "EventFile", "TraceEvent", "TraceProbe", "KernelSymbols",
     "tracing_root", "TraceDir", "TraceFile", "FileHandle", "ErrorLog", "EventFilter", "FilterParseError",
-    "compile_filter", "RingBuffer",
+    "compile_filter", "RingBuffer", "warm_up",
 ]
+
+
+def warm_up() -> None:
+    """Builds the command and filter grammars now: a daemon pays for them at boot, not
+    in its first user's write (about 50 ms)."""
+    _parser.warm_up()
+    _filter.warm_up()

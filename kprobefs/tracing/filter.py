@@ -479,6 +479,12 @@ def _lark() -> Lark:
     return Lark(_grammar_text(), parser="lalr", lexer="contextual", maybe_placeholders=True)
 
 
+def warm_up() -> None:
+    """Builds the grammar and its lexer now, for a long-running process whose first
+    filter should not pay for them."""
+    _lark().parse("!(a == 1 && b ~ \"x*\") || c < -1")
+
+
 def _build(tree, preds: Iterable[_Pred]) -> _Pred:
     """Return the predicate of ``tree``, taking leaf predicates from ``preds`` in order."""
     if tree.data == "predicate":
