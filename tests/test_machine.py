@@ -436,3 +436,32 @@ def test_a_process_that_exits_while_the_machine_thread_runs_exits_cleanly(tmp_pa
     codes = [subprocess.run([sys.executable, str(script)], capture_output=True,
                             timeout=120).returncode for _ in range(6)]
     assert codes == [0] * 6
+
+
+def test_host_reads_and_writes_span_pages_whatever_their_physical_order(kernel):
+    """Memory.read/write take physically contiguous pages as one run (a user window
+    mapped in one go, the direct map) and others page by page; an unmapped page raises
+    FaultError at that page, after what came before it was written."""
+    from kprobefs.machine.memory import PAGE, PAGE_OFFSET, FaultError
+    mem = kernel.mem
+    task = kernel.spawn("spans")
+    base = task.window + 3 * PAGE
+    mem.ensure_user_pages(base, 4 * PAGE)
+    pas = [mem.translate(base + i * PAGE) for i in range(4)]
+    assert pas == [pas[0] + i * PAGE for i in range(4)]      # one run, upwards
+    # the middle two pages swapped: no longer one run
+    mem.map_page(base + PAGE, pas[2], writable=True, user=True)
+    mem.map_page(base + 2 * PAGE, pas[1], writable=True, user=True)
+    data = bytes(range(256)) * (4 * PAGE // 256)
+    mem.write(base + 5, data[:4 * PAGE - 10])
+    assert mem.read(base + 5, 4 * PAGE - 10) == data[:4 * PAGE - 10]
+    assert bytes(mem.ram[pas[2]:pas[2] + PAGE]) == data[PAGE - 5:2 * PAGE - 5]
+    buf = PAGE_OFFSET + mem.translate(base)    # the same RAM through the direct map
+    assert mem.read(buf + 5, PAGE - 5) == data[:PAGE - 5]
+    mem.unmap_page(base + 3 * PAGE)
+    with pytest.raises(FaultError) as e:
+        mem.write(base, b"\xee" * 4 * PAGE)
+    assert e.value.addr == base + 3 * PAGE
+    assert mem.read(base, 3 * PAGE) == b"\xee" * 3 * PAGE
+    with pytest.raises(FaultError):
+        mem.read(base + PAGE, 3 * PAGE)

@@ -178,3 +178,26 @@ def test_only_the_pids_of_the_records_held_are_remembered(t):
     assert "p259-259" not in cat(t.root, "trace")
     kept = t.tracer.top._kept_lines[t.tracer.top.buffer]
     assert sorted({pid for k in kept.values() for pid in k.comms}) == [100, 101, 102]
+
+
+def test_a_stopped_buffer_read_again_is_the_last_merged_text(t, formatted):
+    hits(t, 40)
+    tr = t.tracer.top
+    options = tr.trace_options()
+    formatted.append(0)
+    first = tr.render_runs(tr.buffer.runs(None), options, tr.buffer)
+    again = tr.render_runs(tr.buffer.runs(None), options, tr.buffer)
+    assert again is first                   # neither formatted nor merged again
+    hits(t, 1, start=40)
+    third = tr.render_runs(tr.buffer.runs(None), options, tr.buffer)
+    assert third is not first and third.startswith(first[:first.index("\n") + 1])
+    assert third == tr.render(tr.buffer.snapshot(), options)
+
+
+def test_a_cpu_emptied_since_leaves_the_text(t, formatted):
+    hits(t, 20)
+    assert "[001]" in read(t, formatted)
+    echo(t.root, "per_cpu/cpu1/trace", "", append=False)
+    text = read(t, formatted)
+    assert "[001]" not in text and "[000]" in text
+    assert text == formatted_anew(t, formatted=formatted)

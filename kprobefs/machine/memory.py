@@ -183,20 +183,38 @@ class AddressSpace:
         except FaultError:
             return False
 
+    def _run(self, va: int, size: int) -> tuple[int, int]:
+        """(physical address, length) of the longest physically contiguous run of at
+        most size bytes at va (va masked to 64 bits); raises FaultError if va is
+        unmapped.  The direct map and the image's data are one run; other pages (a
+        user window's) are joined while each next page follows the last."""
+        pa = va - PAGE_OFFSET
+        if 0 <= pa and pa + size <= self._ram_size:
+            return pa, size
+        pa = self.translate(va)
+        n = min(size, PAGE - (va & 0xFFF))
+        while n < size:
+            try:
+                if self.translate(va + n) != pa + n:
+                    break
+            except FaultError:
+                break       # the caller meets it at its next run
+            n = min(size, n + PAGE)
+        return pa, n
+
     def read(self, va: int, size: int) -> bytes:
         """Read size bytes at a virtual address (may span pages)."""
         va &= 0xFFFFFFFFFFFFFFFF
         pa = self.translate(va)
         if (va & 0xFFF) + size <= PAGE:
             return self.ram[pa:pa + size]
-        out = bytearray()
+        parts = []
         while size > 0:
-            pa = self.translate(va)
-            n = min(size, PAGE - (va & 0xFFF))
-            out += self.ram[pa:pa + n]
+            pa, n = self._run(va, size)
+            parts.append(self.ram[pa:pa + n])
             va += n
             size -= n
-        return bytes(out)
+        return b"".join(parts)
 
     def write(self, va: int, data: bytes) -> None:
         """Write bytes at a virtual address, ignoring page protections (as the host)."""
@@ -207,8 +225,7 @@ class AddressSpace:
             return
         mv = memoryview(data)
         while mv:
-            pa = self.translate(va)
-            n = min(len(mv), PAGE - (va & 0xFFF))
+            pa, n = self._run(va, len(mv))
             self.ram[pa:pa + n] = mv[:n]
             va += n
             mv = mv[n:]
@@ -284,8 +301,10 @@ class AddressSpace:
                 self._window_pages.setdefault(_window_slot(page), []).append(page >> 12)
 
     def release_user_window(self, base: int) -> None:
-        """Unmap and free every page of the window at base."""
-        for vpn in self._window_pages.pop(_window_slot(base), ()):
+        """Unmap and free every page of the window at base.  The highest first: the
+        free list gives its last page first, so a window mapped upwards next gets them
+        in the order they had, one physical run as read() and write() like them."""
+        for vpn in reversed(self._window_pages.pop(_window_slot(base), ())):
             pa = self._pages.get(vpn)
             if pa is not None:
                 self.unmap_page(vpn << 12)

@@ -300,6 +300,16 @@ class KeptLines(NamedTuple):
     records: list
     lines: list
     comms: dict
+    #: how many of the lines, from the first, were the last call's, unchanged
+    reused: int = 0
+
+
+class KeptTrace(dict):
+    """What reading one buffer's ``trace`` keeps for the next read: cpu ->
+    :class:`KeptLines`, and ``whole``, the last merged text with the CPUs it was made
+    of (TraceFormatter.render_runs)."""
+
+    whole: tuple | None = None
 
 
 def _overlap(old: list, new: list) -> int | None:
@@ -355,18 +365,33 @@ class TraceFormatter:
         With ``kept`` (cpu -> :class:`KeptLines`, updated here), the lines made for a
         CPU's records at the last call are used again for the same records when
         ``key`` (whatever else the lines depend on: the options, the symbols) is equal
-        and each pid's comm is still the one printed."""
+        and each pid's comm is still the one printed; when that is every line of the
+        same CPUs (the same records: none gone, none new), the text is the last call's
+        (``kept.whole``, given a :class:`KeptTrace`): a stopped buffer read again is
+        neither formatted nor merged."""
         lines: list[str] = []
+        whole = kept is not None
         for cpu, records in runs:
             if kept is None:
                 lines += self._lines(repeat(cpu), records, general)
             else:
-                lines += self._kept_lines(cpu, records, general, kept, key)
+                made = self._kept_lines(cpu, records, general, kept, key)
+                lines += made
+                entry = kept.get(cpu)
+                whole = whole and entry is not None and entry.reused == len(made)
+        cpus = tuple(cpu for cpu, _records in runs)
+        last = getattr(kept, "whole", None)
+        if whole and last is not None and last[0] == cpus:
+            return last[1]
         if len(runs) < 2:
-            return "".join(lines)
-        stamps = list(chain.from_iterable(map(_TS, records) for _cpu, records in runs))
-        return "".join(map(lines.__getitem__, sorted(range(len(stamps)),
-                                                     key=stamps.__getitem__)))
+            text = "".join(lines)
+        else:
+            stamps = list(chain.from_iterable(map(_TS, records) for _cpu, records in runs))
+            text = "".join(map(lines.__getitem__, sorted(range(len(stamps)),
+                                                         key=stamps.__getitem__)))
+        if isinstance(kept, KeptTrace):
+            kept.whole = (cpus, text)
+        return text
 
     def _kept_lines(self, cpu: int, records: list, general: Callable[[tuple], str],
                     kept: dict[int, KeptLines], key: object) -> list[str]:
@@ -378,11 +403,14 @@ class TraceFormatter:
         find_comm = self._find_comm
         lines: list[str] = []
         renamed: set = set()
+        reused = 0
         if last is not None and last.key == key:
             start = _overlap(last.records, records)
             if start is not None:
                 lines = last.lines[start:]
                 renamed = {pid for pid, comm in last.comms.items() if find_comm(pid) != comm}
+                # from the first line: none gone from the front, none made again
+                reused = 0 if start or renamed else len(lines)
         fresh = records[len(lines):]
         unpack = self._unpackers(fresh, general)
         if unpack is None:
@@ -395,9 +423,12 @@ class TraceFormatter:
                     records.__getitem__, again)), general)):
                 lines[at] = line
         lines += self._lines(repeat(cpu), fresh, general, unpack)
-        # the pids of these records only (a live trace sees ever new pids)
-        comms = {pid: find_comm(pid) for pid in set(map(_PID, records))}
-        kept[cpu] = KeptLines(key, records, lines, comms)
+        if reused and not fresh:
+            comms = last.comms      # the same records, each pid's comm as printed
+        else:
+            # the pids of these records only (a live trace sees ever new pids)
+            comms = {pid: find_comm(pid) for pid in set(map(_PID, records))}
+        kept[cpu] = KeptLines(key, records, lines, comms, reused)
         return lines
 
     def _unpackers(self, records: list, general: Callable[[tuple], str]) -> dict | None:

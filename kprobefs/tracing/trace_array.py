@@ -31,7 +31,7 @@ from kprobefs.tracing.filter import (
 from kprobefs.tracing.ftrace_events import FTRACE_EVENTS
 from kprobefs.tracing.gcpause import gc_paused
 from kprobefs.tracing.output import (
-    FLAGS_NONE, TraceFormatter, TraceOptions, format_header, format_ip_sym,
+    FLAGS_NONE, KeptTrace, TraceFormatter, TraceOptions, format_header, format_ip_sym,
 )
 from kprobefs.tracing.pid_filter import PidFilter
 from kprobefs.tracing.raw_page import raw_common
@@ -897,7 +897,7 @@ class TraceArray:
         if buffer is not None:
             kept = self._kept_lines.get(buffer)
             if kept is None:
-                kept = self._kept_lines[buffer] = {}
+                kept = self._kept_lines[buffer] = KeptTrace()
         with gc_paused():
             return self._formatter(options).render_runs(
                 runs, lambda rec: rec[3].render(rec, self, options), kept,
