@@ -8,6 +8,7 @@ NOP, as arch/x86/kernel/jump_label.c does; ``key->enabled`` says which, for the 
 
 from __future__ import annotations
 
+import bisect
 import struct
 import threading
 from typing import NamedTuple
@@ -43,6 +44,7 @@ class JumpLabels:
             if kernel.read(entry.code, 5) != NOP5:
                 raise ImageError(f"jump label site {entry.code:#x} is not a NOP")
             self._by_key.setdefault(entry.key, []).append(entry)
+        self._codes = sorted(e.code for e in self.entries)
         self._lock = threading.Lock()       # jump_label_mutex
         self._enabled: set[int] = set()
 
@@ -51,8 +53,10 @@ class JumpLabels:
         return [e.code for e in self._by_key.get(key, ())]
 
     def is_site(self, start: int, end: int) -> bool:
-        """Whether [start, end) overlaps a site (jump_label_text_reserved)."""
-        return any(e.code < end and start < e.code + 5 for e in self.entries)
+        """Whether [start, end) overlaps a site (jump_label_text_reserved): the last
+        site that begins before end is the only one that can."""
+        i = bisect.bisect_left(self._codes, end) - 1
+        return i >= 0 and start < self._codes[i] + 5
 
     def is_enabled(self, key: int) -> bool:
         return key in self._enabled
