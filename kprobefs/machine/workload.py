@@ -147,7 +147,7 @@ class Workload:
         fd = yield ("openat", abi.AT_FDCWD, path, abi.O_CREAT | abi.O_RDWR, 0o644)
         if fd < 0:
             return
-        data = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 512)))
+        data = rng.randbytes(rng.randrange(1, 512))
         yield ("write", fd, data, len(data))
         yield ("lseek", fd, 0, 0)
         yield ("read", fd, UserBuffer(len(data)), len(data))
