@@ -465,3 +465,65 @@ def test_host_reads_and_writes_span_pages_whatever_their_physical_order(kernel):
     assert mem.read(base, 3 * PAGE) == b"\xee" * 3 * PAGE
     with pytest.raises(FaultError):
         mem.read(base + PAGE, 3 * PAGE)
+
+
+def _chain(kernel, task, n, done):
+    """n getpids of task one after the other, each issued by the last one's on_done
+    (inside the emulation, as the workload issues its calls)."""
+    def next_call(req=None):
+        if req is not None:
+            done.append(req.result)
+        if len(done) < n:
+            kernel.submit(task, "getpid", on_done=next_call)
+    return next_call
+
+
+def test_a_call_issued_as_the_last_one_ends_runs_in_the_same_turn(kernel):
+    """A task's next call, submitted from the last one's on_done, is taken at once: the
+    task goes on to it without sleeping, in the same turn of its CPU."""
+    task = kernel.spawn("chain")
+    done: list = []
+    slices = 0
+    with kernel.lock:
+        _chain(kernel, task, 50, done)()
+        while len(done) < 50 and slices < 1000:
+            kernel.run_slice()
+            slices += 1
+    assert done == [task.pid] * 50
+    assert slices <= 3          # one call a slice before
+
+
+def test_background_calls_keep_their_cpu_for_a_turn_awaited_ones_round_robin(kernel):
+    """Two chains of background calls on two CPUs switch the emulator's CPU about once a
+    MIN_TURN_SECONDS, not at each call; a call someone waits for makes turns end at each
+    call again while it is loaded."""
+    a, b = kernel.spawn("a"), kernel.spawn("b")
+    switches = [0]
+    switch = kernel._switch_cpu
+
+    def counting(cpu):
+        switches[0] += kernel._loaded_cpu is not cpu
+        switch(cpu)
+    kernel._switch_cpu = counting
+    done_a: list = []
+    done_b: list = []
+    with kernel.lock:
+        _chain(kernel, a, 300, done_a)()
+        _chain(kernel, b, 300, done_b)()
+        while len(done_a) + len(done_b) < 600:
+            kernel.run_slice()
+    assert switches[0] < 100    # about 600 before: a switch at every call
+    kernel.MIN_TURN_SECONDS = 10.0
+    c = kernel.spawn("c")
+    done_a.clear()
+    done_b.clear()
+    with kernel.lock:
+        _chain(kernel, a, 10**6, done_a)()
+        _chain(kernel, b, 10**6, done_b)()
+        waited = kernel.submit(c, "getpid")
+        turns = 0
+        while not waited.done.is_set() and turns < 50:
+            kernel.run_slice()
+            turns += 1
+    assert waited.result == c.pid and turns < 10
+    assert done_a and done_b    # both went on meanwhile

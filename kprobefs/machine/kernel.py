@@ -98,6 +98,12 @@ class Kernel(MachineDriver, SystemCalls):
     STUCK_SECONDS = 30.0
     #: A CPU's turn ends at its first hypercall after this long, whoever else waits.
     TURN_SECONDS = 0.02
+    #: How long a CPU's turn lasts at least, from one system call to the next of its
+    #: tasks, while other CPUs wait and nobody waits for a call (background work, such
+    #: as the workload's: a context switch of the emulator each way is dearer than a
+    #: few calls).  Posted work ends it at the next call, and a call someone waits for
+    #: turns it off (_awaited).
+    MIN_TURN_SECONDS = 0.001
     #: The vector of the watchdog's NMI (the kernel reports a lockup, kills the task).
     NMI_VECTOR = NMI_VECTOR
     #: Bound on live user tasks (each has a user window).
@@ -248,6 +254,9 @@ class Kernel(MachineDriver, SystemCalls):
         #: Requests finished during the CPU turn in progress, whose waiters are woken
         #: when it ends (SystemCalls._finish).
         self._finished: list = []
+        #: Loaded requests someone waits for (no on_done): while there are any, a CPU's
+        #: turn ends at each call of its tasks when another CPU waits (_end_turn).
+        self._awaited: set = set()
         self._task_pid_off = self.kabi["task.pid"]
         # init_task lives in the image's data, mapped for good: its pid's place, once.
         self._init_pid_at = self._sym("init_task") + self._task_pid_off
@@ -416,8 +425,12 @@ class Kernel(MachineDriver, SystemCalls):
         CPU has work, work is posted, or the turn has lasted TURN_SECONDS."""
         if self._scratch_depth:
             return          # inside Kernel.call: the nested run must reach its return
-        if self._inbox or self._others_running() or (
-                time.monotonic() - self._turn_started > self.TURN_SECONDS):
+        if self._inbox:
+            self.uc.emu_stop()
+            return
+        lasted = time.monotonic() - self._turn_started
+        if lasted > self.TURN_SECONDS or (
+                (self._awaited or lasted > self.MIN_TURN_SECONDS) and self._others_running()):
             self.uc.emu_stop()
 
     def _hc_self_ipi(self):

@@ -46,6 +46,7 @@ class SystemCalls:
         return 0
 
     def _finish(self, req: SyscallRequest) -> None:
+        self._awaited.discard(req)
         if req.on_done is not None:
             req.on_done(req)
         if self._machine_thread is None:
@@ -75,6 +76,8 @@ class SystemCalls:
         self.mem.write(task.regs_ptr, pack_syscall_regs(req.nr, values))
         task.active = req
         task.state = "kernel"
+        if req.on_done is None:
+            self._awaited.add(req)
         return True
 
     def _copy_out(self, req: SyscallRequest) -> None:
@@ -97,7 +100,15 @@ class SystemCalls:
             raise KernelStuck(f"the machine is stuck: {self.stuck}")
         req = SyscallRequest(task, nr, str(name), args, on_done=on_done,
                              child_comm=child_comm)
-        self._post(lambda: self._accept(req), wake)
+        if self.in_emulation() and not (self._inbox or self._wakeups or self._upcalls
+                                        or self.irq.has_work()):
+            # From a hook (a call's on_done that issues the task's next call): taken
+            # now, in order, so that a task whose call just ended goes on to this one
+            # in the same turn, without sleeping and being woken again.  Not while
+            # other work waits for an idle CPU: the task's CPU must go idle for it.
+            self._accept(req)
+        else:
+            self._post(lambda: self._accept(req), wake)
         return req
 
     def run_user(self, task: Task, sleep_state: int = abi.TASK_INTERRUPTIBLE
