@@ -303,3 +303,26 @@ def test_error_log_keeps_eight_and_truncate_clears(t):
     assert cat(t.root, "error_log") == text
     echo(t.root, "error_log", "", append=False)
     assert cat(t.root, "error_log") == ""
+
+
+def test_a_delete_by_name_meets_only_the_probes_so_named_in_creation_order(t, monkeypatch):
+    """`-:ev` finds the events named ev by name (not by a walk of every probe, which
+    made a delete linear in the number of events), and still takes them in creation
+    order where their groups were made in another one."""
+    from kprobefs.tracing.parser import DeleteSpec
+    echo(t.root, "kprobe_events", "p:g2/first do_exit\n" + "".join(
+        f"p:many/e{i} vfs_read\n" for i in range(300)))
+    echo(t.root, "kprobe_events", "p:g1/ev vfs_read\np:g2/ev kernel_clone\np:g3/ev do_exit\n")
+    echo(t.root, "events/g2/ev/enable", "1")
+    calls = []
+    matches = DeleteSpec.matches
+    monkeypatch.setattr(DeleteSpec, "matches",
+                        lambda self, spec: calls.append(spec) or matches(self, spec))
+    assert write_errno(t.root, "kprobe_events", "-:ev") == errno.EBUSY
+    assert len(calls) == 2          # g1/ev, then g2/ev (busy): g3/ev is not reached
+    lines = cat(t.root, "kprobe_events").splitlines()
+    assert "p:g1/ev vfs_read" not in lines
+    assert lines[-2:] == ["p:g2/ev kernel_clone", "p:g3/ev do_exit"]
+    echo(t.root, "events/g2/ev/enable", "0")
+    echo(t.root, "kprobe_events", "-:g3/ev")
+    assert len(calls) == 3

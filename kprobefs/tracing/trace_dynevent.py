@@ -313,7 +313,8 @@ class DynamicEvents:
         with self.lock:
             result = errno.ENOENT
             try:
-                for item in list(self.dynamic if all_types else self.probes):
+                for item in (list(self.dynamic) if all_types
+                             else self._probes_named(spec.group, spec.event)):
                     if isinstance(item, SynthEvent):
                         if item.name != spec.event or spec.group not in (None,
                                                                          SYNTH_SYSTEM):
@@ -333,6 +334,22 @@ class DynamicEvents:
             self._reset_if_needed()
             if result:
                 raise OSError(result, "")
+
+    def _probes_named(self, group: str | None, name: str) -> list[TraceProbe]:
+        """The probes a delete of [group/]name may match, in creation order: those of
+        the events so named (found by name, not by a walk of every probe), or every
+        probe for a delete of a whole group."""
+        if not name:
+            return list(self.probes)
+        events = self.events
+        found = [events.get((g, name)) for g in ((group,) if group is not None
+                                                 else self.groups)]
+        probes = [tp for ev in found if ev is not None for tp in getattr(ev, "probes", ())
+                  if isinstance(tp, TraceProbe)]
+        if len({tp.event for tp in probes}) > 1:
+            order = {tp: i for i, tp in enumerate(self.probes)}
+            probes.sort(key=order.__getitem__)
+        return probes
 
     def release_all(self, *, kprobes: bool = True, synthetic: bool = False,
                     eprobes: bool = False) -> None:
