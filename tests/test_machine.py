@@ -527,3 +527,26 @@ def test_background_calls_keep_their_cpu_for_a_turn_awaited_ones_round_robin(ker
             turns += 1
     assert waited.result == c.pid and turns < 10
     assert done_a and done_b    # both went on meanwhile
+
+
+def test_on_one_cpu_background_chains_take_turns_and_an_awaited_call_gets_in():
+    """A chain that goes on in its turn leaves the CPU to the other tasks woken meanwhile
+    once the turn has lasted MIN_TURN_SECONDS, and at once for a call someone waits for."""
+    kernel = Kernel(cpus=1, seed=0)
+    a, b, c = kernel.spawn("a"), kernel.spawn("b"), kernel.spawn("c")
+    done_a: list = []
+    done_b: list = []
+    with kernel.lock:
+        _chain(kernel, a, 10**6, done_a)()
+        _chain(kernel, b, 10**6, done_b)()
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            kernel.run_slice()
+        assert len(done_a) > 20 and len(done_b) > 20
+        assert 0.3 < len(done_a) / len(done_b) < 3
+        waited = kernel.submit(c, "getpid")
+        turns = 0
+        while not waited.done.is_set() and turns < 50:
+            kernel.run_slice()
+            turns += 1
+    assert waited.result == c.pid and turns < 10

@@ -9,6 +9,7 @@ back when the kernel reports the call done.  A mixin of
 from __future__ import annotations
 
 import struct
+import time
 from typing import Callable
 
 from ..errors import KernelError, KernelStuck
@@ -100,16 +101,24 @@ class SystemCalls:
             raise KernelStuck(f"the machine is stuck: {self.stuck}")
         req = SyscallRequest(task, nr, str(name), args, on_done=on_done,
                              child_comm=child_comm)
-        if self.in_emulation() and not (self._inbox or self._wakeups or self._upcalls
-                                        or self.irq.has_work()):
+        if self.in_emulation() and not self._inbox and self._may_go_on():
             # From a hook (a call's on_done that issues the task's next call): taken
             # now, in order, so that a task whose call just ended goes on to this one
-            # in the same turn, without sleeping and being woken again.  Not while
-            # other work waits for an idle CPU: the task's CPU must go idle for it.
+            # in the same turn, without sleeping and being woken again.
             self._accept(req)
         else:
             self._post(lambda: self._accept(req), wake)
         return req
+
+    def _may_go_on(self) -> bool:
+        """Whether the task in this turn may go on to a call issued now: yes unless
+        other work waits for an idle CPU (a woken task, an upcall, an interrupt), which
+        this task's CPU must go idle for; background work (nobody waits for a loaded
+        call) may still go on while the turn is shorter than MIN_TURN_SECONDS."""
+        if not (self._wakeups or self._upcalls or self.irq.has_work()):
+            return True
+        return not self._awaited and (time.monotonic() - self._turn_started
+                                      < self.MIN_TURN_SECONDS)
 
     def run_user(self, task: Task, sleep_state: int = abi.TASK_INTERRUPTIBLE
                  ) -> SyscallRequest:
