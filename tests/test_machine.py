@@ -478,6 +478,17 @@ def _chain(kernel, task, n, done):
     return next_call
 
 
+def _awaited_call_gets_in(kernel, task):
+    """A getpid of task that someone waits for completes within a few slices, while
+    background chains run (the caller holds the lock)."""
+    waited = kernel.submit(task, "getpid")
+    turns = 0
+    while not waited.done.is_set() and turns < 50:
+        kernel.run_slice()
+        turns += 1
+    assert waited.result == task.pid and turns < 10
+
+
 def test_a_call_issued_as_the_last_one_ends_runs_in_the_same_turn(kernel):
     """A task's next call, submitted from the last one's on_done, is taken at once: the
     task goes on to it without sleeping, in the same turn of its CPU."""
@@ -520,12 +531,7 @@ def test_background_calls_keep_their_cpu_for_a_turn_awaited_ones_round_robin(ker
     with kernel.lock:
         _chain(kernel, a, 10**6, done_a)()
         _chain(kernel, b, 10**6, done_b)()
-        waited = kernel.submit(c, "getpid")
-        turns = 0
-        while not waited.done.is_set() and turns < 50:
-            kernel.run_slice()
-            turns += 1
-    assert waited.result == c.pid and turns < 10
+        _awaited_call_gets_in(kernel, c)
     assert done_a and done_b    # both went on meanwhile
 
 
@@ -544,9 +550,4 @@ def test_on_one_cpu_background_chains_take_turns_and_an_awaited_call_gets_in():
             kernel.run_slice()
         assert len(done_a) > 20 and len(done_b) > 20
         assert 0.3 < len(done_a) / len(done_b) < 3
-        waited = kernel.submit(c, "getpid")
-        turns = 0
-        while not waited.done.is_set() and turns < 50:
-            kernel.run_slice()
-            turns += 1
-    assert waited.result == c.pid and turns < 10
+        _awaited_call_gets_in(kernel, c)
