@@ -506,7 +506,7 @@ def test_a_call_issued_as_the_last_one_ends_runs_in_the_same_turn(kernel):
 
 def test_background_calls_keep_their_cpu_for_a_turn_awaited_ones_round_robin(kernel):
     """Two chains of background calls on two CPUs switch the emulator's CPU about once a
-    MIN_TURN_SECONDS, not at each call; a call someone waits for makes turns end at each
+    MIN_TURN_CALLS calls, not at each one; a call someone waits for makes turns end at each
     call again while it is loaded."""
     a, b = kernel.spawn("a"), kernel.spawn("b")
     switches = [0]
@@ -524,7 +524,7 @@ def test_background_calls_keep_their_cpu_for_a_turn_awaited_ones_round_robin(ker
         while len(done_a) + len(done_b) < 600:
             kernel.run_slice()
     assert switches[0] < 100    # about 600 before: a switch at every call
-    kernel.MIN_TURN_SECONDS = 10.0
+    kernel.MIN_TURN_CALLS = 10**9
     c = kernel.spawn("c")
     done_a.clear()
     done_b.clear()
@@ -537,7 +537,8 @@ def test_background_calls_keep_their_cpu_for_a_turn_awaited_ones_round_robin(ker
 
 def test_on_one_cpu_background_chains_take_turns_and_an_awaited_call_gets_in():
     """A chain that goes on in its turn leaves the CPU to the other tasks woken meanwhile
-    once the turn has lasted MIN_TURN_SECONDS, and at once for a call someone waits for."""
+    once the turn has run MIN_TURN_CALLS calls, and at once for a call someone waits
+    for."""
     kernel = Kernel(cpus=1, seed=0)
     a, b, c = kernel.spawn("a"), kernel.spawn("b"), kernel.spawn("c")
     done_a: list = []

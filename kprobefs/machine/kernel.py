@@ -98,12 +98,17 @@ class Kernel(MachineDriver, SystemCalls):
     STUCK_SECONDS = 30.0
     #: A CPU's turn ends at its first hypercall after this long, whoever else waits.
     TURN_SECONDS = 0.02
-    #: How long a CPU's turn lasts at least, from one system call to the next of its
-    #: tasks, while other CPUs wait and nobody waits for a call (background work, such
-    #: as the workload's: a context switch of the emulator each way is dearer than a
-    #: few calls).  Posted work ends it at the next call, and a call someone waits for
-    #: turns it off (_awaited).
-    MIN_TURN_SECONDS = 0.001
+    #: Every how many system calls in a row (since it last went idle) a CPU's turn
+    #: ends for other CPUs that wait, while nobody waits for a call (background
+    #: work, such as the workload's: a context switch of the emulator each way is
+    #: dearer than a few calls).  Posted work ends the turn at the next call, and a
+    #: loaded call someone waits for turns this off (_awaited).  Counted, not timed,
+    #: and not reset where a turn ends: the same work interleaves the same way however
+    #: fast the host runs it, and whatever else (a probe) stops the emulation.
+    MIN_TURN_CALLS = 16
+    #: How many calls in a row a CPU's task may go on to, issued as its last ones ended
+    #: (SystemCalls._may_go_on); the next is queued, and the task sleeps in between.
+    MAX_TURN_CALLS = 64
     #: The vector of the watchdog's NMI (the kernel reports a lockup, kills the task).
     NMI_VECTOR = NMI_VECTOR
     #: Bound on live user tasks (each has a user window).
@@ -425,12 +430,10 @@ class Kernel(MachineDriver, SystemCalls):
         CPU has work, work is posted, or the turn has lasted TURN_SECONDS."""
         if self._scratch_depth:
             return          # inside Kernel.call: the nested run must reach its return
-        if self._inbox:
-            self.uc.emu_stop()
-            return
-        lasted = time.monotonic() - self._turn_started
-        if lasted > self.TURN_SECONDS or (
-                (self._awaited or lasted > self.MIN_TURN_SECONDS) and self._others_running()):
+        in_row = self.cpu.calls_in_row
+        if self._inbox or time.monotonic() - self._turn_started > self.TURN_SECONDS or (
+                (self._awaited or (in_row and not in_row % self.MIN_TURN_CALLS))
+                and self._others_running()):
             self.uc.emu_stop()
 
     def _hc_self_ipi(self):

@@ -9,7 +9,6 @@ back when the kernel reports the call done.  A mixin of
 from __future__ import annotations
 
 import struct
-import time
 from typing import Callable
 
 from ..errors import KernelError, KernelStuck
@@ -33,9 +32,11 @@ class SystemCalls:
         task.regs_ptr = regs_ptr
         if no_call and task.active is not None:
             return 1    # a signal woke the task, and its next call is loaded meanwhile
+        cpu = self.cpu
         if task.active is not None and not no_call:
             req, task.active = task.active, None
             req.result = signed64(ret)
+            cpu.calls_in_row += 1
             self._copy_out(req)
             self._finish(req)
         self._end_turn()
@@ -43,7 +44,8 @@ class SystemCalls:
             if self._load_request(task, task.pending.popleft()):
                 return 1
         task.state = "user"
-        self.cpu.idling = True
+        cpu.idling = True
+        cpu.calls_in_row = 0
         return 0
 
     def _finish(self, req: SyscallRequest) -> None:
@@ -101,7 +103,7 @@ class SystemCalls:
             raise KernelStuck(f"the machine is stuck: {self.stuck}")
         req = SyscallRequest(task, nr, str(name), args, on_done=on_done,
                              child_comm=child_comm)
-        if self.in_emulation() and not self._inbox and self._may_go_on():
+        if self.in_emulation() and self._may_go_on():
             # From a hook (a call's on_done that issues the task's next call): taken
             # now, in order, so that a task whose call just ended goes on to this one
             # in the same turn, without sleeping and being woken again.
@@ -111,14 +113,18 @@ class SystemCalls:
         return req
 
     def _may_go_on(self) -> bool:
-        """Whether the task in this turn may go on to a call issued now: yes unless
-        other work waits for an idle CPU (a woken task, an upcall, an interrupt), which
-        this task's CPU must go idle for; background work (nobody waits for a loaded
-        call) may still go on while the turn is shorter than MIN_TURN_SECONDS."""
+        """Whether the task whose call just ended may go on to a call issued now: yes
+        unless other work waits for an idle CPU (a woken task, an upcall, an
+        interrupt), which this task's CPU must go idle for; background work (nobody
+        waits for a loaded call) may still go on until its CPU has run MIN_TURN_CALLS
+        calls in a row.  Never past MAX_TURN_CALLS in a row.  All counted: the same work
+        interleaves the same way however fast the host runs it."""
+        in_row = self.cpu.calls_in_row
+        if in_row >= self.MAX_TURN_CALLS:
+            return False
         if not (self._wakeups or self._upcalls or self.irq.has_work()):
             return True
-        return not self._awaited and (time.monotonic() - self._turn_started
-                                      < self.MIN_TURN_SECONDS)
+        return not self._awaited and in_row < self.MIN_TURN_CALLS
 
     def run_user(self, task: Task, sleep_state: int = abi.TASK_INTERRUPTIBLE
                  ) -> SyscallRequest:

@@ -71,6 +71,8 @@ class Cpu:
     ctx: object = None
     state: str = "offline"  # offline, running, idle, halted, wedged
     resume_rax: int | None = None
+    #: System calls its tasks ended since it last went idle (Kernel.MIN_TURN_CALLS).
+    calls_in_row: int = 0
     gs_base: int = 0
     current_pa: int = 0      # physical address of this CPU's pcpu.current_task
     killed: int = 0          # the task_struct the watchdog last killed here
