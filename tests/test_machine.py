@@ -552,3 +552,33 @@ def test_on_one_cpu_background_chains_take_turns_and_an_awaited_call_gets_in():
         assert len(done_a) > 20 and len(done_b) > 20
         assert 0.3 < len(done_a) / len(done_b) < 3
         _awaited_call_gets_in(kernel, c)
+
+
+def test_a_dead_tasks_window_is_flushed_from_the_tlb_before_it_is_used_again(kernel):
+    """An exit no longer flushes the TLB: new tasks take windows not used since the last
+    flush while there are (WINDOW_POOL of them), and a dead task's window is taken again
+    only after a flush.  Each task's writes carry its own data, whichever window it has."""
+    from kprobefs.machine.abi import AT_FDCWD, O_CREAT, O_RDWR
+    flushes = []
+    flush = kernel.mem.flush_tlb
+    kernel.mem.flush_tlb = lambda: (flushes.append(len(seen)), flush())
+    kernel.WINDOW_POOL = kernel._next_window + 2
+    sh = kernel.spawn("sh")
+    seen = []
+    for i in range(8):
+        pid = kernel.syscall(sh, "fork")
+        task = kernel.tasks[pid]
+        seen.append(task.window)
+        path = f"/tmp/tlb{i}"
+        fd = kernel.syscall(task, "openat", AT_FDCWD, path, O_CREAT | O_RDWR, 0o644)
+        assert kernel.syscall(task, "write", fd, f"data{i}".encode(), 5) == 5
+        assert kernel.syscall(task, "lseek", fd, 0, 0) == 0
+        buf = UserBuffer(5)
+        assert kernel.syscall(task, "read", fd, buf, 5) == 5 and buf.data == f"data{i}".encode()
+        kernel.submit(task, "exit", 0)
+        assert kernel.syscall(sh, "wait4", pid, 0, 0, 0) == pid
+    # windows reused only once every one made was used, each reuse after a flush
+    assert len(set(seen)) < len(seen)
+    assert flushes and len(flushes) < len(seen)
+    for at in flushes:
+        assert seen[at] in seen[:at]        # the flush came for a window used before

@@ -153,7 +153,10 @@ class Kernel(MachineDriver, SystemCalls):
         self.cpu: Cpu | None = None  # the CPU emulating now (inside emu_start)
         self._loaded_cpu: Cpu | None = None
         self.tasks: dict[int, Task] = {}
-        self._free_windows: list[int] = []
+        #: Window slots of dead tasks, the longest free first (_take_window).
+        self._free_windows: collections.deque[int] = collections.deque()
+        #: Those freed since the TLB was last flushed: it may still map their pages.
+        self._stale_windows: set[int] = set()
         self._next_window = 0
         self._wakeups: collections.deque = collections.deque()  # idle-loop words
         self._trap_handlers: dict[int, list] = collections.defaultdict(list)
@@ -686,11 +689,8 @@ class Kernel(MachineDriver, SystemCalls):
     def _hc_task_new(self):
         pid, ppid, task_struct = self._args()[:3]
         pid, ppid = signed64(pid), signed64(ppid)
-        if self._free_windows:
-            slot = self._free_windows.pop()
-        elif self._next_window < self.MAX_TASKS:
-            slot, self._next_window = self._next_window, self._next_window + 1
-        else:
+        slot = self._take_window()
+        if slot is None:
             return -11  # EAGAIN: the fork fails, as at RLIMIT_NPROC
         base = USER_WINDOW_BASE + slot * USER_WINDOW_SIZE
         task = self.tasks[pid] = Task(pid=pid, window=base)
@@ -730,11 +730,34 @@ class Kernel(MachineDriver, SystemCalls):
         task.active = None
         task.pending.clear()
         self.mem.release_user_window(task.window)
-        self.mem.flush_tlb()
-        self._free_windows.append((task.window - USER_WINDOW_BASE) // USER_WINDOW_SIZE)
+        slot = (task.window - USER_WINDOW_BASE) // USER_WINDOW_SIZE
+        self._free_windows.append(slot)
+        self._stale_windows.add(slot)   # flushed from the TLB before it is used again
         for listener in self.exit_listeners:
             listener(pid)
         return 0
+
+    #: Window slots made before a freed one is taken again: the TLB is flushed (a CR3
+    #: reload, which costs the requests after it some 20 µs of refills) once the free
+    #: slots not flushed yet are used up, not at every exit.
+    WINDOW_POOL = 64
+
+    def _take_window(self) -> int | None:
+        """A user window slot for a new task (None: MAX_TASKS live).  A slot freed since
+        the last TLB flush is taken only after a flush, since the TLB may still map its
+        dead task's pages."""
+        free = self._free_windows
+        if free and free[0] not in self._stale_windows:
+            return free.popleft()
+        if self._next_window < min(self.WINDOW_POOL, self.MAX_TASKS) or (
+                not free and self._next_window < self.MAX_TASKS):
+            slot, self._next_window = self._next_window, self._next_window + 1
+            return slot
+        if not free:
+            return None
+        self.mem.flush_tlb()
+        self._stale_windows.clear()
+        return free.popleft()
 
     def _hc_task_free(self):
         pid = signed64(self._args()[0])
