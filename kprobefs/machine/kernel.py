@@ -4,7 +4,8 @@ system calls made on behalf of host code.
 Every virtual CPU has its own saved Unicorn context; one thread at a time drives the
 emulator (whoever holds ``Kernel.lock``), running the online CPUs round-robin on one
 thread.  A CPU's turn ends at a hypercall: when it idles, spins on a lock, or returns a
-task to user mode while another CPU has work.  The kernel is not preemptible
+task to user mode while another CPU has work (background calls, which nobody waits for,
+every MIN_TURN_CALLS of them in a row).  The kernel is not preemptible
 (CONFIG_PREEMPT=n), so the order of events is a function of the inputs alone and a run
 is reproducible for a given seed.
 
@@ -98,17 +99,6 @@ class Kernel(MachineDriver, SystemCalls):
     STUCK_SECONDS = 30.0
     #: A CPU's turn ends at its first hypercall after this long, whoever else waits.
     TURN_SECONDS = 0.02
-    #: Every how many system calls in a row (since it last went idle) a CPU's turn
-    #: ends for other CPUs that wait, while nobody waits for a call (background
-    #: work, such as the workload's: a context switch of the emulator each way is
-    #: dearer than a few calls).  Posted work ends the turn at the next call, and a
-    #: loaded call someone waits for turns this off (_awaited).  Counted, not timed,
-    #: and not reset where a turn ends: the same work interleaves the same way however
-    #: fast the host runs it, and whatever else (a probe) stops the emulation.
-    MIN_TURN_CALLS = 16
-    #: How many calls in a row a CPU's task may go on to, issued as its last ones ended
-    #: (SystemCalls._may_go_on); the next is queued, and the task sleeps in between.
-    MAX_TURN_CALLS = 64
     #: The vector of the watchdog's NMI (the kernel reports a lockup, kills the task).
     NMI_VECTOR = NMI_VECTOR
     #: Bound on live user tasks (each has a user window).
@@ -429,8 +419,9 @@ class Kernel(MachineDriver, SystemCalls):
                 c.state == "idle" for c in self.cpus))
 
     def _end_turn(self) -> None:
-        """End this CPU's turn after the hypercall returns (round-robin) when another
-        CPU has work, work is posted, or the turn has lasted TURN_SECONDS."""
+        """End this CPU's turn after the hypercall returns (round-robin) when work is
+        posted, the turn has lasted TURN_SECONDS, or another CPU has work and a loaded
+        call is awaited or this CPU has run a multiple of MIN_TURN_CALLS calls in a row."""
         if self._scratch_depth:
             return          # inside Kernel.call: the nested run must reach its return
         in_row = self.cpu.calls_in_row
@@ -736,28 +727,6 @@ class Kernel(MachineDriver, SystemCalls):
         for listener in self.exit_listeners:
             listener(pid)
         return 0
-
-    #: Window slots made before a freed one is taken again: the TLB is flushed (a CR3
-    #: reload, which costs the requests after it some 20 µs of refills) once the free
-    #: slots not flushed yet are used up, not at every exit.
-    WINDOW_POOL = 64
-
-    def _take_window(self) -> int | None:
-        """A user window slot for a new task (None: MAX_TASKS live).  A slot freed since
-        the last TLB flush is taken only after a flush, since the TLB may still map its
-        dead task's pages."""
-        free = self._free_windows
-        if free and free[0] not in self._stale_windows:
-            return free.popleft()
-        if self._next_window < min(self.WINDOW_POOL, self.MAX_TASKS) or (
-                not free and self._next_window < self.MAX_TASKS):
-            slot, self._next_window = self._next_window, self._next_window + 1
-            return slot
-        if not free:
-            return None
-        self.mem.flush_tlb()
-        self._stale_windows.clear()
-        return free.popleft()
 
     def _hc_task_free(self):
         pid = signed64(self._args()[0])

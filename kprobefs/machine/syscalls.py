@@ -24,6 +24,40 @@ __all__ = ["SystemCalls"]
 class SystemCalls:
     """Submitting, running and finishing system calls; spawning tasks."""
 
+    #: Every how many system calls in a row (since it last went idle) a CPU's turn
+    #: ends for other CPUs that wait, while nobody waits for a call (background
+    #: work, such as the workload's: a context switch of the emulator each way is
+    #: dearer than a few calls).  Posted work ends the turn at the next call, and a
+    #: loaded call someone waits for turns this off (_awaited).  Counted, not timed,
+    #: and not reset where a turn ends: the same work interleaves the same way however
+    #: fast the host runs it, and whatever else (a probe) stops the emulation.
+    MIN_TURN_CALLS = 16
+    #: How many calls in a row a CPU's task may go on to, issued as its last ones ended
+    #: (_may_go_on); the next is queued, and the task sleeps in between.
+    MAX_TURN_CALLS = 64
+
+    #: Window slots made before a freed one is taken again: the TLB is flushed (a CR3
+    #: reload, which costs the requests after it some 20 µs of refills) once the free
+    #: slots not flushed yet are used up, not at every exit.
+    WINDOW_POOL = 64
+
+    def _take_window(self) -> int | None:
+        """A user window slot for a new task (None: MAX_TASKS live).  A slot freed since
+        the last TLB flush is taken only after a flush, since the TLB may still map its
+        dead task's pages."""
+        free = self._free_windows
+        if free and free[0] not in self._stale_windows:
+            return free.popleft()
+        if self._next_window < min(self.WINDOW_POOL, self.MAX_TASKS) or (
+                not free and self._next_window < self.MAX_TASKS):
+            slot, self._next_window = self._next_window, self._next_window + 1
+            return slot
+        if not free:
+            return None
+        self.mem.flush_tlb()
+        self._stale_windows.clear()
+        return free.popleft()
+
     def _hc_syscall_done(self):
         ret, pid, regs_ptr, no_call = self._args()[:4]
         task = self.tasks.get(signed64(pid))
