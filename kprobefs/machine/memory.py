@@ -205,8 +205,8 @@ class AddressSpace:
     def read(self, va: int, size: int) -> bytes:
         """Read size bytes at a virtual address (may span pages)."""
         va &= 0xFFFFFFFFFFFFFFFF
-        pa = self.translate(va)
         if (va & 0xFFF) + size <= PAGE:
+            pa = self.translate(va)
             return self.ram[pa:pa + size]
         parts = []
         while size > 0:

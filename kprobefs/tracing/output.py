@@ -357,18 +357,17 @@ class TraceFormatter:
                                    [rec for _cpu, rec in pairs], general))
 
     def render_runs(self, runs: Sequence[tuple[int, list]], general: Callable[[tuple], str],
-                    kept: dict[int, KeptLines] | None = None, key: object = None) -> str:
+                    kept: KeptTrace | None = None, key: object = None) -> str:
         """The lines of each CPU's records (``(cpu, records)``, each in time order),
         merged by timestamp, a tie going to the earlier run (as
         :meth:`RingBuffer.snapshot` merges them).
 
-        With ``kept`` (cpu -> :class:`KeptLines`, updated here), the lines made for a
+        With ``kept`` (a :class:`KeptTrace`, updated here), the lines made for a
         CPU's records at the last call are used again for the same records when
         ``key`` (whatever else the lines depend on: the options, the symbols) is equal
         and each pid's comm is still the one printed; when that is every line of the
         same CPUs (the same records: none gone, none new), the text is the last call's
-        (``kept.whole``, given a :class:`KeptTrace`): a stopped buffer read again is
-        neither formatted nor merged."""
+        (``kept.whole``): a stopped buffer read again is neither formatted nor merged."""
         lines: list[str] = []
         whole = kept is not None
         for cpu, records in runs:
@@ -380,16 +379,15 @@ class TraceFormatter:
                 entry = kept.get(cpu)
                 whole = whole and entry is not None and entry.reused == len(made)
         cpus = tuple(cpu for cpu, _records in runs)
-        last = getattr(kept, "whole", None)
-        if whole and last is not None and last[0] == cpus:
-            return last[1]
+        if whole and kept.whole is not None and kept.whole[0] == cpus:
+            return kept.whole[1]
         if len(runs) < 2:
             text = "".join(lines)
         else:
             stamps = list(chain.from_iterable(map(_TS, records) for _cpu, records in runs))
             text = "".join(map(lines.__getitem__, sorted(range(len(stamps)),
                                                          key=stamps.__getitem__)))
-        if isinstance(kept, KeptTrace):
+        if kept is not None:
             kept.whole = (cpus, text)
         return text
 
