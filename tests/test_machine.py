@@ -5,6 +5,7 @@ import errno
 import shutil
 import struct
 import subprocess
+import sys
 import time
 
 import pytest
@@ -582,3 +583,47 @@ def test_a_dead_tasks_window_is_flushed_from_the_tlb_before_it_is_used_again(ker
     assert flushes and len(flushes) < len(seen)
     for at in flushes:
         assert seen[at] in seen[:at]        # the flush came for a window used before
+
+
+_CALL_RANGE_CHECK = r"""
+import sys
+from kprobefs.machine import Kernel
+machines = [Kernel(cpus=1, seed=0), Kernel(cpus=8, seed=0)]
+lib, buffers = None, []
+for line in open("/proc/self/maps"):
+    fields = line.split()
+    begin, end = (int(x, 16) for x in fields[0].split("-"))
+    if fields[1] == "r-xp" and "libunicorn" in line:
+        lib = (begin, end)
+    elif fields[1] == "rwxp" and end - begin >= Kernel.TCG_BUFFER_SIZE // 2:
+        buffers.append((begin, end))
+print(len(buffers), max(max(abs(e - lib[0]), abs(lib[1] - b)) for b, e in buffers))
+"""
+
+
+def test_every_machines_translated_code_is_within_call_range_of_unicorn():
+    """QEMU calls its helpers (memory access, TB lookup) with a direct call only from
+    code within 2 GiB of them; a machine whose code buffer lay farther emulated about a
+    tenth slower.  Two machines in one process both stay in range."""
+    out = subprocess.run([sys.executable, "-c", _CALL_RANGE_CHECK], capture_output=True,
+                         text=True, check=True, timeout=120).stdout.split()
+    count, farthest = int(out[0]), int(out[1])
+    assert count == 2
+    assert farthest < 2 << 30
+
+
+def test_a_machine_whose_translations_overflow_their_buffer_runs_the_same(monkeypatch):
+    """Unicorn's smallest code buffer (1 MiB) fills during boot and the workload: it is
+    flushed and refilled, and the machine does exactly what one with room does."""
+    def run():
+        k = Kernel(cpus=2, seed=3)
+        w = Workload(k, seed=3)
+        w.run(1500)
+        return [r[1:] for r in w.results], k.uc.ctl_get_tcg_buffer_size()
+
+    roomy, size = run()
+    assert size == Kernel.TCG_BUFFER_SIZE
+    monkeypatch.setattr(Kernel, "TCG_BUFFER_SIZE", 1 << 20)
+    tight, size = run()
+    assert size == 1 << 20
+    assert tight == roomy

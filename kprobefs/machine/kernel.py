@@ -103,6 +103,11 @@ class Kernel(MachineDriver, SystemCalls):
     NMI_VECTOR = NMI_VECTOR
     #: Bound on live user tasks (each has a user window).
     MAX_TASKS = 4096
+    #: Host bytes for translated code.  QEMU calls its helpers directly only from code
+    #: within 2 GiB of libunicorn; Unicorn's 1 GiB default put a process's second
+    #: machine out of reach (a tenth slower).  The kernel needs a few MiB; a full buffer
+    #: is flushed and refilled.
+    TCG_BUFFER_SIZE = 128 << 20
 
     def __init__(self, cpus: int = 2, seed: int = 0, image: str | None = None,
                  ram_mb: int = 256, pid_auto_base: int = 300, hz: int = HZ):
@@ -129,6 +134,7 @@ class Kernel(MachineDriver, SystemCalls):
         #: Why the machine cannot run (None: it can); see KernelStuck.
         self.stuck: str | None = None
         self.uc = Uc(UC_ARCH_X86, UC_MODE_64)
+        self.uc.ctl_set_tcg_buffer_size(self.TCG_BUFFER_SIZE)
         self.layout = PhysicalLayout(ram_mb=ram_mb)
         self.mem = AddressSpace(self.uc, self.layout)
         # Hooks reach the general registers as memory where that is shown to work.
