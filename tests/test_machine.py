@@ -295,6 +295,23 @@ def test_workload_is_deterministic_for_a_seed():
     assert run(7) == run(7)
 
 
+def test_nobody_waits_for_the_workloads_calls():
+    """The workload's calls, its children's included, are background work: none is
+    awaited (which would end the CPUs' turns at each call while it is loaded)."""
+    k = Kernel(cpus=2, seed=0)
+    w = Workload(k, seed=0)
+    loaded = []
+    load = k._load_request
+
+    def loading(task, req):
+        loaded.append((req.name, req.on_done is not None))
+        return load(task, req)
+    k._load_request = loading
+    w.run(600)
+    assert {"execve", "exit", "tgkill"} <= {name for name, _ in loaded}
+    assert all(background for _, background in loaded)
+
+
 def test_a_spinning_task_is_killed_as_by_an_oops_and_its_cpu_stays():
     """A CPU spinning in kernel code without hypercalls is stopped by the watchdog, and
     its task is killed the way an oops kills it (the kernel's soft-lockup report, then
@@ -534,6 +551,30 @@ def test_background_calls_keep_their_cpu_for_a_turn_awaited_ones_round_robin(ker
         _chain(kernel, b, 10**6, done_b)()
         _awaited_call_gets_in(kernel, c)
     assert done_a and done_b    # both went on meanwhile
+
+
+def test_work_posted_in_a_turn_is_taken_before_the_next_cpus_turn():
+    """A chain past MAX_TURN_CALLS posts its next call, which ends its CPU's turn; the
+    machine takes it before the next CPU's turn, whose turn then runs its
+    MIN_TURN_CALLS calls (it was cut to one call while the post waited for the next
+    slice).  Three chains of 640 calls: 3 x 640 / 16 = 120 turns at best."""
+    kernel = Kernel(cpus=4, seed=0)
+    tasks = [kernel.spawn(comm) for comm in "abc"]
+    turns = [0]
+    emulate = kernel._emulate
+
+    def counting(cpu):
+        turns[0] += 1
+        emulate(cpu)
+    kernel._emulate = counting
+    dones: list = [[] for _ in tasks]
+    with kernel.lock:
+        for task, done in zip(tasks, dones):
+            _chain(kernel, task, 640, done)()
+        while sum(map(len, dones)) < 3 * 640:
+            kernel.run_slice()
+    assert all(done == [task.pid] * 640 for task, done in zip(tasks, dones))
+    assert turns[0] <= 130      # 178 when posted work waited for the next slice
 
 
 def test_on_one_cpu_background_chains_take_turns_and_an_awaited_call_gets_in():

@@ -35,7 +35,7 @@ from unicorn.x86_const import (
     UC_X86_REG_RDI, UC_X86_REG_RDX, UC_X86_REG_RIP, UC_X86_REG_RSI, UC_X86_REG_RSP,
 )
 
-from ..errors import KernelError, KernelOops, KernelStuck, KernelWedged, MachineError
+from ..errors import KernelError, KernelStuck, KernelWedged, MachineError
 from . import abi
 from .abi import HC, U64, signed64
 from .clock import TscClock
@@ -53,15 +53,12 @@ from .driver import MachineDriver
 from .flag import Flag
 from .syscalls import SystemCalls
 from .hostwork import WORK_POINTS, HostWork, KernelCall
-from .printk import oops_report, read_log_buf
+from .printk import read_log_buf
 from .task import (
     Cpu, ProcessExited, SyscallRequest, Task, UserBuffer, _Upcall,
 )
 from .watchdog import MachineLock, Watchdog
-from .memory import (
-    EFER_NXE, PAGE, PAGE_OFFSET, USER_WINDOW_BASE, USER_WINDOW_SIZE, AddressSpace, FaultError,
-    PhysicalLayout,
-)
+from .memory import EFER_NXE, PAGE, PAGE_OFFSET, AddressSpace, FaultError, PhysicalLayout
 
 __all__ = ["Kernel", "Task", "UserBuffer", "SyscallRequest", "Cpu", "ProcessExited"]
 
@@ -363,9 +360,10 @@ class Kernel(MachineDriver, SystemCalls):
             cpu.state = "running"
 
     def run_slice(self) -> bool:
-        """Take the posted work, then give every CPU that has work one turn.  Returns
-        False when the machine is quiescent (every CPU idle and nothing queued).  Caller
-        holds ``lock``."""
+        """Take the posted work, then give every CPU that has work one turn; work posted
+        during a turn (which it ended) is taken before the next CPU's.  Returns False
+        when the machine is quiescent (every CPU idle and nothing queued).  Caller holds
+        ``lock``."""
         if self._in_emulation:
             raise MachineError("the machine cannot be driven from inside a hook")
         if self.panicked:
@@ -374,6 +372,9 @@ class Kernel(MachineDriver, SystemCalls):
         self._dispatch_wakeups()
         ran = False
         for cpu in self.cpus:
+            if self._inbox:
+                self._take_posted()
+                self._dispatch_wakeups()
             if cpu.state != "running":
                 continue
             ran = True
@@ -683,63 +684,6 @@ class Kernel(MachineDriver, SystemCalls):
         return self.host_work.call(func, *args, then=then)
 
     # ---- tasks ---------------------------------------------------------------------------
-    def _hc_task_new(self):
-        pid, ppid, task_struct = self._args()[:3]
-        pid, ppid = signed64(pid), signed64(ppid)
-        slot = self._take_window()
-        if slot is None:
-            return -11  # EAGAIN: the fork fails, as at RLIMIT_NPROC
-        base = USER_WINDOW_BASE + slot * USER_WINDOW_SIZE
-        task = self.tasks[pid] = Task(pid=pid, window=base)
-        # A spawn's child has its name from its fork on, as a host process forked by
-        # its parent has (see SystemCalls.start_spawn): no rename follows.
-        parent = self.tasks.get(ppid)
-        spawn = parent.active if parent is not None else None
-        if spawn is not None and spawn.child_comm:
-            self.mem.write(task_struct + self.kabi["task.comm"], spawn.child_comm)
-            task.comm = spawn.child_comm.rstrip(b"\0").decode("utf-8", "replace")
-        for listener in self.fork_listeners:
-            listener(ppid, pid)
-        return base
-
-    def _hc_task_exit(self):
-        pid, code = self._args()[:2]
-        pid = signed64(pid)
-        task = self.tasks.pop(pid, None)
-        if task is None:
-            return 0
-        task.state = "dead"
-        task.exit_code = signed64(code)
-        oops = self.mem.read(self.current_task() + self.kabi["task.oops"], 4) != bytes(4)
-        if oops:
-            report = oops_report(self.console, self.image.format_address)
-            log.error("oops: task %d (%s) killed%s\n%s", pid, task.comm,
-                      f" in {task.active.name}" if task.active else "", report)
-            self.incidents.append((time.monotonic(), f"oops: task {pid} ({task.comm}): "
-                                   + report.split("\n", 1)[0]))
-        reqs = ([task.active] if task.active else []) + list(task.pending)
-        for req in reqs:
-            if oops:
-                req.error = KernelOops(f"task {pid} ({task.comm}) oopsed in {req.name}")
-            else:
-                req.error = ProcessExited(pid, task.exit_code)
-            self._finish(req)
-        task.active = None
-        task.pending.clear()
-        self.mem.release_user_window(task.window)
-        slot = (task.window - USER_WINDOW_BASE) // USER_WINDOW_SIZE
-        self._free_windows.append(slot)
-        self._stale_windows.add(slot)   # flushed from the TLB before it is used again
-        for listener in self.exit_listeners:
-            listener(pid)
-        return 0
-
-    def _hc_task_free(self):
-        pid = signed64(self._args()[0])
-        for listener in self.free_listeners:
-            listener(pid)
-        return 0
-
     def _make_current_task(self) -> tuple[Callable[[], int], Callable[[int], int]]:
         """``current_task()``, the task_struct address of the task running on the
         current CPU (inside a hook), and ``task_pid(task_struct)``, its pid.  They run

@@ -8,17 +8,22 @@ back when the kernel reports the call done.  A mixin of
 
 from __future__ import annotations
 
+import logging
 import struct
+import time
 from typing import Callable
 
-from ..errors import KernelError, KernelStuck
+from ..errors import KernelError, KernelOops, KernelStuck
 from . import abi
 from .abi import signed64
 from .cpu import pack_syscall_regs
-from .memory import PAGE
+from .memory import PAGE, USER_WINDOW_BASE, USER_WINDOW_SIZE
+from .printk import oops_report
 from .task import ProcessExited, SyscallRequest, Task, check_syscall_args, marshal
 
 __all__ = ["SystemCalls"]
+
+log = logging.getLogger("kprobefs.machine")
 
 
 class SystemCalls:
@@ -57,6 +62,64 @@ class SystemCalls:
         self.mem.flush_tlb()
         self._stale_windows.clear()
         return free.popleft()
+
+    # ---- tasks come and go ----------------------------------------------------------
+    def _hc_task_new(self):
+        pid, ppid, task_struct = self._args()[:3]
+        pid, ppid = signed64(pid), signed64(ppid)
+        slot = self._take_window()
+        if slot is None:
+            return -11  # EAGAIN: the fork fails, as at RLIMIT_NPROC
+        base = USER_WINDOW_BASE + slot * USER_WINDOW_SIZE
+        task = self.tasks[pid] = Task(pid=pid, window=base)
+        # A spawn's child has its name from its fork on, as a host process forked by
+        # its parent has (see SystemCalls.start_spawn): no rename follows.
+        parent = self.tasks.get(ppid)
+        spawn = parent.active if parent is not None else None
+        if spawn is not None and spawn.child_comm:
+            self.mem.write(task_struct + self.kabi["task.comm"], spawn.child_comm)
+            task.comm = spawn.child_comm.rstrip(b"\0").decode("utf-8", "replace")
+        for listener in self.fork_listeners:
+            listener(ppid, pid)
+        return base
+
+    def _hc_task_exit(self):
+        pid, code = self._args()[:2]
+        pid = signed64(pid)
+        task = self.tasks.pop(pid, None)
+        if task is None:
+            return 0
+        task.state = "dead"
+        task.exit_code = signed64(code)
+        oops = self.mem.read(self.current_task() + self.kabi["task.oops"], 4) != bytes(4)
+        if oops:
+            report = oops_report(self.console, self.image.format_address)
+            log.error("oops: task %d (%s) killed%s\n%s", pid, task.comm,
+                      f" in {task.active.name}" if task.active else "", report)
+            self.incidents.append((time.monotonic(), f"oops: task {pid} ({task.comm}): "
+                                   + report.split("\n", 1)[0]))
+        reqs = ([task.active] if task.active else []) + list(task.pending)
+        for req in reqs:
+            if oops:
+                req.error = KernelOops(f"task {pid} ({task.comm}) oopsed in {req.name}")
+            else:
+                req.error = ProcessExited(pid, task.exit_code)
+            self._finish(req)
+        task.active = None
+        task.pending.clear()
+        self.mem.release_user_window(task.window)
+        slot = (task.window - USER_WINDOW_BASE) // USER_WINDOW_SIZE
+        self._free_windows.append(slot)
+        self._stale_windows.add(slot)   # flushed from the TLB before it is used again
+        for listener in self.exit_listeners:
+            listener(pid)
+        return 0
+
+    def _hc_task_free(self):
+        pid = signed64(self._args()[0])
+        for listener in self.free_listeners:
+            listener(pid)
+        return 0
 
     def _hc_syscall_done(self):
         ret, pid, regs_ptr, no_call = self._args()[:4]

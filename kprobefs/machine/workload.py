@@ -27,6 +27,11 @@ SIGUSR1, SIGTERM = 10, 15
 _HANDLER, _RESTORER, _SA_RESTORER = 0x401000, 0x401100, 0x04000000
 
 
+def _background(_req: SyscallRequest) -> None:
+    """The on_done of a child's calls: nobody waits for them (the machine may let the
+    CPUs' turns run on meanwhile, see SystemCalls._awaited)."""
+
+
 def inet_checksum(data: bytes) -> int:
     """The Internet checksum (RFC 1071) of data."""
     if len(data) % 2:
@@ -178,7 +183,7 @@ class Workload:
             kid = self.kernel.tasks.get(child)
             if kid is not None:
                 try:
-                    self.kernel.submit(kid, "exit", rng.randrange(4))
+                    self.kernel.submit(kid, "exit", rng.randrange(4), on_done=_background)
                 except ProcessExited:
                     pass
             yield ("wait4", child, UserBuffer(4), 0, 0)
@@ -190,7 +195,7 @@ class Workload:
             return
         try:
             for call in calls:
-                self.kernel.submit(kid, *call)
+                self.kernel.submit(kid, *call, on_done=_background)
         except ProcessExited:
             pass
 
