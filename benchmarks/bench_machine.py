@@ -13,6 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the source tree, not an install
 
 import argparse
+import gc
 import statistics
 import time
 
@@ -81,10 +82,13 @@ def workload_work(ops):
     return make
 
 
-def cpu_scaling(ops: int, counts=(1, 2, 8), rounds: int = 3) -> list[tuple[int, float]]:
+def cpu_scaling(ops: int, counts=(1, 2, 8), rounds: int = 9) -> list[tuple[int, float]]:
     """(CPUs, syscalls/s) of the mixed workload on machines of each size: more emulated
     CPUs must not collapse the rate (they take turns on one host thread).  The sizes
-    take turns, round after round, and each gets its median: the host's load drifts."""
+    take turns, round after round, and each gets its median: the host's load drifts.
+    The machines before are collected first, so that these are mapped where the first
+    ones were (see Kernel.TCG_BUFFER_SIZE)."""
+    gc.collect()
     machines = []
     for cpus in counts:
         k = Kernel(cpus=cpus, seed=0)
