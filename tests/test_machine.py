@@ -577,6 +577,36 @@ def test_work_posted_in_a_turn_is_taken_before_the_next_cpus_turn():
     assert turns[0] <= 130      # 178 when posted work waited for the next slice
 
 
+def test_a_task_goes_on_while_an_idle_cpu_can_take_the_work_that_waits():
+    """A wake-up queued while a chain runs makes the chain's task go idle for it only
+    where no CPU is idle; here three are, and one takes it before the next turn: the
+    chain never sleeps (one post: its first call, from outside the machine)."""
+    kernel = Kernel(cpus=4, seed=0)
+    a, b = kernel.spawn("a"), kernel.spawn("b")
+    posts = [0]
+    post = kernel._post
+
+    def counting(work, wake=True):
+        posts[0] += 1
+        post(work, wake)
+    kernel._post = counting
+    done_a: list = []
+    done_b: list = []
+
+    def next_a(req=None):
+        if req is not None:
+            done_a.append(req.result)
+            kernel.submit(b, "getpid", on_done=lambda r: done_b.append(r.result))
+        if len(done_a) < 60:
+            kernel.submit(a, "getpid", on_done=next_a)
+    with kernel.lock:
+        next_a()
+        while len(done_a) < 60 or len(done_b) < 60:
+            kernel.run_slice()
+    assert done_a == [a.pid] * 60 and done_b == [b.pid] * 60
+    assert posts[0] == 1        # 7: it slept every MIN_TURN_CALLS calls
+
+
 def test_on_one_cpu_background_chains_take_turns_and_an_awaited_call_gets_in():
     """A chain that goes on in its turn leaves the CPU to the other tasks woken meanwhile
     once the turn has run MIN_TURN_CALLS calls, and at once for a call someone waits

@@ -343,6 +343,8 @@ class Kernel(MachineDriver, SystemCalls):
         whose task just went back to user mode runs: it takes the wake-up at its idle
         loop in the same turn, as Linux's sync wake-ups stay on the waker's CPU about
         to go idle; woken elsewhere, that CPU would take one more turn only to idle."""
+        if not (self._wakeups or self._upcalls or self.irq.has_work()):
+            return
         syncing = any(c.idling and c.state == "running" for c in self.cpus)
         for cpu in self.cpus:
             if not ((self._wakeups and not syncing) or self._upcalls or self.irq.has_work()):
@@ -361,20 +363,17 @@ class Kernel(MachineDriver, SystemCalls):
 
     def run_slice(self) -> bool:
         """Take the posted work, then give every CPU that has work one turn; work posted
-        during a turn (which it ended) is taken before the next CPU's.  Returns False
-        when the machine is quiescent (every CPU idle and nothing queued).  Caller holds
-        ``lock``."""
+        during a turn (which it ended), and wake-ups queued, are taken and handed to
+        idle CPUs before the next CPU's turn.  Returns False when the machine is
+        quiescent (every CPU idle and nothing queued).  Caller holds ``lock``."""
         if self._in_emulation:
             raise MachineError("the machine cannot be driven from inside a hook")
         if self.panicked:
             raise MachineError(f"kernel panic: {self.panicked}")
-        self._take_posted()
-        self._dispatch_wakeups()
         ran = False
         for cpu in self.cpus:
-            if self._inbox:
-                self._take_posted()
-                self._dispatch_wakeups()
+            self._take_posted()
+            self._dispatch_wakeups()
             if cpu.state != "running":
                 continue
             ran = True

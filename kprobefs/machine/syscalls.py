@@ -212,15 +212,18 @@ class SystemCalls:
     def _may_go_on(self) -> bool:
         """Whether the task whose call just ended may go on to a call issued now: yes
         unless other work waits for an idle CPU (a woken task, an upcall, an
-        interrupt), which this task's CPU must go idle for; background work (nobody
-        waits for a loaded call) may still go on until its CPU has run MIN_TURN_CALLS
-        calls in a row.  Never past MAX_TURN_CALLS in a row.  All counted: the same work
-        interleaves the same way however fast the host runs it."""
+        interrupt) and none is idle, so that this task's CPU must go idle for it;
+        background work (nobody waits for a loaded call) may still go on until its CPU
+        has run MIN_TURN_CALLS calls in a row.  Never past MAX_TURN_CALLS in a row.  All
+        counted: the same work interleaves the same way however fast the host runs
+        it."""
         in_row = self.cpu.calls_in_row
         if in_row >= self.MAX_TURN_CALLS:
             return False
         if not (self._wakeups or self._upcalls or self.irq.has_work()):
             return True
+        if any(c.state == "idle" for c in self.cpus):
+            return True     # an idle CPU takes that work before the next CPU's turn
         return not self._awaited and in_row < self.MIN_TURN_CALLS
 
     def run_user(self, task: Task, sleep_state: int = abi.TASK_INTERRUPTIBLE
