@@ -524,7 +524,7 @@ def test_a_call_issued_as_the_last_one_ends_runs_in_the_same_turn(kernel):
 
 def test_background_calls_keep_their_cpu_for_a_turn_awaited_ones_round_robin(kernel):
     """Two chains of background calls on two CPUs switch the emulator's CPU about once a
-    MIN_TURN_CALLS calls, not at each one; a call someone waits for makes turns end at each
+    TURN_CALLS calls, not at each one; a call someone waits for makes turns end at each
     call again while it is loaded."""
     a, b = kernel.spawn("a"), kernel.spawn("b")
     switches = [0]
@@ -541,8 +541,8 @@ def test_background_calls_keep_their_cpu_for_a_turn_awaited_ones_round_robin(ker
         _chain(kernel, b, 300, done_b)()
         while len(done_a) + len(done_b) < 600:
             kernel.run_slice()
-    assert switches[0] < 100    # about 600 before: a switch at every call
-    kernel.MIN_TURN_CALLS = 10**9
+    assert switches[0] < 34     # 37 ending turns every 16 calls, 600 at every call
+    kernel.TURN_CALLS = 10**9
     c = kernel.spawn("c")
     done_a.clear()
     done_b.clear()
@@ -555,9 +555,9 @@ def test_background_calls_keep_their_cpu_for_a_turn_awaited_ones_round_robin(ker
 
 def test_work_posted_in_a_turn_is_taken_before_the_next_cpus_turn():
     """A chain past MAX_TURN_CALLS posts its next call, which ends its CPU's turn; the
-    machine takes it before the next CPU's turn, whose turn then runs its
-    MIN_TURN_CALLS calls (it was cut to one call while the post waited for the next
-    slice).  Three chains of 640 calls: 3 x 640 / 16 = 120 turns at best."""
+    machine takes it before the next CPU's turn, whose turn then runs its TURN_CALLS
+    calls (it was cut to one call while the post waited for the next slice).  Three
+    chains of 640 calls: 3 x 640 / 64 = 30 turns at best."""
     kernel = Kernel(cpus=4, seed=0)
     tasks = [kernel.spawn(comm) for comm in "abc"]
     turns = [0]
@@ -574,7 +574,7 @@ def test_work_posted_in_a_turn_is_taken_before_the_next_cpus_turn():
         while sum(map(len, dones)) < 3 * 640:
             kernel.run_slice()
     assert all(done == [task.pid] * 640 for task, done in zip(tasks, dones))
-    assert turns[0] <= 130      # 178 when posted work waited for the next slice
+    assert turns[0] <= 33       # 59 when posted work waited for the next slice
 
 
 def test_a_task_goes_on_while_an_idle_cpu_can_take_the_work_that_waits():

@@ -5,7 +5,7 @@ Every virtual CPU has its own saved Unicorn context; one thread at a time drives
 emulator (whoever holds ``Kernel.lock``), running the online CPUs round-robin on one
 thread.  A CPU's turn ends at a hypercall: when it idles, spins on a lock, or returns a
 task to user mode while another CPU has work (background calls, which nobody waits for,
-every MIN_TURN_CALLS of them in a row).  The kernel is not preemptible
+every TURN_CALLS of them in a row).  The kernel is not preemptible
 (CONFIG_PREEMPT=n), so the order of events is a function of the inputs alone and a run
 is reproducible for a given seed.
 
@@ -427,12 +427,12 @@ class Kernel(MachineDriver, SystemCalls):
     def _end_turn(self) -> None:
         """End this CPU's turn after the hypercall returns (round-robin) when work is
         posted, the turn has lasted TURN_SECONDS, or another CPU has work and a loaded
-        call is awaited or this CPU has run a multiple of MIN_TURN_CALLS calls in a row."""
+        call is awaited or this CPU has run a multiple of TURN_CALLS calls in a row."""
         if self._scratch_depth:
             return          # inside Kernel.call: the nested run must reach its return
         in_row = self.cpu.calls_in_row
         if self._inbox or time.monotonic() - self._turn_started > self.TURN_SECONDS or (
-                (self._awaited or (in_row and not in_row % self.MIN_TURN_CALLS))
+                (self._awaited or (in_row and not in_row % self.TURN_CALLS))
                 and self._others_running()):
             self.uc.emu_stop()
 

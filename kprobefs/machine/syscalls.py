@@ -30,12 +30,15 @@ class SystemCalls:
     """Submitting, running and finishing system calls; spawning tasks."""
 
     #: Every how many system calls in a row (since it last went idle) a CPU's turn
-    #: ends for other CPUs that wait, while nobody waits for a call (background
-    #: work, such as the workload's: a context switch of the emulator each way is
-    #: dearer than a few calls).  Posted work ends the turn at the next call, and a
-    #: loaded call someone waits for turns this off (_awaited).  Counted, not timed,
-    #: and not reset where a turn ends: the same work interleaves the same way however
-    #: fast the host runs it, and whatever else (a probe) stops the emulation.
+    #: ends for other CPUs that run, while nobody waits for a call (background work,
+    #: such as the workload's: a turn of the emulator, each way, is dearer than a few
+    #: calls).  Posted work ends the turn at the next call, and a loaded call someone
+    #: waits for turns this off (_awaited).  Counted, not timed, and not reset where a
+    #: turn ends: the same work interleaves the same way however fast the host runs
+    #: it, and whatever else (a probe) stops the emulation.
+    TURN_CALLS = 64
+    #: How many calls in a row background work may go on to while other work waits
+    #: for the CPU it runs on (no CPU is idle to take it; see _may_go_on).
     MIN_TURN_CALLS = 16
     #: How many calls in a row a CPU's task may go on to, issued as its last ones ended
     #: (_may_go_on); the next is queued, and the task sleeps in between.

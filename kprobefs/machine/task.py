@@ -71,7 +71,7 @@ class Cpu:
     ctx: object = None
     state: str = "offline"  # offline, running, idle, halted, wedged
     resume_rax: int | None = None
-    #: System calls its tasks ended since it last went idle (Kernel.MIN_TURN_CALLS).
+    #: System calls its tasks ended since it last went idle (Kernel.TURN_CALLS).
     calls_in_row: int = 0
     gs_base: int = 0
     current_pa: int = 0      # physical address of this CPU's pcpu.current_task
