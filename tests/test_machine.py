@@ -607,6 +607,65 @@ def test_a_task_goes_on_while_an_idle_cpu_can_take_the_work_that_waits():
     assert posts[0] == 1        # 7: it slept every MIN_TURN_CALLS calls
 
 
+def test_a_task_alone_on_its_cpu_goes_on_past_max_turn_calls():
+    """MAX_TURN_CALLS bounds a run only while its CPU runs no other task: a chain alone
+    on its CPU never sleeps (one post: its first call, from outside the machine)."""
+    kernel = Kernel(cpus=4, seed=0)
+    a = kernel.spawn("a")
+    posts = [0]
+    post = kernel._post
+
+    def counting(work, wake=True):
+        posts[0] += 1
+        post(work, wake)
+    kernel._post = counting
+    done: list = []
+    with kernel.lock:
+        _chain(kernel, a, 300, done)()
+        while len(done) < 300:
+            kernel.run_slice()
+    assert done == [a.pid] * 300
+    assert posts[0] == 1        # 5: it slept every MAX_TURN_CALLS calls
+
+
+def test_a_task_queued_on_a_busy_cpu_runs_within_max_turn_calls():
+    """A forked child waits on its parent's CPU's run queue while the parent goes on:
+    after MAX_TURN_CALLS calls in which the CPU ran no other task, the parent sleeps
+    and the child runs."""
+    kernel = Kernel(cpus=1, seed=0)
+    parent = kernel.spawn("parent")
+    done: list = []
+    child_done: list = []
+
+    def forked(req):
+        kernel.submit(kernel.tasks[req.result], "getpid",
+                      on_done=lambda r: child_done.append(len(done)))
+        _chain(kernel, parent, 300, done)()
+    with kernel.lock:
+        kernel.submit(parent, "fork", on_done=forked)
+        while len(done) < 300 or not child_done:
+            kernel.run_slice()
+    assert child_done and child_done[0] <= kernel.MAX_TURN_CALLS + 1
+
+
+def test_the_workloads_tasks_never_sleep_between_calls_with_a_cpu_each():
+    """On 8 CPUs the workload's three workers each have a CPU; their children wait on
+    it, and run whenever a worker waits for them: no worker is ever put to sleep between
+    two calls (the posts are the three first calls, from outside the machine)."""
+    k = Kernel(cpus=8, seed=0)
+    w = Workload(k, seed=0)
+    w.run(300)
+    posts = [0]
+    post = k._post
+
+    def counting(work, wake=True):
+        posts[0] += 1
+        post(work, wake)
+    k._post = counting
+    w.run(3000)
+    assert posts[0] <= 3        # 17 while a run ended at MAX_TURN_CALLS whoever ran
+
+
 def test_on_one_cpu_background_chains_take_turns_and_an_awaited_call_gets_in():
     """A chain that goes on in its turn leaves the CPU to the other tasks woken meanwhile
     once the turn has run MIN_TURN_CALLS calls, and at once for a call someone waits

@@ -289,6 +289,9 @@ class Kernel(MachineDriver, SystemCalls):
         uc = self.uc
         cpu.gs_base = self._pcpu_area + cpu.index * self.kabi["pcpu.size"]
         cpu.current_pa = self.mem.translate(cpu.gs_base + self.kabi["pcpu.current_task"])
+        cpu.switches_pa = self.mem.translate(cpu.gs_base + self.kabi["pcpu.nr_switches"])
+        cpu.runqueue = cpu.gs_base + self.kabi["pcpu.runqueue"]
+        cpu.runqueue_pa = self.mem.translate(cpu.runqueue)
         uc.reg_write(UC_X86_REG_GS_BASE, cpu.gs_base)
         uc.reg_write(UC_X86_REG_RSP, stack_top - 8)
         uc.reg_write(UC_X86_REG_RIP, entry)

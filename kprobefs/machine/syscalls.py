@@ -24,6 +24,7 @@ from .task import ProcessExited, SyscallRequest, Task, check_syscall_args, marsh
 __all__ = ["SystemCalls"]
 
 log = logging.getLogger("kprobefs.machine")
+_U64 = struct.Struct("<Q")
 
 
 class SystemCalls:
@@ -41,7 +42,8 @@ class SystemCalls:
     #: for the CPU it runs on (no CPU is idle to take it; see _may_go_on).
     MIN_TURN_CALLS = 16
     #: How many calls in a row a CPU's task may go on to, issued as its last ones ended
-    #: (_may_go_on); the next is queued, and the task sleeps in between.
+    #: (_may_go_on), while other tasks wait on its CPU and none ran; the next is queued,
+    #: and the task sleeps in between, so that they run.
     MAX_TURN_CALLS = 64
 
     #: Window slots made before a freed one is taken again: the TLB is flushed (a CR3
@@ -137,6 +139,8 @@ class SystemCalls:
             req, task.active = task.active, None
             req.result = signed64(ret)
             cpu.calls_in_row += 1
+            if cpu.calls_in_row == 1:   # a run starts: did other tasks run during it?
+                cpu.switches_seen = _U64.unpack_from(self.mem.ram, cpu.switches_pa)[0]
             self._copy_out(req)
             self._finish(req)
         self._end_turn()
@@ -217,12 +221,18 @@ class SystemCalls:
         unless other work waits for an idle CPU (a woken task, an upcall, an
         interrupt) and none is idle, so that this task's CPU must go idle for it;
         background work (nobody waits for a loaded call) may still go on until its CPU
-        has run MIN_TURN_CALLS calls in a row.  Never past MAX_TURN_CALLS in a row.  All
-        counted: the same work interleaves the same way however fast the host runs
-        it."""
-        in_row = self.cpu.calls_in_row
+        has run MIN_TURN_CALLS calls in a row.  Never past MAX_TURN_CALLS in a row while
+        tasks wait on its CPU's run queue and none ran meanwhile; else the count starts
+        again.  All counted: the same work interleaves the same way however fast the
+        host runs it."""
+        cpu = self.cpu
+        in_row = cpu.calls_in_row
         if in_row >= self.MAX_TURN_CALLS:
-            return False
+            ram = self.mem.ram
+            if (_U64.unpack_from(ram, cpu.switches_pa)[0] == cpu.switches_seen
+                    and _U64.unpack_from(ram, cpu.runqueue_pa)[0] != cpu.runqueue):
+                return False                # tasks wait on its CPU, and none ran
+            cpu.calls_in_row = in_row = 0   # the next call starts a run
         if not (self._wakeups or self._upcalls or self.irq.has_work()):
             return True
         if any(c.state == "idle" for c in self.cpus):

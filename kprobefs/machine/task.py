@@ -71,10 +71,15 @@ class Cpu:
     ctx: object = None
     state: str = "offline"  # offline, running, idle, halted, wedged
     resume_rax: int | None = None
-    #: System calls its tasks ended since it last went idle (Kernel.TURN_CALLS).
+    #: System calls its tasks ended in a run: since it last went idle, or since it last
+    #: switched tasks once they were MAX_TURN_CALLS (Kernel.TURN_CALLS, MAX_TURN_CALLS).
     calls_in_row: int = 0
     gs_base: int = 0
     current_pa: int = 0      # physical address of this CPU's pcpu.current_task
+    switches_pa: int = 0     # physical address of this CPU's pcpu.nr_switches
+    switches_seen: int = 0   # its pcpu.nr_switches as the run started
+    runqueue: int = 0        # the address of its pcpu.runqueue (a list head)
+    runqueue_pa: int = 0     # and its physical address
     killed: int = 0          # the task_struct the watchdog last killed here
     wedged_at: str = ""      # where it spun when it was taken out of service
     #: Its task went back to user mode as its turn ended: at its next turn it goes idle

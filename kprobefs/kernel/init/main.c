@@ -146,6 +146,8 @@ const struct kabi_entry kabi[] = {
 	KOFF("pcpu.current_task", struct pcpu, current_task),
 	KOFF("pcpu.upcall", struct pcpu, upcall),
 	KOFF("pcpu.preempt_count", struct pcpu, preempt_count),
+	KOFF("pcpu.nr_switches", struct pcpu, nr_switches),
+	KOFF("pcpu.runqueue", struct pcpu, runqueue),
 	KABI("pt_regs.size", sizeof(struct pt_regs)),
 	KOFF("pt_regs.orig_ax", struct pt_regs, orig_ax),
 	KABI("thread_size", THREAD_SIZE),
