@@ -496,6 +496,19 @@ def _chain(kernel, task, n, done):
     return next_call
 
 
+def _count_posts(kernel) -> list[int]:
+    """A one-element list counting the work posted to kernel from now on (each post of
+    a task's call means the task sleeps before it)."""
+    posts = [0]
+    post = kernel._post
+
+    def counting(work, wake=True):
+        posts[0] += 1
+        post(work, wake)
+    kernel._post = counting
+    return posts
+
+
 def _awaited_call_gets_in(kernel, task):
     """A getpid of task that someone waits for completes within a few slices, while
     background chains run (the caller holds the lock)."""
@@ -583,13 +596,7 @@ def test_a_task_goes_on_while_an_idle_cpu_can_take_the_work_that_waits():
     chain never sleeps (one post: its first call, from outside the machine)."""
     kernel = Kernel(cpus=4, seed=0)
     a, b = kernel.spawn("a"), kernel.spawn("b")
-    posts = [0]
-    post = kernel._post
-
-    def counting(work, wake=True):
-        posts[0] += 1
-        post(work, wake)
-    kernel._post = counting
+    posts = _count_posts(kernel)
     done_a: list = []
     done_b: list = []
 
@@ -612,13 +619,7 @@ def test_a_task_alone_on_its_cpu_goes_on_past_max_turn_calls():
     on its CPU never sleeps (one post: its first call, from outside the machine)."""
     kernel = Kernel(cpus=4, seed=0)
     a = kernel.spawn("a")
-    posts = [0]
-    post = kernel._post
-
-    def counting(work, wake=True):
-        posts[0] += 1
-        post(work, wake)
-    kernel._post = counting
+    posts = _count_posts(kernel)
     done: list = []
     with kernel.lock:
         _chain(kernel, a, 300, done)()
@@ -655,13 +656,7 @@ def test_the_workloads_tasks_never_sleep_between_calls_with_a_cpu_each():
     k = Kernel(cpus=8, seed=0)
     w = Workload(k, seed=0)
     w.run(300)
-    posts = [0]
-    post = k._post
-
-    def counting(work, wake=True):
-        posts[0] += 1
-        post(work, wake)
-    k._post = counting
+    posts = _count_posts(k)
     w.run(3000)
     assert posts[0] <= 3        # 17 while a run ended at MAX_TURN_CALLS whoever ran
 
