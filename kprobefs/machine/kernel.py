@@ -346,8 +346,6 @@ class Kernel(MachineDriver, SystemCalls):
         whose task just went back to user mode runs: it takes the wake-up at its idle
         loop in the same turn, as Linux's sync wake-ups stay on the waker's CPU about
         to go idle; woken elsewhere, that CPU would take one more turn only to idle."""
-        if not (self._wakeups or self._upcalls or self.irq.has_work()):
-            return
         syncing = any(c.idling and c.state == "running" for c in self.cpus)
         for cpu in self.cpus:
             if not ((self._wakeups and not syncing) or self._upcalls or self.irq.has_work()):
@@ -374,9 +372,12 @@ class Kernel(MachineDriver, SystemCalls):
         if self.panicked:
             raise MachineError(f"kernel panic: {self.panicked}")
         ran = False
+        irq = self.irq
         for cpu in self.cpus:
-            self._take_posted()
-            self._dispatch_wakeups()
+            if self._inbox:
+                self._take_posted()
+            if self._wakeups or self._upcalls or irq.has_work():
+                self._dispatch_wakeups()
             if cpu.state != "running":
                 continue
             ran = True
