@@ -433,3 +433,17 @@ def test_a_namespaces_mount_table_is_read_again_only_after_a_mount(tmp_path):
         assert tables.lines(2 ** 22 + 12345) is None            # no such process
     finally:
         tables.close()
+
+
+def test_an_open_file_used_by_another_process_meanwhile_is_still_checked(monkeypatch):
+    """rmdir's wait asks which processes that used a file still hold it while other
+    requests add processes to it (it failed with "dictionary changed size")."""
+    from kprobefs.fs import gateway as gw_module
+    of = gw_module._OpenFile(path="/sys/kernel/tracing/instances/foo/trace", flags=0)
+    of.fds[1] = 3
+
+    def paths(pid):
+        of.fds[pid + 1000] = 4      # another thread's open, as this one walks the pids
+        return iter(())
+    monkeypatch.setattr(gw_module, "open_mount_paths", paths)
+    assert not gw_module._held(of)

@@ -555,9 +555,10 @@ class Gateway(HostCallers):
 
 def _held(of: _OpenFile) -> bool:
     """Whether a host process that used the open file still has a descriptor on its
-    path (a child that inherited it unused is not seen: then the wait runs out)."""
+    path (a child that inherited it unused is not seen: then the wait runs out).  The
+    pids are taken first: another request's thread may add one meanwhile."""
     return any(Gateway.kernel_path(rel) == of.path
-               for pid in of.fds for rel in open_mount_paths(pid))
+               for pid in tuple(of.fds) for rel in open_mount_paths(pid))
 
 
 def _parse_dirents(data: bytes) -> list[tuple[str, int]]:
