@@ -461,10 +461,13 @@ def shim_dir() -> Path:
 
 def _run_limited(argv: list[str], out: Path, timeout: float, env: dict | None = None
                  ) -> tuple[int | None, list[str]]:
-    """Runs argv in its own session with stdout and stderr into out.  Returns (exit
+    """Runs argv in its own session with stdout and stderr into out, SIGHUP at its
+    default action (the instance cases stop their loops with ``kill -1``, which a
+    runner started under nohup would otherwise pass on ignored).  Returns (exit
     status, []) or, past timeout, (None, the processes the kill left behind)."""
     with open(out, "wb") as f:
-        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT,
+        p = subprocess.Popen(["/usr/bin/env", "--default-signal=HUP", *argv], stdout=f,
+                             stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, cwd="/", env=env,
                              start_new_session=True)
     try:

@@ -93,3 +93,19 @@ def test_ftracetest_case(results, case):
     assert result is not None, f"{case} was not run"
     expected = EXPECTED[case]
     assert result.result == expected, f"{case}: {result.result}\n{result.log[-6000:]}"
+
+
+def test_a_case_run_under_nohup_still_stops_its_loops_with_sighup(tmp_path):
+    """The instance cases stop their background loops with ``kill -1``: a runner
+    started under nohup (SIGHUP ignored, which children inherit) starts each case with
+    SIGHUP at its default action, or those cases hang."""
+    import signal
+    out = tmp_path / "out"
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        status, _ = runner._run_limited(
+            ["sh", "-c", "sleep 5 & p=$!; kill -1 $p; wait $p; echo $?"], out, 20)
+    finally:
+        signal.signal(signal.SIGHUP, before)
+    assert status == 0
+    assert out.read_text().split()[-1] == "129"     # 128 + SIGHUP: the sleep was hung up
