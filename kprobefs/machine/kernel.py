@@ -385,7 +385,7 @@ class Kernel(MachineDriver, SystemCalls):
             if cpu.resume_rax is not None:
                 self.fast.set(UC_X86_REG_RAX, cpu.resume_rax)
                 cpu.resume_rax = None
-            self.irq.before_turn(cpu)
+            irq.before_turn(cpu)
             self._emulate(cpu)
         self._update_jiffies()
         for tick in self.tick_listeners:
