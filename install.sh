@@ -86,7 +86,9 @@ fi
 [ -e "$venv/bin/python" ] || python3 -m venv "$venv"
 extra=""
 [ "$mode" = test ] && extra="[test]"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check ".$extra"
+# --use-pep517: fusepy is an sdist with only a setup.py; pip 23 would install it the
+# legacy way and print a deprecation.
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --use-pep517 ".$extra"
 
 mkdir -p "$bindir" "$mandir"
 ln -sfn "$venv/bin/kprobefs" "$bindir/kprobefs"

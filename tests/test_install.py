@@ -129,6 +129,12 @@ def test_install_sh_with_debians_python_then_uninstall(tmp_path):
     done = subprocess.run(["./install.sh"], cwd=TOP, env=env, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
+    # No warning of the install's own making (pip's notes about this machine's own
+    # package index settings are the machine's).
+    warned = [line for line in (done.stdout + done.stderr).splitlines()
+              if re.search(r"(?i)warn|deprecat", line)
+              and "it is neither a file nor a directory" not in line]
+    assert not warned, "\n".join(warned)
     base = subprocess.run([str(venv / "bin" / "python"), "-c",
                            "import sys; print(sys._base_executable)"],
                           capture_output=True, text=True, check=True).stdout.strip()
