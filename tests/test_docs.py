@@ -1,0 +1,416 @@
+"""The shell examples of README.md and docs/*.md, run against a real mount, so that the
+docs cannot go stale silently.
+
+The convention (docs/testing.md says the same to writers of the docs):
+
+- A fenced block whose info string is ``console`` is run.  Blocks of other kinds
+  (``sh``, ``text``) are shown, never run: they are for what a test cannot do
+  (installing, systemctl, commands that take minutes).
+- A ``python`` block is run too, on its own, by the Python running the tests: it must
+  not raise (its ``assert`` statements are its expected output).
+- In a ``console`` block a line that starts with ``$ `` is a command.  A command line
+  that ends in ``\\`` goes on to the next line.
+- The lines after a command, up to the next ``$ `` line or the end of the block, are what
+  the command prints, its standard output and standard error together, in order.
+- In an expected line, ``...`` matches any text (none too), as doctest's ELLIPSIS does;
+  a line that is only ``...`` matches any number of lines, none too.  A run of blanks
+  matches any run of blanks (doctest's NORMALIZE_WHITESPACE, within a line: columns
+  widen with a pid's digits).  Trailing blanks and blank lines at the end of an output
+  do not count.
+- Each page runs on its own fresh mount, made with ``kprobefs mount`` (the command the
+  README documents) before the page's first block.  All the blocks of a page run in
+  order in one ``sh``, so a ``cd`` carries on to the next block.  ``/run/kprobefs`` in a
+  block stands for that mount, and so does a ``kprobefs`` command given no mount point;
+  ``kprobefs`` is on ``PATH``.  The shell starts in an empty scratch directory, with
+  ``LC_ALL=C``.
+
+A changed output fails the page with the command, where it is, and a diff.  Pages
+without ``console`` blocks are not collected.  The matcher's own tests need no mount;
+the pages' tests skip where FUSE is missing, never under CI=true.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import kprobefs
+from robust_mount import is_mounted, need_fuse
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: The mount point the docs write; each page's run replaces it with its own.
+DOC_MOUNTPOINT = "/run/kprobefs"
+PAGE_TIMEOUT = 120.0
+#: The daemons and wrappers run the kprobefs these tests import.
+PACKAGE_PARENT = str(Path(kprobefs.__file__).resolve().parents[1])
+_MARK = "\x1e"
+
+
+# ---- reading the pages -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Example:
+    """One command of a console block and the output the page says it prints."""
+
+    page: str
+    line: int           # 1-based line of the command's first line in the page
+    command: str
+    expected: tuple[str, ...]
+
+
+_FENCE = re.compile(r"^(```+|~~~+)\s*([\w+-]*)")
+
+
+def iter_examples(text: str, page: str = "<page>"):
+    """Yields the Examples of the console blocks of a Markdown text, in order."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence, info = m.group(1), m.group(2)
+        body_start = i + 1
+        j = body_start
+        while j < len(lines) and not lines[j].startswith(fence):
+            j += 1
+        if info == "console":
+            yield from _block_examples(lines[body_start:j], body_start + 1, page)
+        i = j + 1
+
+
+def iter_python_blocks(text: str):
+    """Yields (line, source) of each python block of a Markdown text."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and not lines[j].startswith(m.group(1)):
+            j += 1
+        if m.group(2) == "python":
+            yield i + 2, "\n".join(lines[i + 1:j]) + "\n"
+        i = j + 1
+
+
+def _block_examples(body: list[str], first_line: int, page: str):
+    i = 0
+    while i < len(body):
+        if not body[i].startswith("$ "):
+            raise ValueError(f"{page}:{first_line + i}: a console block's first line must "
+                             f"be a command ('$ '): {body[i]!r}")
+        start = i
+        command = [body[i][2:]]
+        while command[-1].endswith("\\") and i + 1 < len(body):
+            i += 1
+            command.append(body[i])
+        i += 1
+        expected = []
+        while i < len(body) and not body[i].startswith("$ "):
+            expected.append(body[i])
+            i += 1
+        yield Example(page, first_line + start, "\n".join(command), tuple(expected))
+
+
+# ---- matching ----------------------------------------------------------------------------
+def _literal(text: str) -> str:
+    """A regular expression for text in which a run of blanks matches any such run."""
+    return "".join(r"[ \t]+" if part.isspace() else re.escape(part)
+                   for part in re.split(r"([ \t]+)", text) if part)
+
+
+def _line_pattern(expected: str) -> re.Pattern:
+    return re.compile(".*".join(_literal(part) for part in expected.split("...")),
+                      re.DOTALL)
+
+
+def _trim(lines) -> list[str]:
+    out = [line.rstrip() for line in lines]
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def output_matches(expected, actual) -> bool:
+    """Whether the actual lines are what the expected lines say (``...`` inside a line:
+    any text; a line that is only ``...``: any number of lines)."""
+    want, got = _trim(expected), _trim(actual)
+    # can[i][j]: want[i:] matches got[j:].
+    can = [[False] * (len(got) + 1) for _ in range(len(want) + 1)]
+    can[len(want)][len(got)] = True
+    for i in range(len(want) - 1, -1, -1):
+        if want[i].strip() == "...":
+            for j in range(len(got), -1, -1):
+                can[i][j] = can[i + 1][j] or (j < len(got) and can[i][j + 1])
+            continue
+        pattern = _line_pattern(want[i])
+        for j in range(len(got) - 1, -1, -1):
+            can[i][j] = can[i + 1][j + 1] and pattern.fullmatch(got[j]) is not None
+    return can[0][0]
+
+
+# ---- running a page ----------------------------------------------------------------------
+def _script(examples, workdir: Path, mountpoint: str) -> str:
+    parts = ["exec 2>&1", f"cd '{workdir}'"]
+    for n, example in enumerate(examples):
+        parts.append(f"printf '{_MARK}%d\\n' {n}")
+        parts.append(example.command.replace(DOC_MOUNTPOINT, mountpoint))
+    parts.append(f"printf '{_MARK}%d\\n' {len(examples)}")
+    return "\n".join(parts) + "\n"
+
+
+def split_outputs(stdout: str, count: int) -> list[list[str]]:
+    """The output of each of count commands, from the marked stdout of a page's run."""
+    pieces = re.split(_MARK + r"(\d+)\n", stdout)
+    outputs: dict[int, str] = {}
+    for k in range(1, len(pieces) - 1, 2):
+        outputs[int(pieces[k])] = pieces[k + 1]
+    result = []
+    for n in range(count):
+        text = outputs.get(n)
+        result.append(None if text is None else text.splitlines())
+    return result
+
+
+def _wrapper(bindir: Path, mountpoint: str) -> None:
+    """bin/kprobefs: the CLI of the tree under test, whose default mount point is the
+    page's mount."""
+    path = bindir / "kprobefs"
+    path.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import sys
+        sys.path.insert(0, {PACKAGE_PARENT!r})
+        from kprobefs import cli
+        assert hasattr(cli, "DEFAULT_MOUNTPOINT"), "the CLI's default mount point moved"
+        cli.DEFAULT_MOUNTPOINT = {mountpoint!r}
+        sys.exit(cli.main())
+        """))
+    path.chmod(0o755)
+
+
+def _env(bindir: Path) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + env.get("PYTHONPATH", "")
+    env["LC_ALL"] = "C"
+    env.pop("NOTIFY_SOCKET", None)
+    return env
+
+
+class PageMount:
+    """A fresh mount for one page, made and taken down with the documented commands."""
+
+    def __init__(self):
+        # Not under /tmp, which `kprobefs exec --kernel-scratch` replaces.
+        self.path = tempfile.mkdtemp(prefix="kprobefs-docs-", dir="/run")
+        self.scratch = Path(tempfile.mkdtemp(prefix="kprobefs-docs-"))
+        self.bindir = self.scratch / "bin"
+        self.bindir.mkdir()
+        self.workdir = self.scratch / "work"
+        self.workdir.mkdir()
+        _wrapper(self.bindir, self.path)
+        self.env = _env(self.bindir)
+
+    def run(self, *argv: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.bindir / "kprobefs"), *argv], env=self.env,
+                              capture_output=True, text=True, timeout=timeout, cwd="/")
+
+    def __enter__(self) -> "PageMount":
+        done = self.run("mount", self.path)
+        if done.returncode != 0:
+            self.__exit__()
+            pytest.fail(f"kprobefs mount failed: {done.stderr}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if is_mounted(self.path):
+            self.run("umount", self.path)
+        if is_mounted(self.path):
+            from kprobefs.daemon import unmount
+            unmount(self.path, lazy=True)
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def run_page(examples, mount: PageMount) -> list[list[str] | None]:
+    script = _script(examples, mount.workdir, mount.path)
+    proc = subprocess.Popen(["sh", "-c", script], env=mount.env, cwd=mount.workdir,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        stdout, _ = proc.communicate(timeout=PAGE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, _ = proc.communicate()
+    return split_outputs(stdout, len(examples))
+
+
+def check_outputs(examples, outputs, mountpoint: str) -> list[str]:
+    """A report of every example whose output is not what its page says."""
+    failures = []
+    for example, actual in zip(examples, outputs):
+        expected = [line.replace(DOC_MOUNTPOINT, mountpoint) for line in example.expected]
+        where = f"{example.page}:{example.line}: $ {example.command}"
+        if actual is None:
+            failures.append(f"{where}\n  did not run (the page's shell ended or timed out "
+                            f"before it)")
+            continue
+        if not output_matches(expected, actual):
+            diff = "\n".join(difflib.unified_diff(_trim(expected), _trim(actual),
+                                                  "the page", "the run", lineterm=""))
+            failures.append(f"{where}\n{diff}")
+    return failures
+
+
+# ---- the tests ---------------------------------------------------------------------------
+def _pages_with_examples():
+    out = []
+    for page in PAGES:
+        if page.exists():
+            examples = list(iter_examples(page.read_text(), str(page.relative_to(ROOT))))
+            if examples:
+                out.append(pytest.param(page, examples, id=str(page.relative_to(ROOT))))
+    return out
+
+
+@pytest.mark.fuse
+@pytest.mark.parametrize("page, examples", _pages_with_examples())
+def test_the_pages_examples_print_what_the_page_says(page, examples):
+    need_fuse()
+    with PageMount() as mount:
+        outputs = run_page(examples, mount)
+    failures = check_outputs(examples, outputs, mount.path)
+    assert not failures, f"{len(failures)} example(s) of {page.name} changed:\n\n" + \
+        "\n\n".join(failures)
+
+
+def _python_blocks():
+    out = []
+    for page in PAGES:
+        if page.exists():
+            for line, source in iter_python_blocks(page.read_text()):
+                name = f"{page.relative_to(ROOT)}:{line}"
+                out.append(pytest.param(source, id=name))
+    return out
+
+
+@pytest.mark.parametrize("source", _python_blocks())
+def test_the_pages_python_runs(source, tmp_path):
+    done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True,
+                          timeout=PAGE_TIMEOUT, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT + os.pathsep +
+                                   os.environ.get("PYTHONPATH", "")))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_readme_and_every_page_read_as_examples():
+    """Every console block parses, and the README has examples to run."""
+    readme = list(iter_examples((ROOT / "README.md").read_text(), "README.md"))
+    assert readme
+    for page in PAGES[1:]:
+        list(iter_examples(page.read_text(), page.name))
+
+
+# ---- the matcher, with no mount ----------------------------------------------------------
+PAGE = """\
+Some text.
+
+```console
+$ cd /run/kprobefs/tracing
+$ echo 'p:myprobe vfs_read' > kprobe_events
+$ cat kprobe_events
+p:kprobes/myprobe vfs_read
+$ printf 'a\\n' \\
+    'b'
+a
+...
+```
+
+```sh
+$ not run
+```
+"""
+
+
+def test_console_blocks_are_read_and_other_blocks_are_not():
+    examples = list(iter_examples(PAGE, "p.md"))
+    assert [(e.line, e.command, e.expected) for e in examples] == [
+        (4, "cd /run/kprobefs/tracing", ()),
+        (5, "echo 'p:myprobe vfs_read' > kprobe_events", ()),
+        (6, "cat kprobe_events", ("p:kprobes/myprobe vfs_read",)),
+        (8, "printf 'a\\n' \\\n    'b'", ("a", "...")),
+    ]
+
+
+def test_a_block_must_start_with_a_command():
+    with pytest.raises(ValueError, match="p.md:2"):
+        list(iter_examples("```console\noutput\n```\n", "p.md"))
+
+
+TRACE = [
+    "# tracer: nop",
+    "#",
+    "             cat-6237    [000] .....     2.076957: myprobe: (vfs_read+0x0/0x98) "
+    "count=131072",
+]
+
+
+@pytest.mark.parametrize("expected", [
+    TRACE,
+    ["# tracer: nop", "...", "             cat-...    [...] .....  ...: myprobe: "
+                             "(vfs_read+0x0/0x98) count=131072"],
+    ["..."],
+    ["...", "#", "..."],
+    TRACE + ["", ""],
+    [line + "  " for line in TRACE],
+    ["...", " cat-6237 [000] ..... 2.076957: myprobe: (vfs_read+0x0/0x98)\tcount=131072"],
+])
+def test_the_expected_lines_match(expected):
+    assert output_matches(expected, TRACE)
+
+
+@pytest.mark.parametrize("expected", [
+    TRACE[:2] + [TRACE[2].replace("count=131072", "count=4096")],     # a changed line
+    TRACE[:2],                                                         # a missing line
+    TRACE + ["one more"],
+    ["# tracer: function", "..."],
+    ["...", "cat-...", "..."],              # `...` inside a line does not cover the start
+    ["...", "             cat-6237[000] ..."],  # a blank is not nothing
+    [],
+])
+def test_a_changed_output_fails(expected):
+    assert not output_matches(expected, TRACE)
+
+
+def test_the_outputs_are_split_by_command():
+    stdout = f"{_MARK}0\none\ntwo\n{_MARK}1\nno newline{_MARK}2\n{_MARK}3\n"
+    assert split_outputs(stdout, 5) == [["one", "two"], ["no newline"], [], [], None]
+
+
+def test_a_changed_example_is_reported_with_its_place():
+    example = Example("p.md", 7, "cat /run/kprobefs/tracing/kprobe_events",
+                      ("p:kprobes/myprobe vfs_read",))
+    assert check_outputs([example], [["p:kprobes/myprobe vfs_read"]], "/run/x") == []
+    [report] = check_outputs([example], [["p:kprobes/other vfs_read"]], "/run/x")
+    assert report.startswith("p.md:7: $ cat /run/kprobefs/tracing/kprobe_events\n")
+    assert "-p:kprobes/myprobe vfs_read\n+p:kprobes/other vfs_read" in report
+    [report] = check_outputs([example], [None], "/run/x")
+    assert "did not run" in report
