@@ -263,6 +263,15 @@ def run_page(examples, mount: PageMount) -> list[list[str] | None]:
     return split_outputs(stdout, len(examples))
 
 
+def _shown(expected, actual) -> list[str]:
+    """The expected lines for a diff: one that matches the actual line beside it is
+    shown as that line, so that the diff shows only what differs."""
+    want, got = _trim(expected), _trim(actual)
+    return [got[k] if k < len(got) and line.strip() != "..." and
+            _line_pattern(line).fullmatch(got[k]) else line
+            for k, line in enumerate(want)]
+
+
 def check_outputs(examples, outputs, mountpoint: str) -> list[str]:
     """A report of every example whose output is not what its page says."""
     failures = []
@@ -274,7 +283,7 @@ def check_outputs(examples, outputs, mountpoint: str) -> list[str]:
                             f"before it)")
             continue
         if not output_matches(expected, actual):
-            diff = "\n".join(difflib.unified_diff(_trim(expected), _trim(actual),
+            diff = "\n".join(difflib.unified_diff(_shown(expected, actual), _trim(actual),
                                                   "the page", "the run", lineterm=""))
             failures.append(f"{where}\n{diff}")
     return failures
