@@ -109,7 +109,7 @@ class FakeKernel:
 
     # ---- tasks and system calls ---------------------------------------------------------
     def spawn(self, comm: str, pid: int | None = None, parent=None,
-              timeout: float | None = None) -> FakeTask:
+              timeout: float | None = None, autoreap: bool = False) -> FakeTask:
         with self.lock:
             if pid is not None:
                 if pid in self.tasks or pid <= 0:

@@ -8,7 +8,8 @@ With the host's process events (:mod:`.procwatch`), the forks, execs and exits o
 processes are mirrored as they happen: a fork becomes the emulated parent's
 ``kernel_clone`` even when the child never makes a request, an exec is the task's
 ``execve`` of the same program (which the emulated rootfs then holds, as an empty file),
-an exit runs ``do_exit`` with the process's exit status.  The calls ``kprobefs exec``
+an exit runs ``do_exit`` with the process's exit status, and the task is released
+then (autoreaped: the parent waits on the host, never in the kernel).  The calls ``kprobefs exec``
 hands over (:mod:`.syscallwatch`) are queued here and run on the task before its next
 request.
 
@@ -535,7 +536,7 @@ class HostCallers:
             return self._spawn(comm, pid, parent)
         forked_from = {} if parent is None else {"parent": parent}
         try:
-            req = start(comm, pid=pid, wake=False, **forked_from)
+            req = start(comm, pid=pid, wake=False, autoreap=True, **forked_from)
         except (ProcessExited, KernelError, MachineError):
             return self._spawn(comm, pid, parent)   # it sorts each case out
 
@@ -563,7 +564,7 @@ class HostCallers:
         try:
             if with_pid:
                 return self.kernel.spawn(comm, pid=pid, timeout=self.timeout,
-                                         **forked_from)
+                                         autoreap=True, **forked_from)
         except KernelError as e:
             log.debug("pid %d is not available in the emulated kernel (%s)", pid, e)
         except MachineError as e:
@@ -574,13 +575,15 @@ class HostCallers:
                         pid, e)
             forked_from = {}
             try:
-                return self.kernel.spawn(comm, pid=pid, timeout=self.timeout)
+                return self.kernel.spawn(comm, pid=pid, timeout=self.timeout,
+                                         autoreap=True)
             except KernelError as e2:
                 log.debug("pid %d is not available in the emulated kernel (%s)", pid, e2)
             except MachineError as e2:
                 raise OSError(errno.EIO, f"cannot create a task: {e2}") from e2
         try:
-            task = self.kernel.spawn(comm, timeout=self.timeout, **forked_from)
+            task = self.kernel.spawn(comm, timeout=self.timeout, autoreap=True,
+                                     **forked_from)
         except KernelError as e:
             # EAGAIN when the kernel's task table is full (Kernel.MAX_TASKS), as a fork
             # at RLIMIT_NPROC: the request fails with it and the next one tries again.

@@ -755,7 +755,7 @@ def kprobes_debugfs_dir(engine) -> Directory:
 
 
 def proc_tree(kernel, engine=None, stack_tracer=None) -> Directory:
-    """``/proc``: kallsyms and version from the machine; ``sys/debug/
+    """``/proc``: kallsyms, version, meminfo and slabinfo from the machine; ``sys/debug/
     kprobes-optimization`` over the engine's ``optimization_enabled`` and
     ``set_optimization()`` (the write returns once the optimizer has run, §7.4);
     ``sys/kernel/ftrace_enabled`` over the engine's ftrace core (an int sysctl: zero
@@ -771,6 +771,10 @@ def proc_tree(kernel, engine=None, stack_tracer=None) -> Directory:
     proc.add("version", TextFile(kernel.proc_version, mode=0o444))
     if getattr(kernel, "modules", None) is not None:
         proc.add("modules", TextFile(kernel.modules.proc_modules, mode=0o444))
+    memory = getattr(kernel, "memory", None)
+    if memory is not None:
+        proc.add("meminfo", TextFile(memory.meminfo_text, mode=0o444))
+        proc.add("slabinfo", TextFile(memory.slabinfo_text, mode=0o400))
     sys_dirs = {}
     if engine is not None:
         knob = IntKnob(lambda: int(bool(engine.optimization_enabled)), set_optimization,

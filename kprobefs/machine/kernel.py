@@ -58,6 +58,7 @@ from .task import (
     Cpu, ProcessExited, SyscallRequest, Task, UserBuffer, _Upcall,
 )
 from .watchdog import MachineLock, Watchdog
+from .meminfo import KernelMemory
 from .memory import EFER_NXE, PAGE, PAGE_OFFSET, AddressSpace, FaultError, PhysicalLayout
 
 __all__ = ["Kernel", "Task", "UserBuffer", "SyscallRequest", "Cpu", "ProcessExited"]
@@ -205,6 +206,8 @@ class Kernel(MachineDriver, SystemCalls):
         #: Loadable modules (load, unload, /proc/modules, the module notifier chain).
         self.modules = ModuleLoader(self)
         self.watchdog = Watchdog(self)
+        #: The allocators' counters (/proc/meminfo, /proc/slabinfo).
+        self.memory = KernelMemory(self)
 
     # ==== loading and boot ==================================================================
     def _sym(self, name: str) -> int:
@@ -607,6 +610,8 @@ class Kernel(MachineDriver, SystemCalls):
         self.console.append(text)
         del self.console[:-1000]
         log.log(logging.WARNING if level <= 4 else logging.DEBUG, "kernel: %s", text)
+        if "page allocation failure" in text:     # mm/page_alloc.c's warn_alloc
+            self.incidents.append((time.monotonic(), text))
         return 0
 
     def _hc_panic(self):

@@ -80,7 +80,7 @@ class AddressSpace:
         #: of every page of the machine)
         self._window_pages: dict[int, list[int]] = {}
         self._user_free: list[int] = []
-        self._user_next = 0
+        self._user_start = self._user_next = 0
         self._user_end = layout.ram_size
         self._ram_size = layout.ram_size
         #: (PAGE_OFFSET, RAM size): a virtual address va in the direct map is at
@@ -268,7 +268,11 @@ class AddressSpace:
 
     # ---- user windows -------------------------------------------------------------------
     def set_user_pool(self, start_pa: int) -> None:
-        self._user_next = start_pa
+        self._user_start = self._user_next = start_pa
+
+    def user_pages_in_use(self) -> int:
+        """Pages of the user pool handed out (task windows, module memory)."""
+        return (self._user_next - self._user_start) // PAGE - len(self._user_free)
 
     def _alloc_user_page(self) -> int:
         if self._user_free:

@@ -84,6 +84,7 @@ class SystemCalls:
         if spawn is not None and spawn.child_comm:
             self.mem.write(task_struct + self.kabi["task.comm"], spawn.child_comm)
             task.comm = spawn.child_comm.rstrip(b"\0").decode("utf-8", "replace")
+            task.autoreap = spawn.child_autoreap
         for listener in self.fork_listeners:
             listener(ppid, pid)
         return base
@@ -118,7 +119,7 @@ class SystemCalls:
         self._stale_windows.add(slot)   # flushed from the TLB before it is used again
         for listener in self.exit_listeners:
             listener(pid)
-        return 0
+        return 1 if task.autoreap else 0     # do_exit: 1 autoreaps
 
     def _hc_task_free(self):
         pid = signed64(self._args()[0])
@@ -192,10 +193,12 @@ class SystemCalls:
             buf.data = self.mem.read(buf.addr, buf.size)
 
     def submit(self, task: Task, name: str, *args, on_done: Callable | None = None,
-               wake: bool = True, child_comm: bytes = b"") -> SyscallRequest:
+               wake: bool = True, child_comm: bytes = b"",
+               child_autoreap: bool = False) -> SyscallRequest:
         """Queue a system call for task without waiting for it.  wake False: the
-        caller waits for it next, and drives it (see Kernel._post).  child_comm: a
-        clone3's, the name its child gets (see start_spawn)."""
+        caller waits for it next, and drives it (see Kernel._post).  child_comm and
+        child_autoreap: a clone3's, the name its child gets and whether it is
+        autoreaped (see start_spawn)."""
         try:
             nr = abi.SYSCALLS[name] if isinstance(name, str) else int(name)
         except KeyError:
@@ -206,7 +209,7 @@ class SystemCalls:
         if self.stuck is not None:
             raise KernelStuck(f"the machine is stuck: {self.stuck}")
         req = SyscallRequest(task, nr, str(name), args, on_done=on_done,
-                             child_comm=child_comm)
+                             child_comm=child_comm, child_autoreap=child_autoreap)
         if self.in_emulation() and self._may_go_on():
             # From a hook (a call's on_done that issues the task's next call): taken
             # now, in order, so that a task whose call just ended goes on to this one
@@ -287,16 +290,17 @@ class SystemCalls:
         return ret
 
     def spawn(self, comm: str, pid: int | None = None, parent: Task | None = None,
-              timeout: float | None = 30.0) -> Task:
+              timeout: float | None = 30.0, autoreap: bool = False) -> Task:
         """A new user task forked (clone3) from parent (default: init) and named comm as
         fork makes it (the kernel's TASK_NEW: no rename follows, and sched_process_fork
         already shows the name).  With pid, the task gets exactly that pid (clone3's
-        set_tid).  Raises KernelError when clone3 fails, KernelWedged if the kernel does
+        set_tid).  With autoreap, the task is released as it exits, no parent waits for
+        it (Task.autoreap: a host process's, whose parent waits on the host).  Raises KernelError when clone3 fails, KernelWedged if the kernel does
         not finish within timeout seconds."""
-        return self.spawned(self.start_spawn(comm, pid, parent), timeout)
+        return self.spawned(self.start_spawn(comm, pid, parent, autoreap=autoreap), timeout)
 
     def start_spawn(self, comm: str, pid: int | None = None, parent: Task | None = None,
-                    wake: bool = True) -> SyscallRequest:
+                    wake: bool = True, autoreap: bool = False) -> SyscallRequest:
         """Queues :meth:`spawn`'s clone3 without waiting for it; :meth:`spawned` gives
         the task (wake: as :meth:`submit`'s)."""
         parent = parent or self.init_task
@@ -306,7 +310,8 @@ class SystemCalls:
         clone_args = struct.pack("<11Q", 0, 0, 0, 0, 17, 0, 0, 0,
                                  set_tid_addr if pid else 0, 1 if pid else 0, 0)
         return self.submit(parent, "clone3", clone_args + struct.pack("<q", pid or 0), 88,
-                           wake=wake, child_comm=comm.encode()[:15].ljust(16, b"\0"))
+                           wake=wake, child_comm=comm.encode()[:15].ljust(16, b"\0"),
+                           child_autoreap=autoreap)
 
     def spawned(self, req: SyscallRequest, timeout: float | None = 30.0) -> Task:
         """The task a :meth:`start_spawn` made, once its clone3 is done."""

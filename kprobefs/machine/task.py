@@ -43,6 +43,9 @@ class Task:
     active: SyscallRequest | None = None
     exit_code: int | None = None
     scratch: int = 0
+    #: Released at exit, no wait4 in the kernel: the task of a host process, which its
+    #: parent waits for on the host (see SystemCalls.start_spawn).
+    autoreap: bool = False
 
 
 @dataclass(eq=False)
@@ -61,6 +64,8 @@ class SyscallRequest:
     on_done: Callable | None = None
     #: A spawn's clone3: the comm its child is given as fork makes it (16 bytes).
     child_comm: bytes = b""
+    #: A spawn's clone3: its child is autoreaped (Task.autoreap).
+    child_autoreap: bool = False
 
 
 @dataclass(eq=False)

@@ -23,6 +23,10 @@ Step = Generator[tuple, int, None]
 #: Programs the workload's children exec (made in the emulated rootfs at start).
 PROGRAMS = ("/usr/bin/true", "/usr/bin/sleep", "/bin/sh")
 SIGUSR1, SIGTERM = 10, 15
+#: Names a worker's files take in /tmp, in turn: the files it keeps (three in ten) are
+#: written over when their name comes round again, so a workload that runs for weeks
+#: keeps at most this many files a worker.
+NAMES_PER_WORKER = 32
 #: A handler's address for rt_sigaction (no user code runs: delivering is all).
 _HANDLER, _RESTORER, _SA_RESTORER = 0x401000, 0x401100, 0x04000000
 
@@ -146,7 +150,10 @@ class Workload:
             n += 1
             kind = rng.choice(("file", "file", "dir", "link", "fork", "stat", "exec",
                                "signal"))
-            yield from getattr(self, f"_do_{kind}")(task, rng, f"/tmp/w{task.pid}-{n}")
+            # Only files stay; their names come round again (the others go at once).
+            path = (f"/tmp/w{task.pid}-f{n % NAMES_PER_WORKER}" if kind == "file"
+                    else f"/tmp/w{task.pid}-{n}")
+            yield from getattr(self, f"_do_{kind}")(task, rng, path)
 
     def _do_file(self, task: Task, rng: random.Random, path: str) -> Step:
         fd = yield ("openat", abi.AT_FDCWD, path, abi.O_CREAT | abi.O_RDWR, 0o644)

@@ -390,6 +390,12 @@ class NativeRecorder:
     def misses(self, np: NativeProbe) -> int:
         return _Q.unpack(self.kernel.read(np.addr + _MISSED_AT, 8))[0]
 
+    def arena_in_use(self) -> int:
+        """Bytes of the arena held by probes and filters now (freed pieces not counted;
+        probes freed with returns pending are)."""
+        free = sum(size * len(addrs) for size, addrs in self._free.items())
+        return self._next - self._arena - free
+
     def _alloc(self, size: int) -> int | None:
         free = self._free.get(size)
         if free:

@@ -135,6 +135,7 @@ class InsnSlots:
         split = (start + (end - start) * 3 // 4) & ~(_PAGE - 1)
         self._free = {_SLOT: list(range(split - _SLOT, start - 1, -_SLOT)),
                       _DETOUR: list(range(end - _DETOUR, split - 1, -_DETOUR))}
+        self._capacity = {size: len(free) for size, free in self._free.items()}
 
     def get(self, size: int) -> int:
         try:
@@ -144,6 +145,10 @@ class InsnSlots:
 
     def free(self, size: int, addr: int) -> None:
         self._free[size].append(addr)
+
+    def in_use(self) -> tuple[int, int]:
+        """(instruction slots, detour buffers) handed out now."""
+        return tuple(self._capacity[size] - len(self._free[size]) for size in (_SLOT, _DETOUR))
 
 
 class X86Kprobes:

@@ -191,7 +191,7 @@ static void *hostfs_alloc_bounce(size_t size)
 {
 	if (size <= 4000)
 		return kmalloc(size ? size : 1, GFP_KERNEL);
-	return alloc_pages_exact(size, 0);
+	return alloc_pages_exact(size, GFP_KERNEL);
 }
 
 static void hostfs_free_bounce(void *buf, size_t size)

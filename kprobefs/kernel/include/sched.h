@@ -194,6 +194,7 @@ struct kernel_clone_args {
 pid_t kernel_clone(struct kernel_clone_args *args);
 void __set_task_comm(struct task_struct *tsk, const char *from, bool exec);
 pid_t kernel_wait4(pid_t upid, int __user *stat_addr, int options);
+void release_task(struct task_struct *p);
 
 /* entry.S */
 struct task_struct *__switch_to_asm(struct task_struct *prev, struct task_struct *next,

@@ -1,6 +1,7 @@
 /* Boot: start_kernel() on the boot CPU, start_secondary() on the others, and the table
  * of structure offsets the host reads to find its way around kernel memory. */
 #include "sched.h"
+#include "mm.h"
 #include "hardirq.h"
 #include "fs.h"
 #include "trace_native.h"
@@ -156,6 +157,13 @@ const struct kabi_entry kabi[] = {
 	KABI("trace_native.batch", offsetof(typeof(trace_native_cpu[0]), batch)),
 	KABI("trace_native.batch_max", TN_BATCH_MAX),
 	KABI("trace_native.probe_insns", offsetof(struct trace_native_probe, insns)),
+	KABI("kmem_cache.size", sizeof(struct kmem_cache)),
+	KOFF("kmem_cache.name", struct kmem_cache, name),
+	KOFF("kmem_cache.object_size", struct kmem_cache, size),
+	KOFF("kmem_cache.objs_per_slab", struct kmem_cache, objs_per_slab),
+	KOFF("kmem_cache.nr_slabs", struct kmem_cache, nr_slabs),
+	KOFF("kmem_cache.nr_active", struct kmem_cache, nr_active),
+	KABI("kmalloc.nr_caches", NR_KMALLOC),
 	KABI("page_offset", PAGE_OFFSET),
 	KABI("task_size_max", TASK_SIZE_MAX),
 	KABI("nr_cpus_max", NR_CPUS),

@@ -39,8 +39,11 @@ static void do_notify_parent(struct task_struct *tsk, int sig)
 	send_signal_info(sig, &info, parent, true);
 }
 
-/* Hand tsk's children to init, then tell the parent. */
-static noinline void exit_notify(struct task_struct *tsk)
+/* Hand tsk's children to init, then tell the parent.  An autoreaped task (one the host
+ * made for a host process: its parent waits for it on the host, never here) goes
+ * EXIT_DEAD, out of wait4's sight, and is released once off its CPU
+ * (finish_task_switch), as 6.1's exit_notify releases an autoreaped task. */
+static noinline void exit_notify(struct task_struct *tsk, bool autoreap)
 {
 	struct task_struct *child, *n;
 	struct task_struct *reaper = find_task_by_vpid(1);
@@ -55,7 +58,7 @@ static noinline void exit_notify(struct task_struct *tsk)
 			child->real_parent = NULL;
 		}
 	}
-	tsk->exit_state = EXIT_ZOMBIE;
+	tsk->exit_state = autoreap ? EXIT_DEAD : EXIT_ZOMBIE;
 	_raw_spin_unlock(&tasklist_lock);
 	do_notify_parent(tsk, tsk->exit_signal);
 	/* The parent is woken from finish_task_switch(), once this task is off its CPU. */
@@ -64,15 +67,17 @@ static noinline void exit_notify(struct task_struct *tsk)
 void __noreturn do_exit(long code)
 {
 	struct task_struct *tsk = current;
+	bool autoreap;
 
 	tsk->flags |= PF_EXITING;
 	tsk->exit_code = (int)code;
-	hypercall(HC_TASK_EXIT, tsk->pid, code, 0, 0);
+	/* The host answers 1 for a task of a host process (reaped on the host). */
+	autoreap = hypercall(HC_TASK_EXIT, tsk->pid, code, 0, 0) == 1;
 	exit_mm(tsk);
 	trace_sched_process_exit(tsk);
 	exit_files(tsk);
 	exit_fs(tsk);
-	exit_notify(tsk);
+	exit_notify(tsk, autoreap);
 	set_current_state(TASK_DEAD);
 	schedule();
 	panic("do_exit: dead task %d scheduled again", tsk->pid);
@@ -84,7 +89,7 @@ void __noreturn make_task_dead(int signr)
 	do_exit(signr);
 }
 
-static noinline void release_task(struct task_struct *p)
+noinline void release_task(struct task_struct *p)
 {
 	_raw_spin_lock(&tasklist_lock);
 	list_del_init(&p->sibling);
@@ -126,7 +131,7 @@ pid_t kernel_wait4(pid_t upid, int __user *stat_addr, int options)
 		prepare_to_wait(&tsk->wait_chldexit, &wait);
 		_raw_spin_lock(&tasklist_lock);
 		list_for_each_entry(p, &tsk->children, sibling) {
-			if (upid > 0 && p->pid != upid)
+			if ((upid > 0 && p->pid != upid) || p->exit_state == EXIT_DEAD)
 				continue;
 			any = true;
 			if (p->exit_state == EXIT_ZOMBIE && p->__state == TASK_DEAD &&

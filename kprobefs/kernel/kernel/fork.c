@@ -4,6 +4,7 @@
 #include "fs.h"
 #include "syscalls.h"
 #include "uaccess.h"
+#include "mm.h"
 
 #define CLONE_VM 0x00000100
 #define CLONE_FS 0x00000200
@@ -23,9 +24,12 @@ static struct task_struct *alloc_task_struct_node(void)
 
 static void *alloc_thread_stack_node(struct task_struct *tsk)
 {
-	void *stack = alloc_pages_exact(THREAD_SIZE, __GFP_ZERO);
+	void *stack = alloc_pages_exact(THREAD_SIZE, GFP_KERNEL | __GFP_ZERO);
 
 	tsk->stack = stack;
+	if (stack)
+		__atomic_add_fetch(&nr_kernel_stack_pages, THREAD_SIZE / PAGE_SIZE,
+				   __ATOMIC_RELAXED);
 	return stack;
 }
 
@@ -34,6 +38,8 @@ void put_task_stack(struct task_struct *tsk)
 	if (tsk->stack && tsk != &init_task && !(tsk->flags & PF_IDLE)) {
 		free_pages_exact(tsk->stack, THREAD_SIZE);
 		tsk->stack = NULL;
+		__atomic_sub_fetch(&nr_kernel_stack_pages, THREAD_SIZE / PAGE_SIZE,
+				   __ATOMIC_RELAXED);
 	}
 }
 

@@ -42,10 +42,15 @@ static struct task_struct *pick_next_task(struct pcpu *rq, struct task_struct *p
  * raw_spin_rq_unlock_irq does. */
 static void finish_task_switch(struct task_struct *prev)
 {
+	/* Read before on_cpu goes: from then on a parent's wait4 may free a zombie. */
+	bool autoreaped = prev->__state == TASK_DEAD && prev->exit_state == EXIT_DEAD;
+
 	prev->on_cpu = 0;
 	spin_unlock(&rq_lock);
 	local_irq_enable();
-	if (prev->__state == TASK_DEAD) {
+	if (autoreaped) {
+		release_task(prev);
+	} else if (prev->__state == TASK_DEAD) {
 		put_task_stack(prev);
 		if (prev->real_parent)
 			__wake_up(&prev->real_parent->wait_chldexit);

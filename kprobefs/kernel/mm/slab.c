@@ -1,19 +1,10 @@
 /* kmalloc: power-of-two size classes carved from pages, with a header recording the
- * class so kfree() needs no size. */
+ * class so kfree() needs no size.  Each slab page keeps its own free objects (in its
+ * struct page, as SLUB does); a page whose objects are all free goes back to the page
+ * allocator, but for one kept per cache for the next allocation. */
 #include "kernel.h"
+#include "mm.h"
 #include "trace/events/kmem.h"
-
-#define KMALLOC_MIN_SHIFT 5
-#define KMALLOC_MAX_SHIFT 12
-#define NR_KMALLOC (KMALLOC_MAX_SHIFT - KMALLOC_MIN_SHIFT + 1)
-
-struct kmem_cache {
-	const char *name;
-	unsigned int size;
-	void *freelist;
-	unsigned long nr_allocated;
-	spinlock_t lock;
-};
 
 struct slab_header {
 	u32 shift;		/* object class, or 0 for a page allocation */
@@ -21,8 +12,10 @@ struct slab_header {
 	u64 pages_size;
 };
 #define SLAB_MAGIC 0x51ab51abu
+/* Empty slabs a cache keeps rather than give back. */
+#define SLAB_MIN_EMPTY 1
 
-static struct kmem_cache kmalloc_caches[NR_KMALLOC];
+struct kmem_cache kmalloc_caches[NR_KMALLOC];
 static const char *const kmalloc_names[NR_KMALLOC] = {
 	"kmalloc-32", "kmalloc-64", "kmalloc-128", "kmalloc-256",
 	"kmalloc-512", "kmalloc-1k", "kmalloc-2k", "kmalloc-4k",
@@ -35,6 +28,8 @@ void kmem_cache_init(void)
 	for (i = 0; i < NR_KMALLOC; i++) {
 		kmalloc_caches[i].name = kmalloc_names[i];
 		kmalloc_caches[i].size = 1u << (i + KMALLOC_MIN_SHIFT);
+		kmalloc_caches[i].objs_per_slab = PAGE_SIZE >> (i + KMALLOC_MIN_SHIFT);
+		INIT_LIST_HEAD(&kmalloc_caches[i].partial);
 	}
 }
 
@@ -47,36 +42,74 @@ static int kmalloc_index(size_t size)
 	return shift;
 }
 
-static void cache_grow(struct kmem_cache *s)
+/* A new slab on the partial list, or false when the page allocator has no page.
+ * Caller holds s->lock. */
+static bool cache_grow(struct kmem_cache *s, gfp_t gfp)
 {
-	char *page = alloc_pages_exact(PAGE_SIZE, 0);
-	unsigned int n, i;
+	struct page *page = alloc_pages(gfp & ~__GFP_ZERO, 0);
+	char *base;
+	unsigned int i;
 
 	if (!page)
-		return;
-	n = PAGE_SIZE / s->size;
-	for (i = 0; i < n; i++) {
-		void **obj = (void **)(page + i * s->size);
+		return false;
+	base = page_address(page);
+	page->freelist = NULL;
+	for (i = s->objs_per_slab; i-- > 0;) {
+		void **obj = (void **)(base + i * s->size);
 
-		*obj = s->freelist;
-		s->freelist = obj;
+		*obj = page->freelist;
+		page->freelist = obj;
 	}
+	page->inuse = 0;
+	page->slab = 1;
+	list_add(&page->lru, &s->partial);
+	s->nr_slabs++;
+	s->nr_empty++;
+	return true;
 }
 
-static void *slab_alloc(struct kmem_cache *s)
+static void *slab_alloc(struct kmem_cache *s, gfp_t gfp)
 {
-	void **obj;
+	struct page *page;
+	void **obj = NULL;
 
 	spin_lock(&s->lock);
-	if (!s->freelist)
-		cache_grow(s);
-	obj = s->freelist;
-	if (obj) {
-		s->freelist = *obj;
-		s->nr_allocated++;
+	if (!list_empty(&s->partial) || cache_grow(s, gfp)) {
+		page = list_first_entry(&s->partial, struct page, lru);
+		obj = page->freelist;
+		page->freelist = *obj;
+		if (!page->inuse++)
+			s->nr_empty--;
+		if (!page->freelist)
+			list_del_init(&page->lru);	/* full */
+		s->nr_active++;
 	}
 	spin_unlock(&s->lock);
 	return obj;
+}
+
+static void slab_free(struct kmem_cache *s, void *obj)
+{
+	struct page *page = virt_to_page(obj);
+
+	spin_lock(&s->lock);
+	if (!page->freelist)
+		list_add(&page->lru, &s->partial);	/* was full */
+	*(void **)obj = page->freelist;
+	page->freelist = obj;
+	s->nr_active--;
+	if (!--page->inuse) {
+		if (s->nr_empty >= SLAB_MIN_EMPTY) {
+			list_del_init(&page->lru);
+			page->slab = 0;
+			s->nr_slabs--;
+			spin_unlock(&s->lock);
+			__free_pages(page, 0);
+			return;
+		}
+		s->nr_empty++;
+	}
+	spin_unlock(&s->lock);
 }
 
 static void *__kmalloc(size_t size, gfp_t flags, unsigned long caller)
@@ -87,15 +120,16 @@ static void *__kmalloc(size_t size, gfp_t flags, unsigned long caller)
 	int shift;
 
 	if (total > (1UL << KMALLOC_MAX_SHIFT)) {
-		h = alloc_pages_exact(total, 0);
+		h = alloc_pages_exact(total, flags & ~__GFP_ZERO);
 		if (!h)
 			goto fail;
 		h->shift = 0;
 		h->pages_size = total;
 		alloc = total - sizeof(*h);
+		__atomic_add_fetch(&nr_kmalloc_large_pages, 1UL << get_order(total), __ATOMIC_RELAXED);
 	} else {
 		shift = kmalloc_index(total);
-		h = slab_alloc(&kmalloc_caches[shift - KMALLOC_MIN_SHIFT]);
+		h = slab_alloc(&kmalloc_caches[shift - KMALLOC_MIN_SHIFT], flags);
 		if (!h)
 			goto fail;
 		h->shift = shift;
@@ -126,7 +160,6 @@ void *kzalloc(size_t size, gfp_t flags)
 void kfree(const void *p)
 {
 	struct slab_header *h;
-	struct kmem_cache *s;
 
 	trace_kfree(_RET_IP_, p);
 	if (!p)
@@ -135,15 +168,12 @@ void kfree(const void *p)
 	BUG_ON(h->magic != SLAB_MAGIC);
 	h->magic = 0;
 	if (!h->shift) {
+		__atomic_sub_fetch(&nr_kmalloc_large_pages, 1UL << get_order(h->pages_size),
+				   __ATOMIC_RELAXED);
 		free_pages_exact(h, h->pages_size);
 		return;
 	}
-	s = &kmalloc_caches[h->shift - KMALLOC_MIN_SHIFT];
-	spin_lock(&s->lock);
-	*(void **)h = s->freelist;
-	s->freelist = h;
-	s->nr_allocated--;
-	spin_unlock(&s->lock);
+	slab_free(&kmalloc_caches[h->shift - KMALLOC_MIN_SHIFT], h);
 }
 
 char *kstrdup(const char *s, gfp_t gfp)
