@@ -21,8 +21,8 @@ The convention (docs/testing.md says the same to writers of the docs):
   README documents) before the page's first block.  All the blocks of a page run in
   order in one ``sh``, so a ``cd`` carries on to the next block.  ``/run/kprobefs`` in a
   block stands for that mount, and so does a ``kprobefs`` command given no mount point;
-  ``kprobefs`` is on ``PATH``.  The shell starts in an empty scratch directory, with
-  ``LC_ALL=C``.
+  ``kprobefs`` is on ``PATH``.  The shell starts in an empty scratch directory, which
+  is also ``$HOME``, with ``LC_ALL=C``.
 
 A changed output fails the page with the command, where it is, and a diff.  Pages
 without ``console`` blocks are not collected.  The matcher's own tests need no mount;
@@ -203,8 +203,9 @@ def _wrapper(bindir: Path, mountpoint: str) -> None:
     path.chmod(0o755)
 
 
-def _env(bindir: Path) -> dict:
+def _env(bindir: Path, home: Path) -> dict:
     env = dict(os.environ)
+    env["HOME"] = str(home)
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + env.get("PYTHONPATH", "")
     env["LC_ALL"] = "C"
@@ -224,7 +225,7 @@ class PageMount:
         self.workdir = self.scratch / "work"
         self.workdir.mkdir()
         _wrapper(self.bindir, self.path)
-        self.env = _env(self.bindir)
+        self.env = _env(self.bindir, self.workdir)
 
     def run(self, *argv: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
         return subprocess.run([str(self.bindir / "kprobefs"), *argv], env=self.env,
