@@ -93,6 +93,22 @@ def test_function_filter_language():
     assert changes[0] == ({0x1000, 0x2000}, set())
 
 
+@pytest.mark.parametrize("glob, names", [
+    ("v*_r*d", "vfs_read\n"),                  # a star in the middle
+    ("[kv]*_[rc]*", "vfs_read\nkernel_clone\n"),  # character classes
+    ("vfs_wr?te", "vfs_write\n"),              # any one character
+])
+def test_function_filter_takes_full_globs(glob, names):
+    """6.1's README says set_ftrace_filter "accepts: func_full_name or
+    glob-matching-pattern"; ftracetest's func-filter-glob.tc runs its full-glob checks
+    (a middle star, classes, ?) only where the README says so."""
+    from kprobefs.tracing.files import _README_FUNCTIONS
+    assert "accepts: func_full_name or glob-matching-pattern" in _README_FUNCTIONS
+    f = FunctionFilter(lambda: SITES, "", lambda added, removed: None)
+    f.write(glob.encode())
+    assert f.text() == names
+
+
 class _Ops:
     def __init__(self, func, want_parent_ip=False):
         self.func, self.want_parent_ip, self.filter, self.registered = func, \

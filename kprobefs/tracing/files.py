@@ -280,6 +280,7 @@ _README_TRIGGERS = (
 _README_FUNCTIONS = (
     "  set_ftrace_filter\t- function names (or globs) the function tracer traces\n"
     "\t\t\t  (empty: all); !name removes one; echo > clears\n"
+    "\t     accepts: func_full_name or glob-matching-pattern\n"
     "  set_ftrace_notrace\t- function names (or globs) it never traces\n"
     "  stack_trace\t\t- Shows the max stack trace when active\n"
     "  stack_max_size\t- Shows current max stack size that was traced\n"
