@@ -301,10 +301,27 @@ def _pages_with_examples():
     return out
 
 
+#: The tools the examples run under `kprobefs exec`, and their Debian packages (installed
+#: by ./install.sh --test).
+TOOLS = {"trace-cmd": "trace-cmd", "perf": "linux-perf", "kprobe-perf": "perf-tools-unstable"}
+
+
+def need_tools(examples) -> None:
+    """Skips (fails under CI=true) when a tool an example runs is missing."""
+    for tool, package in TOOLS.items():
+        pattern = re.compile(rf"(^|[\s;&|(]){re.escape(tool)}\s")
+        if any(pattern.search(e.command) for e in examples) and not shutil.which(tool):
+            reason = f"{tool} is missing (apt-get install {package})"
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"cannot run under CI=true: {reason}")
+            pytest.skip(reason)
+
+
 @pytest.mark.fuse
 @pytest.mark.parametrize("page, examples", _pages_with_examples())
 def test_the_pages_examples_print_what_the_page_says(page, examples):
     need_fuse()
+    need_tools(examples)
     with PageMount() as mount:
         outputs = run_page(examples, mount)
     failures = check_outputs(examples, outputs, mount.path)
@@ -413,6 +430,15 @@ def test_a_changed_output_fails(expected):
 def test_the_outputs_are_split_by_command():
     stdout = f"{_MARK}0\none\ntwo\n{_MARK}1\nno newline{_MARK}2\n{_MARK}3\n"
     assert split_outputs(stdout, 5) == [["one", "two"], ["no newline"], [], [], None]
+
+
+def test_a_missing_tool_is_found_in_the_commands(monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    example = Example("p.md", 1, "kprobefs exec -- trace-cmd list -e", ())
+    with pytest.raises(pytest.skip.Exception, match="apt-get install trace-cmd"):
+        need_tools([example])
+    need_tools([Example("p.md", 1, "echo perfect > trace", ())])
 
 
 def test_a_changed_example_is_reported_with_its_place():
