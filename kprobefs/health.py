@@ -2,7 +2,8 @@
 it.
 
 The first line is ``state: ok`` or ``state: degraded`` (the machine is stuck, a CPU is
-out of service, or a request failed in the last ``RECENT`` seconds); ``key: value`` lines
+out of service, the kernel's free memory is below ``LOW_MEMORY`` of its total, or a
+request or a kernel allocation failed in the last ``RECENT`` seconds); ``key: value`` lines
 follow, then the recent errors, newest last.  Everything is read without taking the
 machine's or the tracer's locks, so the file answers while the machine is stuck.
 """
@@ -11,10 +12,12 @@ from __future__ import annotations
 
 import time
 
-__all__ = ["status_text", "RECENT"]
+__all__ = ["status_text", "RECENT", "LOW_MEMORY"]
 
 #: Errors younger than this (seconds) make the daemon degraded.
 RECENT = 300.0
+#: Free kernel memory below this share of the total makes the daemon degraded.
+LOW_MEMORY = 0.05
 
 
 def status_text(kernel, engine=None, tracer=None, gateway=None,
@@ -26,7 +29,10 @@ def status_text(kernel, engine=None, tracer=None, gateway=None,
     recent = [(when, text) for when, text in incidents if now - when <= RECENT]
     stats = getattr(gateway, "stats", {}) if gateway is not None else {}
     stuck = getattr(kernel, "stuck", None)
-    degraded = bool(stuck) or len(in_service) < len(cpus) or bool(recent)
+    memory = getattr(kernel, "memory", None)
+    mem = memory.info() if memory is not None else None
+    low = mem is not None and mem.free < mem.total * LOW_MEMORY
+    degraded = bool(stuck) or len(in_service) < len(cpus) or bool(recent) or low
     lines = [f"state: {'degraded' if degraded else 'ok'}"]
     if started is not None:
         lines.append(f"uptime: {now - started:.1f} s")
@@ -38,6 +44,10 @@ def status_text(kernel, engine=None, tracer=None, gateway=None,
         state = "out of service" if cpu.state == "wedged" else cpu.state
         lines.append(f"cpu{cpu.index}: {state}{where}")
     lines.append(f"tasks: {len(getattr(kernel, 'tasks', {}))}")
+    if mem is not None:
+        lines.append(f"memory: {mem.free * 4} kB free of {mem.total * 4} kB"
+                     f"{' (low)' if low else ''}, slab {mem.slab * 4} kB, "
+                     f"{mem.failures} allocation failures")
     if engine is not None:
         lines.append(f"probes: {len(engine.registered())}")
     if tracer is not None:

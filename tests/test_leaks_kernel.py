@@ -224,3 +224,37 @@ def test_the_workload_keeps_a_bounded_set_of_files():
         assert 0 < len(kept) <= 3 * NAMES_PER_WORKER, len(kept)
     finally:
         kernel.close()
+
+
+def test_the_heap_holds_the_documented_limits_twice(tmp_path):
+    """MAX_TASKS tasks and MAX_DYNAMIC_EVENTS events, at what one of each costs the
+    kernel (measured on a hundred tasks and a thousand events), fill at most half the
+    heap; instances and their buffers are the host's (an instance costs the kernel
+    nothing, measured on ten)."""
+    from kprobefs.machine import Kernel
+    from kprobefs.tracing.trace_dynevent import MAX_DYNAMIC_EVENTS
+
+    rig = Rig(tmp_path)
+    rig.kernel.periodic.clear()     # no workload: its tasks come and go
+    try:
+        used = lambda: rig.kernel.memory.info().used * 4    # noqa: E731
+        time.sleep(0.2)
+        start = used()
+        tasks = [rig.kernel.spawn(f"t{i}", autoreap=True) for i in range(100)]
+        per_task = (used() - start) / len(tasks)
+        start = used()
+        _write(rig.gateway, "/tracing/kprobe_events",
+               "".join(f"p:size{i} vfs_read a=%di\n" for i in range(1000)).encode())
+        per_event = (used() - start) / 1000
+        start = used()
+        for i in range(10):
+            node(rig.root, "instances").mkdir(f"size{i}", 0o750)
+        per_instance = (used() - start) / 10
+        need = Kernel.MAX_TASKS * per_task + MAX_DYNAMIC_EVENTS * per_event \
+            + 100 * per_instance
+        total = rig.kernel.memory.info().total * 4
+        assert 15 < per_task < 30 and 0 < per_event < 2, (per_task, per_event)
+        assert 2 * need < total, (need, total, per_task, per_event, per_instance)
+        del tasks
+    finally:
+        rig.close()

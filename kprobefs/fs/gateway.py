@@ -268,8 +268,10 @@ class Gateway(HostCallers):
             self._sys(caller, "newfstatat", AT_FDCWD, self.kernel_path(path), buf,
                       AT_SYMLINK_NOFOLLOW)
         except OSError as e:
-            # The way to the status file stays open when the machine does not answer.
-            if e.errno != errno.EIO or self.status is None or \
+            # The way to the status file stays open when the machine does not answer
+            # or has no memory for the caller's task.
+            if e.errno not in (errno.EIO, errno.ENOMEM, errno.EAGAIN) or \
+                    self.status is None or \
                     path.rstrip("/") not in ("", os.path.dirname(STATUS_PATH)):
                 raise
             now = time.time()

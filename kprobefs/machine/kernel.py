@@ -108,7 +108,8 @@ class Kernel(MachineDriver, SystemCalls):
     TCG_BUFFER_SIZE = 128 << 20
 
     def __init__(self, cpus: int = 2, seed: int = 0, image: str | None = None,
-                 ram_mb: int = 256, pid_auto_base: int = 300, hz: int = HZ):
+                 ram_mb: int = 512, pid_auto_base: int = 300, hz: int = HZ,
+                 heap_mb: int = 192):
         if not 1 <= cpus <= 8:
             raise ValueError("cpus must be between 1 and 8")
         self.seed = seed
@@ -133,7 +134,7 @@ class Kernel(MachineDriver, SystemCalls):
         self.stuck: str | None = None
         self.uc = Uc(UC_ARCH_X86, UC_MODE_64)
         self.uc.ctl_set_tcg_buffer_size(self.TCG_BUFFER_SIZE)
-        self.layout = PhysicalLayout(ram_mb=ram_mb)
+        self.layout = PhysicalLayout(ram_mb=ram_mb, kernel_heap_mb=heap_mb)
         self.mem = AddressSpace(self.uc, self.layout)
         # Hooks reach the general registers as memory where that is shown to work.
         self.register_file = register_file(self.uc)

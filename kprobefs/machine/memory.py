@@ -41,9 +41,17 @@ class FaultError(MachineError):
 
 
 class PhysicalLayout:
-    """Where things live in physical memory."""
+    """Where things live in physical memory: page tables, the image, the kernel's heap
+    (what its page allocator manages: MemTotal), then the user pool (task windows,
+    module memory) to the end of RAM.
 
-    def __init__(self, ram_mb: int = 256, kernel_heap_mb: int = 96):
+    The defaults fit the documented limits together with room to spare: 4,096 tasks
+    take about 21 KiB of heap each (a 4 KiB task_struct, a 16 KiB stack, mm, files
+    and fs), 84 MiB; 16,384 dynamic events about 0.4 KiB each (their tracefs
+    directory), 7 MiB; instances and ring buffers are the host's.  A 192 MiB heap is
+    twice that.  RAM is a host mapping whose untouched pages cost the host nothing."""
+
+    def __init__(self, ram_mb: int = 512, kernel_heap_mb: int = 192):
         self.ram_size = ram_mb << 20
         self.page_tables = (0x100000, 0x800000)
         self.kernel_load = 0x1000000
