@@ -32,6 +32,7 @@ the pages' tests skip where FUSE is missing, never under CI=true.
 from __future__ import annotations
 
 import difflib
+import glob
 import os
 import re
 import shutil
@@ -40,13 +41,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import kprobefs
-from robust_mount import is_mounted, need_fuse
+from robust_mount import need_fuse
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -238,16 +240,54 @@ class PageMount:
             pytest.fail(f"kprobefs mount failed: {done.stderr}")
         return self
 
+    def _mounts(self) -> list[str]:
+        """The mount and those a page made beside it (``/run/kprobefs-4cpus``)."""
+        with open("/proc/mounts") as f:
+            return [line.split()[1] for line in f
+                    if line.split()[1].startswith(self.path)]
+
+    def _daemons(self) -> list[int]:
+        """The daemons this page's kprobefs commands started (their command line names
+        the page's mount point, which no one else uses)."""
+        pids = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"mount" in argv and any(a.startswith(self.path.encode()) for a in argv):
+                pids.append(int(entry))
+        return pids
+
     def __exit__(self, *exc) -> None:
-        if is_mounted(self.path):
-            self.run("umount", self.path)
-        if is_mounted(self.path):
-            from kprobefs.daemon import unmount
-            unmount(self.path, lazy=True)
-        try:
-            os.rmdir(self.path)
-        except OSError:
-            pass
+        for path in self._mounts():
+            self.run("umount", path)
+        # A daemon exits when its FUSE connection ends, which a mount namespace still
+        # holding a copy of the mount delays; SIGTERM makes it abort the connection.
+        for sig, wait in ((None, 2.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+            pids = self._daemons()
+            if not pids:
+                break
+            for pid in pids:
+                if sig is not None:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+            deadline = time.monotonic() + wait
+            while self._daemons() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        from kprobefs.daemon import unmount
+        for path in self._mounts():
+            unmount(path, lazy=True)
+        for path in glob.glob(self.path + "*"):
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
