@@ -396,6 +396,36 @@ def test_the_readme_and_every_page_read_as_examples():
         list(iter_examples(page.read_text(), page.name))
 
 
+_LINK = re.compile(r"\]\(([^)\s]*)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    return {_slug(line.lstrip("#")) for line in page.read_text().splitlines()
+            if line.startswith("#") and not line.startswith("#!")}
+
+
+def test_every_link_between_the_pages_leads_somewhere():
+    broken = []
+    for page in PAGES:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+        for target in _LINK.findall(text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
 # ---- the matcher, with no mount ----------------------------------------------------------
 PAGE = """\
 Some text.
