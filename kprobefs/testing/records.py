@@ -45,6 +45,8 @@ _GRAPH = re.compile(
     r"^\s*(?:(?P<ts>\d+\.\d+)\s+\|\s+)?(?P<cpu>\d+)\)\s+"
     r"(?:(?P<comm>\S.*?)-(?P<pid>\d+)\s+\|\s+)?"
     r"(?P<duration>[+!#*@$]?\s*\d+\.\d+ us)?\s*\|(?P<body>.*)$")
+#: function_graph's task-switch block: a dashed line around " CPU) comm-pid => comm-pid".
+_GRAPH_SWITCH = re.compile(r"^\s*(?:-{20,}|\d+\)\s+\S.*?\s=>\s+\S.*?)\s*$")
 _NAMED = re.compile(r"^(?P<name>[\w.]+): (?P<rest>.*)$", re.S)
 _FUNCTION = re.compile(r"^(?P<ip>\S+) <-(?P<parent>\S+)$")
 _KEY = re.compile(r"(?:^|(?<=\s))(?P<key>\w+)=")
@@ -151,12 +153,13 @@ def _iter_records(lines: Iterable[str], formats: FormatLookup | None) -> Iterato
     for line in lines:
         if line.startswith("#") and not pending:
             continue
-        if _HEAD.match(line) or _GRAPH.match(line):
+        switch = _GRAPH_SWITCH.match(line)
+        if switch or _HEAD.match(line) or _GRAPH.match(line):
             if pending:
-                record = _start_record("\n".join(pending), formats)
+                record = _start_record("\n".join(pending).rstrip("\n"), formats)
                 if record is not None:
                     yield record
-            pending = [line]
+            pending = [] if switch else [line]
         elif pending:
             pending.append(line)
     if pending:

@@ -69,18 +69,20 @@ _EMPTY_WHEN_CLEAN = {
     "error_log": ("",),
 }
 
-#: (file under the mount, clean value, what to write); the value as read, stripped.
+#: (file under the mount, clean value, what to write, other files whose writes may
+#: change it); the value as read, stripped.  The stack tracer stops before its maximum
+#: is cleared.
 _SCALARS = (
-    ("tracing/tracing_thresh", "0", "0"),
-    ("tracing/max_graph_depth", "0", "0"),
-    ("tracing/tracing_max_latency", "0", "0"),
-    ("tracing/function_profile_enabled", "0", "0"),
-    ("tracing/saved_cmdlines_size", "128", "128"),
-    ("tracing/stack_max_size", "0", "0"),
-    ("proc/sys/kernel/ftrace_enabled", "1", "1"),
-    ("proc/sys/kernel/stack_tracer_enabled", "0", "0"),
-    ("proc/sys/debug/kprobes-optimization", "1", "1"),
-    ("kprobes/enabled", "1", "1"),
+    ("proc/sys/kernel/stack_tracer_enabled", "0", "0", ()),
+    ("tracing/tracing_thresh", "0", "0", ()),
+    ("tracing/max_graph_depth", "0", "0", ()),
+    ("tracing/tracing_max_latency", "0", "0", ("tracing/current_tracer",)),
+    ("tracing/function_profile_enabled", "0", "0", ()),
+    ("tracing/saved_cmdlines_size", "128", "128", ()),
+    ("tracing/stack_max_size", "0", "0", ("proc/sys/kernel/stack_tracer_enabled",)),
+    ("proc/sys/kernel/ftrace_enabled", "1", "1", ()),
+    ("proc/sys/debug/kprobes-optimization", "1", "1", ()),
+    ("kprobes/enabled", "1", "1", ()),
 )
 
 _DEFAULT_BUFFER_KB = "1408"
@@ -255,8 +257,8 @@ class TracefsReset:
             self._reset_buffer_size()
         if any_of("tracing/tracing_cpumask"):
             self._reset_cpumask()
-        for rel, clean, value in _SCALARS:
-            if any_of(rel):
+        for rel, clean, value, also in _SCALARS:
+            if any_of(rel, *also):
                 self._reset_scalar(rel, clean, value)
         if any_of("kprobefs/modules"):
             self._unload_modules()

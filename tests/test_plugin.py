@@ -1,0 +1,250 @@
+"""The pytest plugin (kprobefs.testing.plugin), each behaviour shown by a pytest session
+of its own run in a subprocess with this interpreter, as a user's project runs it: the
+sample project of docs/testing-your-code.md passes against the installed package; a
+test that leaves probes, triggers, an instance and changed options behind is followed
+by one that finds the tracefs as a new daemon has it; a failing test's report carries
+the daemon's log; the same seeded test run twice gives the same records; a machine
+without FUSE skips with the reason, and fails under CI=true.
+
+Where the package is installed (tests/run.sh) the sessions find the plugin through its
+``pytest11`` entry point; from a source tree they are given ``-p
+kprobefs.testing.plugin``."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import kprobefs.testing
+from robust_mount import need_fuse
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "examples" / "sample-project"
+PACKAGE_PARENT = str(Path(kprobefs.testing.__file__).resolve().parents[2])
+
+
+def plugin_found(cwd: Path, env: dict) -> bool:
+    """Whether this interpreter, started in cwd with env, finds the plugin's entry
+    point (the installed package's, or a source tree's egg-info on PYTHONPATH)."""
+    probe = ("import importlib.metadata as m; print(any(ep.value == "
+             "'kprobefs.testing.plugin' for ep in m.entry_points(group='pytest11')))")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=60)
+    return r.stdout.strip() == "True"
+
+
+def run_pytest(cwd: Path, *args: str, env: dict | None = None,
+               timeout: float = 240) -> subprocess.CompletedProcess:
+    """pytest in cwd, with the kprobefs this test imports (the installed package under
+    tests/run.sh, else this source tree)."""
+    environ = dict(os.environ if env is None else env, PYTHONDONTWRITEBYTECODE="1")
+    environ["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + environ.get("PYTHONPATH", "")
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfs", *args]
+    if not plugin_found(cwd, environ):
+        argv[3:3] = ["-p", "kprobefs.testing.plugin"]
+    return subprocess.run(argv, cwd=cwd, env=environ, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.fuse
+def test_the_sample_project_passes():
+    need_fuse()
+    r = run_pytest(SAMPLE)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "4 passed" in out and "kprobefs: 4 resets" in out, out
+    assert "kprobefs umount failed" not in out, out
+
+
+LEAVE_THEN_CLEAN = '''
+    import os
+    from pathlib import Path
+
+    baseline = {}
+
+    def write(path, text, append=False):
+        with open(path, "a" if append else "w") as f:
+            f.write(text)
+
+    #: What tells one tracefs from another, read file by file as ftracetest's own reset
+    #: would (every event's enable, filter and trigger); left out are the files whose
+    #: content is a history (saved_cmdlines, kprobe_profile, printk_formats, stats).
+    SKIP = {"trace_pipe", "trace", "saved_cmdlines", "saved_tgids", "kprobe_profile",
+            "printk_formats", "stack_trace", "snapshot", "README", "per_cpu",
+            "available_filter_functions", "trace_marker", "trace_stat", "hist"}
+
+    def state(root):
+        t = root / "tracing"
+        out = {}
+        for dirpath, dirs, files in os.walk(t):
+            dirs[:] = [d for d in dirs if d not in SKIP]
+            rel = os.path.relpath(dirpath, t)
+            out[rel + "/"] = sorted(dirs) + sorted(files)
+            for name in files:
+                path = Path(dirpath) / name
+                if name in SKIP or not os.access(path, os.R_OK) or name == "format":
+                    continue
+                out[f"{rel}/{name}"] = path.read_text()
+        for cpu in sorted(os.listdir(t / "per_cpu")):
+            out[cpu] = (t / "per_cpu" / cpu / "buffer_size_kb").read_text()
+        for rel in ("proc/modules", "proc/sys/kernel/ftrace_enabled",
+                    "proc/sys/kernel/stack_tracer_enabled",
+                    "proc/sys/debug/kprobes-optimization", "kprobes/enabled", "kprobes/list"):
+            out[rel] = (root / rel).read_text()
+        out["entries"] = (t / "trace").read_text().splitlines()[2]
+        out["snapshot"] = "Snapshot is freed" in (t / "snapshot").read_text()
+        return out
+
+    def test_0_baseline(kprobefs):
+        t = kprobefs / "tracing"
+        assert len(os.listdir(t / "per_cpu")) == 3          # kprobefs_cpus in the ini
+        write(t / "events/sched/sched_switch/enable", "1")  # the buffers expand once
+        write(t / "events/sched/sched_switch/enable", "0")
+        write(t / "trace", "")
+        baseline.update(state(kprobefs))
+        assert baseline["./current_tracer"] == "nop\\n"
+
+    def test_1_leaves_everything_behind(kprobefs):
+        t = kprobefs / "tracing"
+        write(t / "kprobe_events", "p:leftover/open do_sys_openat2 path=+0(%si):ustring\\n"
+                                   "r:leftover/ret do_sys_openat2 ret=$retval\\n")
+        write(t / "synthetic_events", "openlat u64 lat")
+        write(t / "events/leftover/open/trigger", "hist:keys=common_pid:ts0=common_timestamp")
+        write(t / "events/leftover/ret/trigger",
+              "hist:keys=common_pid:lat=common_timestamp-$ts0:onmatch(leftover.open)"
+              ".openlat($lat)")
+        write(t / "events/synthetic/openlat/trigger", "hist:keys=lat")
+        write(t / "events/leftover/enable", "1")
+        write(t / "events/leftover/open/filter", 'path ~ "/proc/*"')
+        write(t / "events/sched/sched_wakeup/filter", "prio < 100")
+        write(t / "events/sched/sched_process_exec/trigger", "traceoff")
+        write(t / "events/sched/sched_process_fork/enable", "1")
+        write(t / "events/ftrace/print/trigger", 'snapshot if buf == "x"')
+        write(t / "set_ftrace_filter", "vfs_read ksys_read")
+        write(t / "set_ftrace_filter", "schedule:traceoff:5", append=True)
+        write(t / "set_ftrace_filter", "vfs_read:enable_event:sched:sched_switch:2",
+              append=True)
+        write(t / "set_ftrace_notrace", "fget")
+        write(t / "set_graph_function", "ksys_read")
+        write(t / "current_tracer", "function_graph")
+        write(t / "options/funcgraph-proc", "1")
+        write(t / "trace_options", "sym-offset")
+        write(t / "options/record-tgid", "1")
+        write(t / "trace_clock", "mono")
+        write(t / "buffer_size_kb", "512")
+        write(t / "per_cpu/cpu1/buffer_size_kb", "64")
+        write(t / "tracing_cpumask", "1")
+        write(t / "set_event_pid", str(os.getpid()))
+        write(t / "set_ftrace_pid", str(os.getpid()))
+        write(t / "tracing_thresh", "100")
+        write(t / "max_graph_depth", "3")
+        write(t / "snapshot", "1")
+        os.mkdir(t / "instances/leftover")
+        write(t / "instances/leftover/events/leftover/open/enable", "1")
+        write(t / "instances/leftover/events/sched/sched_switch/trigger", "stacktrace")
+        write(kprobefs / "kprobefs/modules", "load trace-printk")
+        write(kprobefs / "proc/sys/kernel/stack_tracer_enabled", "1")
+        write(kprobefs / "proc/sys/debug/kprobes-optimization", "0")
+        write(kprobefs / "kprobes/enabled", "0")
+        try:
+            write(t / "kprobe_events", "p:bad no_such_function_here\\n", append=True)
+        except OSError:
+            pass                                            # an error_log entry
+        (kprobefs / "proc/version").read_text()
+        write(t / "tracing_on", "0")
+        assert "leftover" in (t / "available_events").read_text()
+        assert "[mono]" in (t / "trace_clock").read_text()
+
+    def test_2_finds_the_tracefs_clean(kprobefs):
+        now = state(kprobefs)
+        assert {k: v for k, v in now.items() if baseline.get(k) != v} == {}
+        assert now == baseline
+
+    def test_3_fails_to_show_the_log(kprobefs):
+        assert False, "on purpose"
+'''
+
+
+@pytest.mark.fuse
+def test_a_test_that_leaves_state_behind_is_followed_by_a_clean_tracefs(tmp_path):
+    need_fuse()
+    (tmp_path / "test_leave.py").write_text(textwrap.dedent(LEAVE_THEN_CLEAN))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nkprobefs_cpus = 3\n")
+    r = run_pytest(tmp_path)
+    out = r.stdout + r.stderr
+    assert "1 failed, 3 passed" in out, out
+    assert "FAILED test_leave.py::test_3_fails_to_show_the_log" in out, out
+    assert "kprobefs log (kprobefs at " in out and "--cpus 3" in out, out
+
+
+DETERMINISM = '''
+    import json, os, subprocess
+    from kprobefs.testing import canonical
+
+    def test_seeded(kprobefs, kprobefs_reader):
+        t = kprobefs / "tracing"
+        assert len(os.listdir(t / "per_cpu")) == 1          # --kprobefs-cpus 1
+        with open(t / "kprobe_events", "w") as f:
+            f.write("p:open do_sys_openat2 path=+0(%si):ustring\\n"
+                    "r:openret do_sys_openat2 ret=$retval:s32\\n")
+        for event in ("kprobes", "sched/sched_process_fork", "sched/sched_process_exec",
+                      "sched/sched_process_exit", "syscalls/sys_exit_openat"):
+            (t / "events" / event / "enable").write_text("1")
+        (kprobefs / "proc" / "version").read_text()
+        subprocess.run(["sleep", "0.1"])
+        (t / "trace_marker").write_text("between")
+        (kprobefs / "tmp" / "made-by-the-test").write_text("x")
+        (t / "events" / "enable").write_text("0")
+        records = kprobefs_reader.trace()
+        with open(os.environ["RECORDS_OUT"], "w") as f:
+            json.dump({"canonical": [repr(r) for r in canonical(records)],
+                       "timestamps": [r.timestamp for r in records],
+                       "events": sorted({r.event for r in records})}, f)
+'''
+
+
+@pytest.mark.fuse
+def test_the_same_seeded_test_gives_the_same_records_twice(tmp_path):
+    need_fuse()
+    (tmp_path / "test_seeded.py").write_text(textwrap.dedent(DETERMINISM))
+    runs = []
+    for n in range(2):
+        out = tmp_path / f"records{n}.json"
+        r = run_pytest(tmp_path, "--kprobefs-seed", "7", "--kprobefs-cpus", "1",
+                       env=dict(os.environ, RECORDS_OUT=str(out)))
+        assert r.returncode == 0, r.stdout + r.stderr
+        runs.append(json.loads(out.read_text()))
+    first, second = runs
+    assert {"open", "openret", "sched_process_fork", "sched_process_exec",
+            "sched_process_exit", "sys_exit_openat", "print"} <= set(first["events"])
+    differ = [(a, b) for a, b in zip(first["canonical"], second["canonical"]) if a != b]
+    assert differ == [] and len(first["canonical"]) == len(second["canonical"])
+    assert first["timestamps"] != second["timestamps"]
+
+
+NO_FUSE = '''
+    import kprobefs.testing.plugin
+
+    def pytest_configure(config):
+        kprobefs.testing.plugin.fuse_missing = lambda: "no FUSE in this test"
+'''
+
+
+def test_without_fuse_the_fixture_skips_with_the_reason_but_fails_under_ci(tmp_path):
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(NO_FUSE))
+    (tmp_path / "test_it.py").write_text("def test_it(kprobefs):\n    pass\n"
+                                         "def test_other():\n    pass\n")
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    r = run_pytest(tmp_path, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "1 passed, 1 skipped" in out and "kprobefs cannot mount here: no FUSE in this test" \
+        in out, out
+    r = run_pytest(tmp_path, env=dict(env, CI="true"))
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "kprobefs cannot mount under CI=true: no FUSE in this test" in out, out
