@@ -11,6 +11,7 @@ Where the package is installed (tests/run.sh) the sessions find the plugin throu
 kprobefs.testing.plugin``."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from robust_mount import need_fuse
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples" / "sample-project"
+DOC = ROOT / "docs" / "testing-your-code.md"
 PACKAGE_PARENT = str(Path(kprobefs.testing.__file__).resolve().parents[2])
 
 
@@ -248,3 +250,31 @@ def test_without_fuse_the_fixture_skips_with_the_reason_but_fails_under_ci(tmp_p
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert "kprobefs cannot mount under CI=true: no FUSE in this test" in out, out
+
+
+def doc_blocks() -> list[tuple[str, str]]:
+    """(caption, text) of each fenced block of the page that follows an HTML comment
+    naming a file; ("", text) for the others."""
+    out = []
+    for m in re.finditer(r"(?:<!-- (\S+) -->\n)?```\w*\n(.*?)```\n", DOC.read_text(), re.S):
+        out.append((m[1] or "", m[2]))
+    return out
+
+
+def test_the_page_shows_the_sample_project_as_it_is():
+    shown = {name: text for name, text in doc_blocks() if name}
+    assert set(shown) == {"examples/sample-project/pyproject.toml",
+                          "examples/sample-project/filesnoop.py",
+                          "examples/sample-project/tests/test_filesnoop.py"}
+    for name, text in shown.items():
+        assert text == (ROOT / name).read_text(), name
+
+
+@pytest.mark.fuse
+def test_the_pages_example_without_pytest_runs():
+    need_fuse()
+    block = next(text for _, text in doc_blocks() if "with KprobefsMount(" in text)
+    scope: dict = {}
+    exec(compile(block, str(DOC), "exec"), scope)
+    assert scope["result"].returncode == 0, scope["result"].stderr
+    assert "/proc/version" in {r["path"] for r in scope["opens"] if r.event == "open"}

@@ -148,6 +148,7 @@ class TracefsReset:
         self._held: dict[str, int] = {}
         self._watch: _Watch | None = None
         self._static_groups: list[str] = []
+        self._watched_events: set[str] = set()
         self._modules: set[str] | None = None
         self._tracer_options: list[str] = []
         self._buffer_kb_clean: set[str] = set()
@@ -232,7 +233,7 @@ class TracefsReset:
         if any_of("tracing/set_ftrace_filter"):
             self._reset_ftrace_filter()
         if any_of(*_EVENT_FILES, under="tracing/events/"):
-            self._reset_events()
+            self._reset_events(lambda rel: full or rel in dirty)
         groups = self._static_groups if full else sorted(
             {n.split("/")[2] for n in dirty
              if n.startswith("tracing/events/") and n.endswith("/filter")})
@@ -293,11 +294,12 @@ class TracefsReset:
                 "proc/sys/kernel", "proc/sys/debug"]
         dirs += [f"tracing/per_cpu/{c}" for c in cpus]
         dirs += [f"tracing/events/{g}" for g in os.listdir(events) if (events / g).is_dir()]
-        for entry in self._read("tracing/available_events").split():
-            dirs.append("tracing/events/" + entry.replace(":", "/"))
-        dirs += ["tracing/events/ftrace/print"]
+        static = [e.replace(":", "/") for e in self._read("tracing/available_events").split()
+                  if e.split(":")[0] not in dynamic] + ["ftrace/print"]
+        dirs += [f"tracing/events/{e}" for e in static]
         for rel in dirs:
-            watch.add(self.root / rel, rel)
+            if watch.add(self.root / rel, rel) and rel.startswith("tracing/events/"):
+                self._watched_events.add(rel[len("tracing/events/"):])
         self._watch = watch
 
     def _reset_tracer(self) -> None:
@@ -332,11 +334,16 @@ class TracefsReset:
             self._write(rel, f"!{func}:{command}" + ("" if limit == "unlimited" else f":{limit}"))
         self._did("set_ftrace_filter emptied")
 
-    def _reset_events(self) -> None:
+    def _reset_events(self, written) -> None:
+        """Removes the triggers and disables the events.  ``written(rel)``: whether the
+        file was written since the last reset; a watched event's trigger file that was
+        not has no trigger (``set_event`` also lists events soft-enabled otherwise)."""
         enabled = self._read("tracing/set_event").split()
         # ftrace/print's trigger (trace_marker's) puts no event in set_event.
         for event in [e.replace(":", "/") for e in enabled] + ["ftrace/print"]:
-            self._remove_triggers(f"tracing/events/{event}/trigger")
+            rel = f"tracing/events/{event}/trigger"
+            if event not in self._watched_events or written(rel):
+                self._remove_triggers(rel)
         if enabled:
             self._held_write("tracing/events/enable", "0")
             self._did(f"disabled {len(enabled)} events")
