@@ -156,7 +156,8 @@ def test_real_tree_and_modes(real):
     assert sorted(os.listdir(real)) == ["dev", "kprobefs", "kprobes", "proc", "tmp",
                                         "tracing"]
     assert sorted(os.listdir(real / "kprobes")) == ["blacklist", "enabled", "list"]
-    assert sorted(os.listdir(real / "proc")) == ["kallsyms", "modules", "sys", "version"]
+    assert sorted(os.listdir(real / "proc")) == ["kallsyms", "meminfo", "modules", "slabinfo",
+                                                 "sys", "version"]
     assert sorted(os.listdir(real / "kprobefs")) == ["modules", "status"]
     modes = {p: stat.S_IMODE(os.stat(real / p).st_mode) for p in (
         "kprobes/list", "kprobes/enabled", "kprobes/blacklist", "proc/kallsyms",

@@ -9,7 +9,8 @@ and a request held in the machine can be answered from another thread (see
 :meth:`FuseSession._watch_stuck`).  The behaviour is the fusepy
 adapter's, point for point (see :mod:`.fuse_ops` for why each is so): sizes 0 but
 ``trace_pipe_raw``'s, ``direct_io`` opens, streams nonseekable, ``O_TRUNC`` in OPEN,
-one write(2) one request, FLUSH ENOSYS, modes from the emulated kernel, no xattrs.
+one write(2) one request, FLUSH closes the process's emulated fd, modes from the emulated
+kernel, no xattrs.
 
 What differs from libfuse2, on purpose: directory entries carry their type (as tracefs's
 do), an unlinked open file is not renamed to ``.fuse_hidden*`` (tracefs never does),
@@ -257,8 +258,7 @@ class FuseSession:
             RELEASEDIR: self._releasedir, FSYNCDIR: self._zero, ACCESS: self._access,
             CREATE: self._create, DESTROY: self._zero, IOCTL: _failing(errno.ENOTTY),
             FORGET: self._forget, BATCH_FORGET: self._batch_forget,
-            # tracefs files have no ->flush: after ENOSYS the host sends no FLUSH again
-            FLUSH: _failing(errno.ENOSYS),
+            FLUSH: self._flush,
         }
         # INTERRUPT has no handler: answered ENOSYS, the kernel sends no more (a request
         # blocked on a reader's data notices its caller's signal itself, gateway._block).
@@ -573,6 +573,10 @@ class FuseSession:
 
     def _release(self, _nodeid, body, _caller) -> None:
         self.gateway.release(_U64.unpack_from(body)[0])
+
+    def _flush(self, _nodeid, body, caller) -> None:
+        """close(2) of a descriptor, answered before close returns (see Gateway.flush)."""
+        self.gateway.flush(_U64.unpack_from(body)[0], caller)
 
     def _statfs(self, _nodeid, _body, _caller) -> bytes:
         return struct.pack("<QQQQQIIII6I", 0, 0, 0, 0, 0, 4096, 255, 4096, 0, *([0] * 6))

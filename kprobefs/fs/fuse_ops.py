@@ -17,8 +17,9 @@ loops behave alike:
 * ``O_TRUNC`` arrives in open() (``atomic_o_trunc``); a separate truncate to 0 is the same
   "clear" action;
 * one write(2) is one request (``big_writes``, ``max_write``), so a command is never split;
-* FLUSH answers ENOSYS, after which the host never sends it again (a close makes no
-  request of its own; the last one is RELEASE);
+* FLUSH, sent inside close(2), closes the emulated fd of a process that holds no other
+  descriptor on the file (Gateway.flush): the file is released before close returns,
+  as on Linux; RELEASE, which comes later, closes what other processes still hold;
 * modes come from the emulated kernel (tracefs: files 0640/0440, dirs 0750), always owned
   by root; the source is ``debugfs`` (REFERENCE §10.1);
 * errno: what the emulated kernel returned; ENOENT for unknown paths; EISDIR/EINVAL for
@@ -146,10 +147,10 @@ class KprobeFS(fuse.Operations):
         return 0
 
     def flush(self, path, fi):
-        # tracefs files have no ->flush.  ENOSYS makes the host's FUSE stop sending
-        # FLUSH for good (fc->no_flush): a shell's `echo > file` makes two requests
-        # fewer (dup2's close and the exit's).
-        raise fuse.FuseOSError(errno.ENOSYS)
+        # Sent inside close(2): the process's last descriptor closes its emulated fd
+        # before close returns (Gateway.flush); RELEASE comes later, in no order.
+        self.gateway.flush(fi.fh, _caller())
+        return 0
 
     def fsync(self, path, datasync, fi):
         return 0

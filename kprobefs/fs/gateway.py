@@ -474,6 +474,26 @@ class Gateway(HostCallers):
                 self._releasing -= 1
                 self._released.notify_all()
 
+    def flush(self, fh: int, ctx: Caller) -> None:
+        """The caller closed one of its descriptors of fh (FUSE FLUSH, which the host
+        sends inside close(2), before it returns; RELEASE comes later, in no order with
+        what the process does next).  When the caller holds no other descriptor on the
+        file's path, its emulated fd is closed now: on Linux the close of a process's
+        last descriptor releases the file before close(2) returns, so a later `rmdir`
+        of the instance, or a fork (whose mirror copies the task's fds), never finds it
+        open.  A file another process still holds stays open until its RELEASE."""
+        with self._lock:
+            of = self._files.get(fh)
+            fd = of.fds.get(ctx.pid) if of is not None and ctx.pid > 0 else None
+        if fd is None or _holds(ctx.pid, of.path):
+            return
+        with self._lock:
+            if of.fds.get(ctx.pid) is not fd:
+                return
+            del of.fds[ctx.pid]
+        if fd.caller.task.state != "dead":
+            self._close_fd(fd.caller, fd.fd)
+
     #: How long a request waits for RELEASEs in progress before it goes ahead anyway.
     RELEASE_WAIT = 2.0
 
@@ -559,8 +579,12 @@ def _held(of: _OpenFile) -> bool:
     """Whether a host process that used the open file still has a descriptor on its
     path (a child that inherited it unused is not seen: then the wait runs out).  The
     pids are taken first: another request's thread may add one meanwhile."""
-    return any(Gateway.kernel_path(rel) == of.path
-               for pid in tuple(of.fds) for rel in open_mount_paths(pid))
+    return any(_holds(pid, of.path) for pid in tuple(of.fds))
+
+
+def _holds(pid: int, kpath: str) -> bool:
+    """Whether host process pid has a descriptor open on the mount's file at kpath."""
+    return any(Gateway.kernel_path(rel) == kpath for rel in open_mount_paths(pid))
 
 
 def _parse_dirents(data: bytes) -> list[tuple[str, int]]:
