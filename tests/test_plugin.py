@@ -10,6 +10,7 @@ Where the package is installed (tests/run.sh) the sessions find the plugin throu
 ``pytest11`` entry point; from a source tree they are given ``-p
 kprobefs.testing.plugin``."""
 
+import functools
 import json
 import re
 import os
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import kprobefs.testing
+from kprobefs.testing import KprobefsMount
 from robust_mount import need_fuse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,13 +31,14 @@ DOC = ROOT / "docs" / "testing-your-code.md"
 PACKAGE_PARENT = str(Path(kprobefs.testing.__file__).resolve().parents[2])
 
 
-def plugin_found(cwd: Path, env: dict) -> bool:
-    """Whether this interpreter, started in cwd with env, finds the plugin's entry
-    point (the installed package's, or a source tree's egg-info on PYTHONPATH)."""
+@functools.lru_cache
+def plugin_found(pythonpath: str) -> bool:
+    """Whether this interpreter, with PYTHONPATH, finds the plugin's entry point (the
+    installed package's, or a source tree's egg-info on PYTHONPATH)."""
     probe = ("import importlib.metadata as m; print(any(ep.value == "
              "'kprobefs.testing.plugin' for ep in m.entry_points(group='pytest11')))")
-    r = subprocess.run([sys.executable, "-c", probe], cwd=cwd, env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True,
+                       env=dict(os.environ, PYTHONPATH=pythonpath), text=True, timeout=60)
     return r.stdout.strip() == "True"
 
 
@@ -46,7 +49,7 @@ def run_pytest(cwd: Path, *args: str, env: dict | None = None,
     environ = dict(os.environ if env is None else env, PYTHONDONTWRITEBYTECODE="1")
     environ["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + environ.get("PYTHONPATH", "")
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfs", *args]
-    if not plugin_found(cwd, environ):
+    if not plugin_found(environ["PYTHONPATH"]):
         argv[3:3] = ["-p", "kprobefs.testing.plugin"]
     return subprocess.run(argv, cwd=cwd, env=environ, capture_output=True, text=True,
                           timeout=timeout)
@@ -88,7 +91,7 @@ LEAVE_THEN_CLEAN = '''
             out[rel + "/"] = sorted(dirs) + sorted(files)
             for name in files:
                 path = Path(dirpath) / name
-                if name in SKIP or not os.access(path, os.R_OK) or name == "format":
+                if name in SKIP or not os.access(path, os.R_OK) or name in ("format", "id"):
                     continue
                 out[f"{rel}/{name}"] = path.read_text()
         for cpu in sorted(os.listdir(t / "per_cpu")):
@@ -175,12 +178,14 @@ LEAVE_THEN_CLEAN = '''
 def test_a_test_that_leaves_state_behind_is_followed_by_a_clean_tracefs(tmp_path):
     need_fuse()
     (tmp_path / "test_leave.py").write_text(textwrap.dedent(LEAVE_THEN_CLEAN))
-    (tmp_path / "pytest.ini").write_text("[pytest]\nkprobefs_cpus = 3\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nkprobefs_cpus = 3\n"
+                                         "kprobefs_workload = 0.5\nkprobefs_seed = 4\n")
     r = run_pytest(tmp_path)
     out = r.stdout + r.stderr
     assert "1 failed, 3 passed" in out, out
     assert "FAILED test_leave.py::test_3_fails_to_show_the_log" in out, out
-    assert "kprobefs log (kprobefs at " in out and "--cpus 3" in out, out
+    assert "kprobefs log (kprobefs at " in out, out
+    assert "(--cpus 3 --workload 0.5 --seed 4)" in out, out
 
 
 DETERMINISM = '''
@@ -226,6 +231,30 @@ def test_the_same_seeded_test_gives_the_same_records_twice(tmp_path):
     differ = [(a, b) for a, b in zip(first["canonical"], second["canonical"]) if a != b]
     assert differ == [] and len(first["canonical"]) == len(second["canonical"])
     assert first["timestamps"] != second["timestamps"]
+
+
+REUSE = '''
+    import os
+    from pathlib import Path
+
+    def test_reused(kprobefs):
+        assert kprobefs == Path(os.environ["REUSED"])
+        assert (kprobefs / "tracing" / "kprobe_events").read_text() == ""
+        (kprobefs / "tracing" / "kprobe_events").write_text("p:kept_by_none vfs_read\\n")
+'''
+
+
+@pytest.mark.fuse
+def test_an_existing_mount_is_reset_and_left_mounted(tmp_path):
+    need_fuse()
+    (tmp_path / "test_reuse.py").write_text(textwrap.dedent(REUSE))
+    with KprobefsMount(tmp_path / "mnt") as mount:
+        (mount.tracing / "kprobe_events").write_text("p:left_before vfs_read\n")
+        r = run_pytest(tmp_path, "--kprobefs-mount", str(mount.root),
+                       env=dict(os.environ, REUSED=str(mount.root)))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert os.path.ismount(mount.root)
+        assert "kept_by_none" in (mount.tracing / "kprobe_events").read_text()
 
 
 NO_FUSE = '''

@@ -57,10 +57,13 @@ def snoop(tracing, command=None, count=None, timeout=10.0):
         try:
             child = subprocess.Popen(command) if command else None
             while time.monotonic() < deadline and (count is None or len(seen) < count):
+                # Whether the command had ended before this read: then an empty pipe
+                # means that every open it made has been read.
+                ended = child is not None and child.poll() is not None
                 try:
                     text += os.read(pipe, 65536).decode(errors="replace")
                 except BlockingIOError:
-                    if child is not None and child.poll() is not None and count is None:
+                    if ended and count is None:
                         break
                     time.sleep(0.02)
                     continue

@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from .mount import KprobefsMount, MountError, fuse_missing
+from .reset import ResetError
 from .records import TraceReader
 from .waiter import TracePipe
 
@@ -133,7 +134,11 @@ def kprobefs(kprobefs_mount: KprobefsMount, request: pytest.FixtureRequest) -> P
     """The mount's root, its tracefs reset to a clean state first."""
     request.node.stash[_LOG_START] = kprobefs_mount.log_size()
     start = time.perf_counter()
-    kprobefs_mount.reset()
+    try:
+        kprobefs_mount.reset()
+    except ResetError as e:
+        pytest.fail(f"kprobefs: the tracefs cannot be reset for this test: {e}",
+                    pytrace=False)
     request.config.stash[_SESSION].reset_times.append(time.perf_counter() - start)
     return kprobefs_mount.root
 
