@@ -297,6 +297,10 @@ def test_the_page_shows_the_sample_project_as_it_is():
                           "examples/sample-project/tests/test_filesnoop.py"}
     for name, text in shown.items():
         assert text == (ROOT / name).read_text(), name
+    imports = [text for _, text in doc_blocks() if text.startswith("from kprobefs.testing")]
+    assert imports
+    for text in imports:
+        exec(compile(text.split("\n\n")[0], str(DOC), "exec"), {})
 
 
 @pytest.mark.fuse

@@ -9,7 +9,9 @@ from .formats import EventFormat, FormatError, FormatField, parse_format
 from .mount import KprobefsMount, MountError, fuse_missing
 from .records import Record, TraceReader, canonical, decode_page, parse_line, parse_trace
 from .reset import ResetError, TracefsReset
+from .waiter import RecordTimeout, TracePipe, wait_for_record
 
 __all__ = ["KprobefsMount", "MountError", "fuse_missing", "TracefsReset", "ResetError",
            "Record", "TraceReader", "parse_trace", "parse_line", "decode_page", "canonical",
-           "EventFormat", "FormatField", "FormatError", "parse_format"]
+           "EventFormat", "FormatField", "FormatError", "parse_format", "TracePipe",
+           "RecordTimeout", "wait_for_record"]

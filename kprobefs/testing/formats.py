@@ -139,12 +139,6 @@ class EventFormat:
         """The event's own fields of a binary record, by name."""
         return {f.name: f.value_from_bytes(record) for f in self.fields}
 
-    def common_pid(self, record: bytes) -> int:
-        for f in self.common:
-            if f.name == "common_pid":
-                return f.value_from_bytes(record)
-        raise FormatError(f"{self.name}: no common_pid field")
-
 
 def parse_format(text: str, system: str = "") -> EventFormat:
     """An event's ``format`` text as an :class:`EventFormat`; raises FormatError."""

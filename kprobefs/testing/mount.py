@@ -6,8 +6,8 @@ through its command line and its files only, as a user would.
 
 from __future__ import annotations
 
-import ctypes.util
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from .reset import ResetError, TracefsReset
+from .reset import TracefsReset
 
 __all__ = ["KprobefsMount", "MountError", "fuse_missing"]
 
@@ -29,19 +29,10 @@ def fuse_missing() -> str | None:
     """Why this machine cannot mount kprobefs, or None when it can."""
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse is missing"
-    if os.geteuid() != 0 and not _which("fusermount"):
+    if os.geteuid() != 0 and not shutil.which("fusermount"):
         return "mounting needs root, or fusermount"
     if not os.access("/dev/fuse", os.R_OK | os.W_OK):
         return "/dev/fuse cannot be opened by this user"
-    if os.geteuid() != 0 and not ctypes.util.find_library("fuse"):
-        return "libfuse2 is missing (apt-get install libfuse2)"
-    return None
-
-
-def _which(name: str) -> str | None:
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        if d and os.access(os.path.join(d, name), os.X_OK):
-            return os.path.join(d, name)
     return None
 
 
@@ -197,5 +188,3 @@ class KprobefsMount:
             f"--cpus {self.cpus} --workload {self.workload:g} --seed {self.seed}")
         return f"kprobefs at {self.root} ({how})"
 
-
-__all__ += ["ResetError"]

@@ -199,31 +199,33 @@ def _parse_body(body: str, formats: FormatLookup | None) -> tuple[str, dict]:
     return "print", {"ip": None, "buf": body}
 
 
+def _has(fmt: EventFormat | None, field: str) -> bool | None:
+    """Whether the event's format has the field; None when there is no format."""
+    return None if fmt is None else fmt.field(field) is not None
+
+
 def _event_fields(rest: str, fmt: EventFormat | None) -> dict[str, Any]:
+    """An event's fields from its text after ``NAME: ``: by the format's fields when
+    there is one (a kprobe has ``__probe_ip``, a return probe ``__probe_func``, a
+    system call ``__syscall_nr``), by the text's shape otherwise."""
     fields: dict[str, Any] = {}
-    if fmt is not None and fmt.field("__probe_ip") is not None or \
-            fmt is None and rest.startswith("(") and "<-" not in rest.split(")")[0]:
-        at = _PROBE_AT.match(rest)
-        if at:
-            fields["__probe_ip"] = at["at"]
-            rest = at["args"]
-    elif fmt is not None and fmt.field("__probe_func") is not None or \
-            fmt is None and rest.startswith("(") and " <- " in rest.split(")")[0]:
-        at = _PROBE_AT.match(rest)
-        if at:
-            ret_ip, _, func = at["at"].partition(" <- ")
-            fields["__probe_ret_ip"], fields["__probe_func"] = ret_ip, func
-            rest = at["args"]
-    else:
-        enter, leave = _SYS_ENTER.match(rest), _SYS_EXIT.match(rest)
-        if enter and (fmt is None or fmt.field("__syscall_nr") is not None):
-            for arg in _split_args(enter["args"]):
-                name, _, value = arg.partition(": ")
-                fields[name.strip()] = _typed(fmt, name.strip(), value, hex_ints=True)
-            return fields
-        if leave and (fmt is None or fmt.field("__syscall_nr") is not None):
-            fields["ret"] = _typed(fmt, "ret", leave["ret"])
-            return fields
+    at = _PROBE_AT.match(rest)
+    location = at["at"] if at else ""
+    enter, leave = _SYS_ENTER.match(rest), _SYS_EXIT.match(rest)
+    if at and _has(fmt, "__probe_func") in (True, None) and " <- " in location:
+        ret_ip, _, func = location.partition(" <- ")
+        fields["__probe_ret_ip"], fields["__probe_func"] = ret_ip, func
+        rest = at["args"]
+    elif at and _has(fmt, "__probe_ip") in (True, None):
+        fields["__probe_ip"] = location
+        rest = at["args"]
+    elif enter and _has(fmt, "__syscall_nr") in (True, None):
+        for arg in _split_args(enter["args"]):
+            name, _, value = arg.partition(": ")
+            fields[name.strip()] = _typed(fmt, name.strip(), value, hex_ints=True)
+        return fields
+    elif leave and _has(fmt, "__syscall_nr") in (True, None):
+        return {"ret": _typed(fmt, "ret", leave["ret"])}
     names = [f.name for f in fmt.fields] if fmt is not None else None
     for key, value in _pairs(rest, names):
         fields[key] = _typed(fmt, key, value)
@@ -381,6 +383,7 @@ class TraceReader:
         self._by_name: dict[str, EventFormat] = {}
         self._by_id: dict[int, EventFormat] = {}
         self._listed: set[str] = set()
+        self._not_events: set[str] = set()
 
     @staticmethod
     def _top_level(path: Path) -> Path:
@@ -389,10 +392,13 @@ class TraceReader:
 
     # -- formats
     def format(self, name: str) -> EventFormat | None:
-        """The format of the event called ``name`` (``SYSTEM:NAME`` also), or None."""
+        """The format of the event called ``name`` (``SYSTEM:NAME`` also), or None.  A
+        name found to be no event is not looked up again until the next ``parse``."""
         key = name.split(":")[-1]
-        if key not in self._by_name:
+        if key not in self._by_name and key not in self._not_events:
             self._load(name)
+            if key not in self._by_name:
+                self._not_events.add(key)
         return self._by_name.get(key)
 
     def format_by_id(self, ident: int) -> EventFormat | None:
@@ -442,6 +448,7 @@ class TraceReader:
     def parse(self, text: str) -> list[Record]:
         """The records of a ``trace``/``trace_pipe`` text, typed by this directory's
         formats."""
+        self._not_events.clear()        # an event defined since may have that name
         return parse_trace(text, self._text_format)
 
     def trace(self) -> list[Record]:
