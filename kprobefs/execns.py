@@ -48,8 +48,10 @@ import ctypes.util
 import os
 import signal
 import sys
+import tempfile
 from typing import NoReturn, Sequence
 
+from . import kmod
 from .errors import KprobefsError
 from .fs.hostproc import KPROBEFS_FSTYPE, own_mounts
 from .fs.syscallwatch import hand_over
@@ -68,6 +70,12 @@ PROC_DIR = "proc"
 MASKED = ("/sys/kernel/notes", "/proc/kcore")
 #: The type /proc/mounts gives a kprobefs mount (fuse.SUBTYPE; fs/fuse_ops.py).
 FSTYPE = KPROBEFS_FSTYPE
+#: With --kernel-scratch: the emulated kernel's files (in the mount) over the host's.
+SCRATCH = (("dev/null", "/dev/null"), ("tmp", "/tmp"))
+#: Where the host's kmod tools are looked for, besides $PATH.
+TOOL_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+#: Where a kmod tool the host lacks is added (first in root's default PATH).
+ADDED_TOOLS_DIR = "/usr/local/sbin"
 
 _CLONE_NEWNS = 0x00020000
 _MS_BIND = 0x1000
@@ -152,15 +160,21 @@ def _detach_elsewhere(fstype: str, keep: str) -> None:
                 pass    # already gone with its parent
 
 
-def prepare_view(mount: str) -> list[str]:
+def prepare_view(mount: str, kernel_scratch: bool = False) -> list[str]:
     """Enters a private mount namespace and binds the mount where Linux tools look (the
-    module docstring says what goes where).  Returns warnings: host filesystems that
+    module docstring says what goes where), and the emulated kernel's module tools
+    over the host's (:func:`_replace_kmod`); with kernel_scratch, the emulated kernel's
+    /dev/null and /tmp over the host's too.  Returns warnings: host filesystems that
     could not be placed under the binds, which leaves the tools that look for them in
-    /proc/mounts blind.  Raises ExecError when mount is not a kprobefs mount or a bind
-    fails.  Precondition: this process has one thread (unshare(CLONE_NEWNS))."""
+    /proc/mounts blind, and host module tools left in place.  Raises ExecError when
+    mount is not a kprobefs mount or a bind fails, or with kernel_scratch when the
+    working directory is under /tmp (the command would lose its path).  Precondition:
+    this process has one thread (unshare(CLONE_NEWNS))."""
     mount = os.path.realpath(mount)
     if mount not in _kprobefs_mounts():
         raise ExecError(f"{mount}: not a kprobefs mount")
+    if kernel_scratch:
+        _check_cwd_outside("/tmp")
     try:
         proc_files = _proc_files(mount)
     except OSError as e:
@@ -168,6 +182,8 @@ def prepare_view(mount: str) -> list[str]:
     binds = [(os.path.join(mount, part), target) for _fstype, target, part in VIEWS]
     binds += [(os.path.join(mount, PROC_DIR, rel), os.path.join("/proc", rel))
               for rel in proc_files if os.path.isfile(os.path.join("/proc", rel))]
+    scratch = [(os.path.join(mount, part), target) for part, target in SCRATCH
+               if kernel_scratch]
     # A sysctl the host kernel lacks (stack_tracer_enabled without its STACK_TRACER)
     # is added by shadowing its directory (below).
     grown = [rel for rel in proc_files if rel.startswith("sys/")
@@ -175,16 +191,17 @@ def prepare_view(mount: str) -> list[str]:
              and os.path.isdir(os.path.dirname(os.path.join("/proc", rel)))]
     _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    # First: it makes a scratch directory in the host's /tmp, which may be replaced.
+    warnings = _replace_kmod()
     # Bound through descriptors opened now, in the new namespace (a bind's source must
     # be there): the mount may be where a host filesystem is about to be placed
     # (kprobefs mount /sys/kernel/debug).
-    sources = [_open_path(source) for source, _target in binds]
+    sources = [_open_path(source) for source, _target in binds + scratch]
     additions: dict[str, dict[str, int]] = {}
     for rel in grown:
         target = os.path.join("/proc", rel)
         additions.setdefault(os.path.dirname(target), {})[os.path.basename(target)] = \
             _open_path(os.path.join(mount, PROC_DIR, rel))
-    warnings = []
     for fstype, target, _part in VIEWS:
         why = _place_host_fs(fstype, target)
         if why is not None:
@@ -192,24 +209,101 @@ def prepare_view(mount: str) -> list[str]:
                             f"it in /proc/mounts will not find the mount")
     for fstype, target, _part in VIEWS:
         _detach_elsewhere(fstype, target)
-    for (source, target), fd in zip(binds, sources):
-        _mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND,
-               what=f"mount --bind {source} {target}")
-        os.close(fd)
+    fds = dict(zip(binds + scratch, sources))
+    for source, target in binds:
+        _bind_fd(fds[source, target], source, target)
     for directory, added in additions.items():
         _shadow_dir(directory, added)
     for target in MASKED:
         if os.path.exists(target):
             _mount(os.devnull, target, None, _MS_BIND)
+    for source, target in scratch:      # last: the host's /dev/null is bound above
+        _bind_fd(fds[source, target], source, target)
+    return warnings
+
+
+def _bind_fd(fd: int, source: str, target: str) -> None:
+    """Binds what the O_PATH descriptor fd (closed here) names, source, over target."""
+    _mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND,
+           what=f"mount --bind {source} {target}")
+    os.close(fd)
+
+
+def _check_cwd_outside(directory: str) -> None:
+    """Raises ExecError when the working directory is directory or below it."""
+    cwd = os.getcwd()
+    if cwd == directory or cwd.startswith(directory + "/"):
+        raise ExecError(f"--kernel-scratch: the working directory {cwd} is under "
+                        f"{directory}, which the emulated kernel's {directory} replaces; "
+                        f"run from a directory outside it")
+
+
+def _host_kmod() -> tuple[list[str], list[str], list[str]]:
+    """The host's module tools: (the files to replace, the names found nowhere, the
+    tools that cannot be replaced and why).  A tool is looked for in TOOL_DIRS and
+    $PATH; what is replaced is the file it resolves to, which on Debian is the one
+    /bin/kmod behind every name, so every way in (``kmod`` itself, any path) is
+    covered.  A tool that resolves to another multi-call program (busybox's applets)
+    is left: binding over that program would replace all its other commands."""
+    dirs = list(TOOL_DIRS) + [d for d in os.environ.get("PATH", "").split(":") if d]
+    files, missing, kept = set(), [], []
+    for name in kmod.TOOLS + (kmod.KMOD,):
+        found = {os.path.realpath(os.path.join(d, name)) for d in dirs
+                 if os.path.isfile(os.path.join(d, name))}
+        if not found and name != kmod.KMOD:
+            missing.append(name)
+        for path in found:
+            if os.path.basename(path) in kmod.TOOLS + (kmod.KMOD,):
+                files.add(path)
+            else:
+                kept.append(f"the host's {name} ({path}) is left in place: it acts on "
+                            f"the host kernel's modules")
+    return sorted(files), missing, kept
+
+
+def _replace_kmod() -> list[str]:
+    """Binds the emulated kernel's module tools (kprobefs.kmod, run by this process's
+    interpreter) over the host's (:func:`_host_kmod`), and adds those the host lacks
+    to ADDED_TOOLS_DIR.  The program is written to a tmpfs of its own, mounted on a
+    scratch directory only while the binds are made: so it can run even where the
+    host's temporary directories are noexec, and nothing is left on the host.
+    Returns warnings (tools left in place or not added)."""
+    if not sys.executable:
+        raise ExecError("the Python interpreter running kprobefs is unknown "
+                        "(sys.executable): the module tools cannot be made")
+    files, missing, warnings = _host_kmod()
+    scratch = tempfile.mkdtemp(prefix="kprobefs-exec-")
+    try:
+        _mount("tmpfs", scratch, "tmpfs", 0)
+        try:
+            program = os.path.join(scratch, kmod.KMOD)
+            with open(program, "w") as f:
+                f.write(kmod.shim_script(sys.executable))
+            os.chmod(program, 0o755)
+            for target in files:
+                _mount(program, target, None, _MS_BIND,
+                       what=f"mount --bind {kmod.__name__} {target}")
+            if missing and os.path.isdir(ADDED_TOOLS_DIR):
+                _shadow_dir(ADDED_TOOLS_DIR, {name: _open_path(program) for name in missing})
+            elif missing:
+                warnings.append(f"no {', '.join(missing)} in the namespace: the host has "
+                                f"none and {ADDED_TOOLS_DIR} is missing")
+        finally:
+            _detach(scratch)
+    finally:
+        os.rmdir(scratch)
     return warnings
 
 
 def _shadow_dir(directory: str, added: dict[str, int]) -> None:
-    """Grows ``directory`` (of procfs, which cannot grow) by the files ``added`` (name
-    -> an O_PATH descriptor of what to bind there, closed here): a tmpfs over it holds
-    a bind of each of its entries and of each added file."""
-    entries = {name: _open_path(os.path.join(directory, name))
-               for name in os.listdir(directory) if name not in added}
+    """Grows ``directory`` (of procfs, which cannot grow; or any other) by the files
+    ``added`` (name -> an O_PATH descriptor of what to bind there, closed here): a
+    tmpfs over it holds a bind of each of its entries and of each added file.  A
+    dangling symbolic link is left out."""
+    entries = {}
+    for name in os.listdir(directory):
+        if name not in added and os.path.exists(os.path.join(directory, name)):
+            entries[name] = _open_path(os.path.join(directory, name))
     _mount("tmpfs", directory, "tmpfs", 0)
     for name, fd in {**entries, **added}.items():
         path = os.path.join(directory, name)
@@ -217,9 +311,7 @@ def _shadow_dir(directory: str, added: dict[str, int]) -> None:
             os.mkdir(path)
         else:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
-        _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND,
-               what=f"mount --bind {name} {path}")
-        os.close(fd)
+        _bind_fd(fd, name, path)
 
 
 def _open_path(path: str) -> int:
@@ -229,14 +321,15 @@ def _open_path(path: str) -> int:
         raise ExecError(f"{path}: {e.strerror}") from e
 
 
-def exec_in_view(mount: str, argv: Sequence[str]) -> NoReturn:
+def exec_in_view(mount: str, argv: Sequence[str], kernel_scratch: bool = False
+                 ) -> NoReturn:
     """Runs argv in the view of mount: prepare_view, the hand-over of its system calls
     (:func:`~kprobefs.fs.syscallwatch.hand_over`), then execvp.  Does not return: on
     a failure before the command runs, prints the reason and exits 1 (ExecError), 127
     (no such command) or 126 (not executable), as shells do."""
     mount = os.path.realpath(mount)
     try:
-        for warning in prepare_view(mount):
+        for warning in prepare_view(mount, kernel_scratch):
             print(f"kprobefs: warning: {warning}", file=sys.stderr)
     except ExecError as e:
         print(f"kprobefs: {e}", file=sys.stderr)
