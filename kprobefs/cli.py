@@ -72,21 +72,73 @@ def _host_cpu(text: str) -> int | None:
     return cpu
 
 
+#: The examples of each command's --help (kprobefs(8), docs/kprobefs.8, has them too).
+EXAMPLES = {
+    None: """\
+examples:
+  kprobefs mount                          boot the kernel, mount it at /run/kprobefs
+  echo 'p:myprobe vfs_read count=%dx:u32' > /run/kprobefs/tracing/kprobe_events
+  echo 1 > /run/kprobefs/tracing/events/kprobes/myprobe/enable
+  cat /run/kprobefs/tracing/trace         the cat's own vfs_read calls
+  kprobefs exec -- trace-cmd show         the same through trace-cmd
+  kprobefs status                         the daemon's health
+  kprobefs umount                         unmount; the daemon exits
+
+Run `kprobefs COMMAND --help` for a command's options; see kprobefs(8).""",
+    "mount": """\
+examples:
+  kprobefs mount                          at /run/kprobefs, in the background
+  kprobefs mount --cpus 4 /mnt/kprobefs   four virtual CPUs, at /mnt/kprobefs
+  kprobefs mount --workload 100           with 100 background operations a second
+  kprobefs mount --foreground             serve in this process, log to stderr""",
+    "umount": """\
+examples:
+  kprobefs umount                         unmount /run/kprobefs
+  kprobefs umount /mnt/kprobefs""",
+    "status": """\
+examples:
+  kprobefs status                         prints "state: ok" and more; exit 0
+  kprobefs status --timeout 1 /mnt/kprobefs || echo "exit status $?"
+                                          1 degraded, 2 no answer""",
+    "exec": """\
+Inside the namespace modprobe, insmod, rmmod and lsmod (and kmod list) act on the
+emulated kernel's modules, with kmod's messages and exit statuses, in place of the
+host's kmod.
+
+examples:
+  kprobefs exec                           a shell ($SHELL) in the namespace
+  kprobefs exec -- trace-cmd list -e      the emulated kernel's events
+  kprobefs exec -- perf probe -a vfs_read
+  kprobefs exec -- sh -c 'modprobe trace_printk && lsmod && rmmod trace_printk'
+  cd tools/testing/selftests/ftrace && kprobefs exec --kernel-scratch -- ./ftracetest""",
+}
+
+
+def _command_parser(sub, name: str, help: str, description: str, **kw):
+    """A subcommand whose --help keeps the description's lines and ends with its
+    examples (EXAMPLES)."""
+    return sub.add_parser(name, help=help, description=description, epilog=EXAMPLES[name],
+                          formatter_class=argparse.RawDescriptionHelpFormatter, **kw)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kprobefs",
-        description="Serve the debugfs/tracefs/proc files of an emulated kernel (with "
-                    "its kprobes engine and tracer) as a FUSE filesystem.")
+        prog="kprobefs", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Serve the debugfs/tracefs/proc files of an emulated kernel (with its "
+                    "kprobes\nengine and tracer) as a FUSE filesystem.",
+        epilog=EXAMPLES[None])
     parser.add_argument("--log-level", default=None, choices=LOG_LEVELS,
                         type=str.upper,
                         help="log threshold (logs go to stderr; default INFO with "
                              "--foreground, else WARNING)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    m = sub.add_parser("mount", help="boot the kernel and mount its files",
-                       description="Boot the emulated kernel and mount MOUNTPOINT/"
-                                   "{kprobes,tracing,proc}.  Returns once every file is "
-                                   "ready, unless --foreground.")
+    m = _command_parser(sub, "mount", help="boot the kernel and mount its files",
+                        description="""\
+Boot the emulated kernel and mount its files at MOUNTPOINT: tracing/ (tracefs),
+kprobes/ (debugfs's kprobes files), proc/ (its kallsyms, modules, version and
+sysctl knobs), dev/ and tmp/ (its /dev and /tmp), kprobefs/ (the daemon's status
+and module control).  Returns once every file is ready, unless --foreground.""")
     _mountpoint_argument(m, "where to mount", ", created if missing")
     m.add_argument("-f", "--foreground", action="store_true",
                    help="serve in this process (systemd: Type=notify)")
@@ -109,31 +161,36 @@ def build_parser() -> argparse.ArgumentParser:
                         "with --foreground logs stay on stderr)")
     _log_level_option(m)
 
-    u = sub.add_parser("umount", help="unmount a kprobefs mount",
-                       description="Unmount MOUNTPOINT; the daemon then exits.  A stale "
-                                   "mount left by a killed daemon is cleaned too.")
+    u = _command_parser(sub, "umount", help="unmount a kprobefs mount",
+                        description="""\
+Unmount MOUNTPOINT; the daemon then exits.  A stale mount left by a killed daemon
+is cleaned too.""")
     _mountpoint_argument(u, "the mount point")
     _log_level_option(u)
 
-    st = sub.add_parser("status", help="print the daemon's health",
-                        description="Print the health of the daemon serving MOUNTPOINT "
-                                    "(its kprobefs/status file).  Exit status: 0 ok, 1 "
-                                    "degraded, 2 no answer.")
+    st = _command_parser(sub, "status", help="print the daemon's health",
+                         description="""\
+Print the health of the daemon serving MOUNTPOINT (its kprobefs/status file).
+Exit status: 0 ok, 1 degraded, 2 no answer.""")
     _mountpoint_argument(st, "the mount point")
     st.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                     help="how long to wait for an answer (default 5)")
     _log_level_option(st)
 
-    ex = sub.add_parser("exec", help="run a tracing tool against the mount",
-                        usage="%(prog)s [-h] [--log-level L] [MOUNTPOINT] "
-                              "[-- COMMAND [ARG...]]",
-                        description="Run COMMAND (default: $SHELL) in a private mount "
-                                    "namespace where MOUNTPOINT/tracing is "
-                                    "/sys/kernel/tracing (a tracefs line in /proc/mounts),"
-                                    " MOUNTPOINT is /sys/kernel/debug, and the emulated "
-                                    "kernel's kallsyms, version and modules replace the "
-                                    "host's /proc files.  Exit status: the command's.")
+    ex = _command_parser(sub, "exec", help="run a tracing tool against the mount",
+                         usage="%(prog)s [-h] [--kernel-scratch] [--log-level L] "
+                               "[MOUNTPOINT] [-- COMMAND [ARG...]]",
+                         description="""\
+Run COMMAND (default: $SHELL) in a private mount namespace where MOUNTPOINT/tracing
+is /sys/kernel/tracing (a tracefs line in /proc/mounts), MOUNTPOINT is
+/sys/kernel/debug, and the emulated kernel's kallsyms, version, modules and sysctl
+knobs replace the host's /proc files.  Exit status: the command's.""")
     _mountpoint_argument(ex, "the mount point")
+    ex.add_argument("--kernel-scratch", action="store_true",
+                    help="make /dev/null and /tmp the emulated kernel's too (its dev/null "
+                         "and tmp/), so that a command's redirections and scratch files "
+                         "are the traced kernel's (ftracetest's kprobe_args_user.tc needs "
+                         "it); the working directory must not be under /tmp")
     ex.set_defaults(program=[])     # what follows --, see _parse
     _log_level_option(ex)
     return parser
@@ -383,7 +440,8 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 def _exec(args) -> NoReturn:
     from .execns import exec_in_view
-    exec_in_view(args.mountpoint, args.program or [os.environ.get("SHELL") or "/bin/sh"])
+    exec_in_view(args.mountpoint, args.program or [os.environ.get("SHELL") or "/bin/sh"],
+                 kernel_scratch=args.kernel_scratch)
 
 
 def main(argv: Sequence[str] | None = None, kernel_factory: Callable | None = None,

@@ -96,6 +96,12 @@ def test_exec_arguments(argv, mountpoint, program):
     assert (args.command, args.mountpoint, args.program) == ("exec", mountpoint, program)
 
 
+def test_kernel_scratch_is_an_exec_option():
+    args = _parse(build_parser(), ["exec", "--kernel-scratch", "/mnt", "--", "true"])
+    assert (args.kernel_scratch, args.mountpoint, args.program) == (True, "/mnt", ["true"])
+    assert _parse(build_parser(), ["exec"]).kernel_scratch is False
+
+
 def test_double_dash_is_only_for_exec(capsys):
     with pytest.raises(SystemExit) as e:
         _parse(build_parser(), ["status", "--", "x"])
@@ -157,6 +163,136 @@ def test_the_host_mounts_are_untouched(mnt):
     before = host_mounts_at(places)
     sh(mnt, "ls /sys/kernel/tracing > /dev/null")
     assert host_mounts_at(places) == before
+
+
+def _mount_at(target: str, mountinfo: str) -> str | None:
+    """The filesystem type of the topmost mount at target in a mountinfo text."""
+    found = None
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if fields[4] == target:
+            found = fields[fields.index("-") + 1]
+    return found
+
+
+def test_dev_null_and_tmp_stay_the_hosts_by_default(mnt):
+    mountinfo = sh(mnt, "cat /proc/self/mountinfo")
+    assert "fuse.kprobefs" not in (_mount_at("/tmp", mountinfo) or "")
+    assert "fuse.kprobefs" not in (_mount_at("/dev/null", mountinfo) or "")
+
+
+def test_kernel_scratch_makes_dev_null_and_tmp_the_emulated_kernels(mnt):
+    done = subprocess.run(EXEC + ["--kernel-scratch", str(mnt), "--", "sh", "-c",
+                                  "echo hi > /dev/null && cat /dev/null && "
+                                  "mkdir /tmp/kprobefs-scratch-test && "
+                                  "cat /proc/self/mountinfo"],
+                          capture_output=True, text=True, timeout=120,
+                          env=runner._cli_env(), cwd="/")
+    try:
+        assert done.returncode == 0, done.stderr
+        assert _mount_at("/tmp", done.stdout) == "fuse.kprobefs"
+        assert _mount_at("/dev/null", done.stdout) == "fuse.kprobefs"
+        assert (mnt / "tmp" / "kprobefs-scratch-test").is_dir()   # the emulated /tmp
+        assert not Path("/tmp/kprobefs-scratch-test").exists()      # not the host's
+    finally:
+        if (mnt / "tmp" / "kprobefs-scratch-test").exists():
+            (mnt / "tmp" / "kprobefs-scratch-test").rmdir()
+
+
+def test_kernel_scratch_refuses_a_working_directory_under_tmp(mnt):
+    cwd = Path("/tmp")
+    done = subprocess.run(EXEC + ["--kernel-scratch", str(mnt), "--", "true"],
+                          capture_output=True, text=True, timeout=120,
+                          env=runner._cli_env(), cwd=cwd)
+    assert done.returncode == 1
+    assert done.stderr.startswith("kprobefs: --kernel-scratch: the working directory "
+                                  "/tmp is under /tmp")
+
+
+# ---- the module tools --------------------------------------------------------------------
+@pytest.fixture
+def no_module(mnt):
+    """Every module of the emulated kernel unloaded afterwards."""
+    yield
+    for line in (mnt / "proc" / "modules").read_text().splitlines():
+        (mnt / "kprobefs" / "modules").write_text(f"unload {line.split()[0]}\n")
+
+
+def test_modprobe_lsmod_and_rmmod_act_on_the_emulated_kernel(mnt, no_module):
+    """Issue 28's line: kprobefs exec -- sh -c 'modprobe trace_printk && lsmod | grep
+    trace_printk && rmmod trace_printk'."""
+    done = run_exec(mnt, "sh", "-c", "modprobe trace_printk && lsmod | grep trace_printk "
+                                     "&& rmmod trace_printk")
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"trace_printk +\d+  0\n", done.stdout), done.stdout
+    assert "trace_printk" not in (mnt / "proc" / "modules").read_text()
+
+
+def test_lsmod_prints_kmods_columns(mnt, no_module):
+    out = sh(mnt, "modprobe ftrace-direct && modprobe trace_printk && lsmod && kmod list")
+    proc = [line.split() for line in (mnt / "proc" / "modules").read_text().splitlines()]
+    # /proc/modules' order (newest first), kmod's "%-19s %8lu  %d"
+    table = ["Module                  Size  Used by"] + [
+        f"{name:<19} {int(size):>8}  {refs}" for name, size, refs, *_ in proc]
+    assert [name for name, *_ in proc] == ["trace_printk", "ftrace_direct"]
+    assert out.splitlines() == table * 2
+
+
+#: (script, exit status, stderr); a script ending in `lsmod | wc -l` prints how many
+#: lines lsmod printed: its header and a line per module left loaded.
+KMOD_CASES = [
+    ("modprobe no-such-module", 1,
+     "modprobe: FATAL: Module no-such-module not found in directory {modules}\n"),
+    ("modprobe -q no-such-module", 1, ""),
+    ("modprobe", 1, "modprobe: ERROR: missing parameters. See -h.\n"),
+    ("modprobe -r no-such-module", 1, "modprobe: FATAL: Module no-such-module not found.\n"),
+    ("modprobe -r trace-printk", 1, "modprobe: FATAL: Module trace_printk is not in kernel.\n"),
+    ("modprobe trace_printk && modprobe trace-printk && lsmod | wc -l", 0, ""),
+    ("modprobe trace_printk && modprobe --first-time trace_printk", 1,
+     "modprobe: ERROR: could not insert 'trace_printk': Module already in kernel\n"),
+    ("modprobe -n trace_printk && lsmod | wc -l", 0, ""),
+    ("modprobe trace-printk && modprobe -r trace-printk && lsmod | wc -l", 0, ""),
+    ("rmmod trace-printk", 1, "rmmod: ERROR: Module trace_printk is not currently loaded\n"),
+    ("rmmod", 1, "rmmod: ERROR: missing module name.\n"),
+    ("modprobe trace_printk && rmmod trace_printk.ko && lsmod | wc -l", 0, ""),
+    ("insmod", 1, "insmod: ERROR: missing filename.\n"),
+    ("insmod /no/such.ko", 1,
+     "insmod: ERROR: could not load module /no/such.ko: No such file or directory\n"),
+    ("insmod /proc/version", 1,
+     "insmod: ERROR: could not insert module /proc/version: Invalid module format\n"),
+    ("insmod {modules}/trace_printk.ko && lsmod | wc -l", 0, ""),
+    ("lsmod -a", 1, "Usage: lsmod\n"),
+    ("modinfo trace_printk", 1, "modinfo: not available in kprobefs exec, whose "
+     "modprobe, insmod, rmmod, lsmod act on the emulated kernel's modules\n"),
+]
+
+
+@pytest.mark.parametrize("script, status, stderr", KMOD_CASES)
+def test_module_tools_say_what_kmod_says(mnt, no_module, script, status, stderr):
+    from kprobefs.kmod import module_dir
+    done = run_exec(mnt, "sh", "-c", script.replace("{modules}", str(module_dir())))
+    assert (done.returncode, done.stderr) == (
+        status, stderr.replace("{modules}", str(module_dir()))), done.stdout
+    if script.endswith("lsmod | wc -l"):
+        left = len((mnt / "proc" / "modules").read_text().splitlines())
+        assert done.stdout == f"{1 + left}\n"
+        assert left == (0 if "-r " in script or "rmmod" in script or " -n " in script
+                        else 1), script
+
+
+def test_every_way_to_the_hosts_kmod_reaches_the_emulated_kernels(mnt):
+    """modprobe and friends by any name or path are kprobefs's, and so is the kmod
+    program they link to: nothing in the namespace loads a host module."""
+    tools = [t for t in ("/usr/sbin/modprobe", "/sbin/modprobe", "/usr/sbin/insmod",
+                         "/usr/sbin/rmmod", "/usr/sbin/lsmod", "/bin/lsmod", "/usr/bin/kmod")
+             if os.path.exists(t)]
+    out = sh(mnt, "for t in modprobe insmod rmmod lsmod; do command -v $t; done | "
+                  "xargs stat -L -c %d:%i " + " ".join(tools) + "; modprobe --version")
+    *files, version = out.splitlines()
+    assert len(files) == 4 + len(tools) and len(set(files)) == 1, out    # one program
+    assert version.startswith("modprobe from kprobefs"), version
+    if os.path.exists("/usr/bin/kmod"):
+        assert sh(mnt, "/usr/bin/kmod list").startswith("Module                  Size")
 
 
 # ---- the command's process ---------------------------------------------------------------
