@@ -15,13 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import FormatError
+
 __all__ = ["FormatError", "FormatField", "EventFormat", "PageLayout", "parse_format",
            "parse_page_layout"]
-
-
-class FormatError(ValueError):
-    """Raised when a ``format``, ``header_page`` or ``header_event`` text is not in the
-    shape tracefs writes."""
 
 
 _FIELD = re.compile(r"^\s*field:\s*(?P<decl>[^;]*);\s*offset:(?P<offset>\d+);"

@@ -15,14 +15,10 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from .errors import MountError
 from .reset import TracefsReset
 
 __all__ = ["KprobefsMount", "MountError", "fuse_missing"]
-
-
-class MountError(RuntimeError):
-    """Raised when the daemon cannot be started or stopped; the message carries the
-    command's own reason (its stderr)."""
 
 
 def fuse_missing() -> str | None:

@@ -77,6 +77,9 @@ class Record:
     def __post_init__(self):
         object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
 
+    def __hash__(self) -> int:
+        return hash((self.timestamp,) + self.as_tuple())
+
     def __getitem__(self, name: str) -> Any:
         return self.fields[name]
 
@@ -288,7 +291,8 @@ def _graph_record(g: re.Match, more: str, formats: FormatLookup | None,
         return Record(comm, pid, cpu, ts, event, fields, None, text)
     if code.endswith(") {"):
         return Record(comm, pid, cpu, ts, "funcgraph_entry",
-                      {"func": code[:-4], "depth": depth, "duration": None}, None, text)
+                      {"func": code[:-4], "depth": depth, "duration": None,
+                       "leaf": False}, None, text)
     if code.endswith(");"):
         return Record(comm, pid, cpu, ts, "funcgraph_entry",
                       {"func": code[:-3], "depth": depth, "duration": duration,

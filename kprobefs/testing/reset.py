@@ -35,12 +35,9 @@ import os
 import struct
 from pathlib import Path
 
+from .errors import ResetError
+
 __all__ = ["TracefsReset", "ResetError", "DEFAULT_OPTIONS"]
-
-
-class ResetError(RuntimeError):
-    """Raised when the tracefs cannot be brought back (an instance whose file a process
-    still holds open, a dynamic event in use); the message says which file and why."""
 
 
 #: Linux 6.1's default value of each option (``options/NAME``), tracer options too.

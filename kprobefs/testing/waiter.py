@@ -11,19 +11,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .errors import RecordTimeout
 from .records import Record, TraceReader
 
 __all__ = ["TracePipe", "RecordTimeout", "wait_for_record"]
-
-
-class RecordTimeout(AssertionError):
-    """Raised by :meth:`TracePipe.wait_for` when no record matched within its timeout;
-    ``seen`` holds every record read while waiting.  An AssertionError, so that
-    pytest reports it as a failed expectation with the records in the message."""
-
-    def __init__(self, message: str, seen: list[Record]):
-        super().__init__(message)
-        self.seen = seen
 
 
 class TracePipe:
