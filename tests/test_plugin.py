@@ -32,25 +32,31 @@ PACKAGE_PARENT = str(Path(kprobefs.testing.__file__).resolve().parents[2])
 
 
 @functools.lru_cache
-def plugin_found(pythonpath: str) -> bool:
-    """Whether this interpreter, with PYTHONPATH, finds the plugin's entry point (the
-    installed package's, or a source tree's egg-info on PYTHONPATH)."""
+def plugin_found(pythonpath: str | None) -> bool:
+    """Whether this interpreter, started outside any source tree with PYTHONPATH (None:
+    as it is), finds the plugin's entry point: the installed package's, or a source
+    tree's egg-info on PYTHONPATH."""
     probe = ("import importlib.metadata as m; print(any(ep.value == "
              "'kprobefs.testing.plugin' for ep in m.entry_points(group='pytest11')))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     r = subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True,
-                       env=dict(os.environ, PYTHONPATH=pythonpath), text=True, timeout=60)
+                       env=env, text=True, timeout=60)
     return r.stdout.strip() == "True"
 
 
 def run_pytest(cwd: Path, *args: str, env: dict | None = None,
                timeout: float = 240) -> subprocess.CompletedProcess:
-    """pytest in cwd, with the kprobefs this test imports (the installed package under
-    tests/run.sh, else this source tree)."""
+    """pytest in cwd: with the installed package and its entry point when this
+    interpreter has them (tests/run.sh), else with this source tree on PYTHONPATH."""
     environ = dict(os.environ if env is None else env, PYTHONDONTWRITEBYTECODE="1")
-    environ["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + environ.get("PYTHONPATH", "")
+    environ.pop("PYTHONPATH", None)
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfs", *args]
-    if not plugin_found(environ["PYTHONPATH"]):
-        argv[3:3] = ["-p", "kprobefs.testing.plugin"]
+    if not plugin_found(None):
+        environ["PYTHONPATH"] = PACKAGE_PARENT
+        if not plugin_found(PACKAGE_PARENT):
+            argv[3:3] = ["-p", "kprobefs.testing.plugin"]
     return subprocess.run(argv, cwd=cwd, env=environ, capture_output=True, text=True,
                           timeout=timeout)
 
