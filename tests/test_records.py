@@ -192,7 +192,7 @@ def test_the_waiter_returns_the_first_match_and_bounds_the_wait(root):
         start = time.monotonic()
         with pytest.raises(RecordTimeout) as e:
             pipe.wait_for(path="/nowhere", timeout=0.5)
-        assert 0.5 <= time.monotonic() - start < 5
+        assert 0.5 <= time.monotonic() - start < 10
         assert "no record with path='/nowhere'" in str(e.value)
         cat(root / "proc" / "version")
         hit = pipe.wait_for(lambda r: r.comm == "cat", event="open", path="/proc/version",

@@ -312,8 +312,6 @@ def _duration(text: str | None) -> float | None:
 
 
 # ==== binary ===============================================================================
-_MISSED_EVENTS = 1 << 31
-_MISSED_STORED = 1 << 30
 _COMMIT_MASK = (1 << 30) - 1
 
 
@@ -328,7 +326,7 @@ def decode_page(page: bytes, layout: PageLayout, cpu: int,
     c_off, c_size = layout.commit
     now = int.from_bytes(page[ts_off:ts_off + ts_size], "little")
     commit = int.from_bytes(page[c_off:c_off + c_size], "little")
-    size = commit & _COMMIT_MASK if commit & (_MISSED_EVENTS | _MISSED_STORED) else commit
+    size = commit & _COMMIT_MASK        # bits 31 and 30 flag lost events
     data = page[layout.data[0]:layout.data[0] + size]
     records, pos = [], 0
     while pos + 4 <= len(data):
