@@ -208,7 +208,13 @@ DETERMINISM = '''
                       "sched/sched_process_exit", "syscalls/sys_exit_openat"):
             (t / "events" / event / "enable").write_text("1")
         (kprobefs / "proc" / "version").read_text()
-        subprocess.run(["sleep", "0.1"])
+        # A child that runs until the kernel has seen its exec: a request of this
+        # process takes the fork and exec events first, while the child's comm can be
+        # read (one that had exited by then would keep its parent's).
+        child = subprocess.Popen(["sleep", "30"])
+        (t / "tracing_on").read_text()
+        child.terminate()
+        child.wait()
         (t / "trace_marker").write_text("between")
         (kprobefs / "tmp" / "made-by-the-test").write_text("x")
         (t / "events" / "enable").write_text("0")
