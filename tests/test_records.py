@@ -209,3 +209,6 @@ def test_canonical_renumbers_pids_by_first_appearance():
     c = [Record("sh", 77, 0, 9.0, "sched_process_fork", {"pid": 77, "child_pid": 78}),
          Record("sh", 77, 0, 9.5, "x", {})]
     assert canonical(a) != canonical(c)
+    d = [Record("sh", 77, 1, 9.0, "sched_process_fork", {"pid": 77, "child_pid": 78}),
+         Record("sh", 78, 0, 9.5, "x", {})]
+    assert canonical(a) != canonical(d) and canonical(a, cpus=False) == canonical(d, cpus=False)

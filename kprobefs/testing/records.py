@@ -112,12 +112,14 @@ def _plain(v: Any) -> Any:
     return tuple(v) if isinstance(v, list) else v
 
 
-def canonical(records: Iterable[Record]) -> list[tuple]:
+def canonical(records: Iterable[Record], cpus: bool = True) -> list[tuple]:
     """The records as plain tuples without timestamps, with every pid (the records'
     own and those in fields named ``pid``/``*_pid``) renumbered in order of first
     appearance, 0 (the idle task) kept: host processes get their pids from the host, so
     two runs of one test compare equal this way when they did the same things in the
-    same order (see docs/testing-your-code.md, "What is deterministic")."""
+    same order (see docs/testing-your-code.md, "What is deterministic").  With
+    ``cpus=False`` the CPU is left out too (None): with more than one CPU, which one
+    serves a task depends on timing."""
     numbers: dict[int, int] = {0: 0}
 
     def number(pid: Any) -> Any:
@@ -131,7 +133,8 @@ def canonical(records: Iterable[Record]) -> list[tuple]:
     for r in records:
         fields = {k: (number(v) if k == "pid" or k.endswith("_pid") else v)
                   for k, v in r.fields.items()}
-        out.append(replace(r, pid=number(r.pid), timestamp=None, fields=fields).as_tuple())
+        out.append(replace(r, pid=number(r.pid), timestamp=None, fields=fields,
+                           cpu=r.cpu if cpus else None).as_tuple())
     return out
 
 
