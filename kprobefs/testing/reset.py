@@ -150,6 +150,7 @@ class TracefsReset:
         self._tracer_options: list[str] = []
         self._buffer_kb_clean: set[str] = set()
         self._cpumask = ""
+        self._incomplete = False
         self.done: list[str] = []
 
     def close(self) -> None:
@@ -213,8 +214,10 @@ class TracefsReset:
             self._learn()
             full = True
         dirty = self._watch.take()
-        if dirty is None:
+        # A reset that stopped half way took its dirty names with it: look at all.
+        if dirty is None or self._incomplete:
             full = True
+        self._incomplete = True
         touched = full or bool(dirty)
 
         def any_of(*names: str, under: str = "") -> bool:
@@ -266,6 +269,7 @@ class TracefsReset:
             self._write("tracing/tracing_on", "1")
             self._did("tracing_on 1")
         self._watch.take()          # this reset's own writes
+        self._incomplete = False
         return self.done
 
     def _learn(self) -> None:

@@ -1,0 +1,66 @@
+"""The reset between tests (kprobefs.testing.reset) on a real mount, in-process: it
+undoes what it heard written, from this process, a shell, or a tool under ``kprobefs
+exec`` (another mount namespace); it touches nothing when nothing was written; a reset
+that failed (an instance kept busy) is followed by one that looks at everything.
+Skipped without FUSE, except under CI=true."""
+
+import os
+import subprocess
+
+import pytest
+
+from kprobefs.testing import KprobefsMount, ResetError, TracefsReset
+from robust_mount import need_fuse
+
+pytestmark = pytest.mark.fuse
+
+
+@pytest.fixture(scope="module")
+def mount(tmp_path_factory):
+    need_fuse()
+    m = KprobefsMount(tmp_path_factory.mktemp("reset") / "mnt").start()
+    yield m
+    m.stop()
+
+
+@pytest.fixture
+def reset(mount):
+    r = TracefsReset(mount.root)
+    r.reset()
+    yield r
+    r.close()
+
+
+def test_nothing_written_nothing_done(mount, reset):
+    (mount.tracing / "trace").read_text()
+    (mount.tracing / "kprobe_events").read_text()
+    assert reset.reset() == []
+
+
+def test_writes_from_a_shell_and_from_kprobefs_exec_are_undone(mount, reset):
+    t = mount.tracing
+    subprocess.run(["sh", "-c", f"echo 'p:sh_probe vfs_read' >> {t}/kprobe_events && "
+                                f"echo 1 > {t}/options/sym-offset"], check=True)
+    r = mount.exec("echo function > /sys/kernel/tracing/current_tracer && "
+                   "echo mono > /sys/kernel/debug/tracing/trace_clock")
+    assert r.returncode == 0, r.stderr
+    done = reset.reset()
+    assert "current_tracer function -> nop" in done and "trace_clock local" in done
+    assert "option sym-offset 1 -> 0" in done and "removed 1 dynamic events" in done
+    assert (t / "current_tracer").read_text() == "nop\n"
+    assert "[local]" in (t / "trace_clock").read_text()
+    assert (t / "kprobe_events").read_text() == ""
+
+
+def test_a_reset_that_failed_is_followed_by_a_full_one(mount, reset):
+    t = mount.tracing
+    os.mkdir(t / "instances" / "busy")
+    held = open(t / "instances" / "busy" / "trace")
+    try:
+        with pytest.raises(ResetError, match="instances/busy: cannot remove: a process "
+                                             "still has one of its files open"):
+            reset.reset()
+    finally:
+        held.close()
+    assert "rmdir instances/busy" in reset.reset()
+    assert os.listdir(t / "instances") == []
