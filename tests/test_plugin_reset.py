@@ -9,18 +9,10 @@ import subprocess
 
 import pytest
 
-from kprobefs.testing import KprobefsMount, ResetError, TracefsReset
-from robust_mount import need_fuse
+from kprobefs.testing import ResetError, TracefsReset
+from test_records import mount  # noqa: F401 - the module's own mount, as there
 
 pytestmark = pytest.mark.fuse
-
-
-@pytest.fixture(scope="module")
-def mount(tmp_path_factory):
-    need_fuse()
-    m = KprobefsMount(tmp_path_factory.mktemp("reset") / "mnt").start()
-    yield m
-    m.stop()
 
 
 @pytest.fixture
