@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 import kprobefs.testing
-from kprobefs.testing import KprobefsMount
 from robust_mount import need_fuse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,30 +247,6 @@ def test_the_same_seeded_test_gives_the_same_records_twice(tmp_path):
     assert any(r.startswith("('cat', ") and "openret" in r for r in first["canonical"])
     assert any(r.startswith("('sleep', ") for r in first["canonical"])
     assert first["timestamps"] != second["timestamps"]
-
-
-REUSE = '''
-    import os
-    from pathlib import Path
-
-    def test_reused(kprobefs):
-        assert kprobefs == Path(os.environ["REUSED"])
-        assert (kprobefs / "tracing" / "kprobe_events").read_text() == ""
-        (kprobefs / "tracing" / "kprobe_events").write_text("p:kept_by_none vfs_read\\n")
-'''
-
-
-@pytest.mark.fuse
-def test_an_existing_mount_is_reset_and_left_mounted(tmp_path):
-    need_fuse()
-    (tmp_path / "test_reuse.py").write_text(textwrap.dedent(REUSE))
-    with KprobefsMount(tmp_path / "mnt") as mount:
-        (mount.tracing / "kprobe_events").write_text("p:left_before vfs_read\n")
-        r = run_pytest(tmp_path, "--kprobefs-mount", str(mount.root),
-                       env=dict(os.environ, REUSED=str(mount.root)))
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert os.path.ismount(mount.root)
-        assert "kept_by_none" in (mount.tracing / "kprobe_events").read_text()
 
 
 NO_FUSE = '''

@@ -1,15 +1,18 @@
 """The reset between tests (kprobefs.testing.reset) on a real mount, in-process: it
 undoes what it heard written, from this process, a shell, or a tool under ``kprobefs
 exec`` (another mount namespace); it touches nothing when nothing was written; a reset
-that failed (an instance kept busy) is followed by one that looks at everything.
+that failed (an instance kept busy) is followed by one that looks at everything; a
+pytest session given the mount (``--kprobefs-mount``) resets it and leaves it mounted.
 Skipped without FUSE, except under CI=true."""
 
 import os
 import subprocess
+import textwrap
 
 import pytest
 
 from kprobefs.testing import ResetError, TracefsReset
+from test_plugin import run_pytest
 from test_records import mount  # noqa: F401 - the module's own mount, as there
 
 pytestmark = pytest.mark.fuse
@@ -56,3 +59,24 @@ def test_a_reset_that_failed_is_followed_by_a_full_one(mount, reset):
         held.close()
     assert "rmdir instances/busy" in reset.reset()
     assert os.listdir(t / "instances") == []
+
+
+REUSE = '''
+    import os
+    from pathlib import Path
+
+    def test_reused(kprobefs):
+        assert kprobefs == Path(os.environ["REUSED"])
+        assert (kprobefs / "tracing" / "kprobe_events").read_text() == ""
+        (kprobefs / "tracing" / "kprobe_events").write_text("p:kept_by_none vfs_read\\n")
+'''
+
+
+def test_a_session_given_an_existing_mount_resets_it_and_leaves_it_mounted(mount, tmp_path):
+    (tmp_path / "test_reuse.py").write_text(textwrap.dedent(REUSE))
+    (mount.tracing / "kprobe_events").write_text("p:left_before vfs_read\n")
+    r = run_pytest(tmp_path, "--kprobefs-mount", str(mount.root),
+                   env=dict(os.environ, REUSED=str(mount.root)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert os.path.ismount(mount.root)
+    assert "kept_by_none" in (mount.tracing / "kprobe_events").read_text()
