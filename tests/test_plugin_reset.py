@@ -47,6 +47,15 @@ def test_writes_from_a_shell_and_from_kprobefs_exec_are_undone(mount, reset):
     assert (t / "kprobe_events").read_text() == ""
 
 
+def test_a_tracers_option_set_through_trace_options_is_reset(mount, reset):
+    t = mount.tracing
+    (t / "current_tracer").write_text("function_graph")
+    (t / "trace_options").write_text("funcgraph-proc")
+    assert (t / "options" / "funcgraph-proc").read_text() == "1\n"
+    assert "option funcgraph-proc 1 -> 0" in reset.reset()
+    assert (t / "options" / "funcgraph-proc").read_text() == "0\n"
+
+
 def test_a_reset_that_failed_is_followed_by_a_full_one(mount, reset):
     t = mount.tracing
     os.mkdir(t / "instances" / "busy")

@@ -251,7 +251,9 @@ class TracefsReset:
         if touched:
             self._held_write("tracing/snapshot", "0")
         if any_of("tracing/trace_options", "tracing/current_tracer", under="tracing/options/"):
-            self._reset_options(full or any_of(under="tracing/options/"))
+            # A tracer's options show in trace_options only while it is current (the
+            # tracer is nop by now): a write there may have changed them too.
+            self._reset_options(any_of("tracing/trace_options", under="tracing/options/"))
         if any_of("tracing/trace_clock"):
             self._reset_clock()
         if any_of("tracing/buffer_size_kb", under="tracing/per_cpu/"):
