@@ -14,7 +14,13 @@ In that namespace only (the host's mounts are left alone):
   except a ``sys/`` knob: its directory is shadowed by a tmpfs of binds of its entries
   and of the knob (``/proc/sys/kernel/stack_tracer_enabled`` on a host without it);
 - ``/dev/null`` over the host kernel's ``/sys/kernel/notes`` and ``/proc/kcore``
-  (MASKED), which the emulated kernel has no counterpart of.
+  (MASKED), which the emulated kernel has no counterpart of;
+- the emulated kernel's ``modprobe``, ``insmod``, ``rmmod`` and ``lsmod``
+  (:mod:`kprobefs.kmod`) over the file the host's resolve to (Debian's /bin/kmod), so
+  that a tool's ``modprobe`` loads the emulated kernel's module and no way is left to
+  load one of the host's;
+- with ``kernel_scratch`` (``--kernel-scratch``), ``MNT/dev/null`` and ``MNT/tmp``
+  over ``/dev/null`` and ``/tmp``.
 
 How the tools find it.  libtracefs (trace-cmd) takes the first line of ``/proc/mounts``
 whose type is ``tracefs`` and has no other override; perf takes ``$TRACEFS_PATH``, else a
@@ -34,11 +40,12 @@ its task in the emulated kernel, through a seccomp filter whose listener it take
 (:mod:`kprobefs.fs.syscallwatch`); where it does not (an older daemon, a host kernel
 without seccomp user notification), the command runs without, after a warning.
 The command then replaces this process (execvp), so its exit status, its signals and
-its place in the terminal's foreground are its own.  /dev/null and /tmp stay the
-host's: a tool's scratch files and redirections are no business of the emulated kernel,
-and through it every ``2>/dev/null`` would cost a FUSE round trip and hang with a
-stuck daemon (the conformance cases, written to run on the kernel they trace, bind
-those themselves).
+its place in the terminal's foreground are its own.  By default /dev/null and /tmp stay
+the host's: a tool's scratch files and redirections are no business of the emulated
+kernel, and through it every ``2>/dev/null`` costs a FUSE round trip and hangs with a
+stuck daemon.  Tests written to run on the kernel they trace (ftracetest's
+kprobe_args_user.tc traces its own ``echo > /dev/null``) ask for them with
+``--kernel-scratch``.
 """
 
 from __future__ import annotations
