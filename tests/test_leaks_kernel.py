@@ -196,17 +196,21 @@ def test_tasks_of_host_processes_are_released_when_they_exit(rig):
     assert_given_back(before, after)
 
 
-def test_the_workload_keeps_a_bounded_set_of_files():
+def test_the_workload_keeps_a_bounded_set_of_files(monkeypatch):
     """The workload keeps three files in ten it writes; each worker's names come round
     again (NAMES_PER_WORKER), so /tmp does not grow with the run: before, every kept
-    file had a new name, about 1 KiB of kernel memory each for good."""
+    file had a new name, about 1 KiB of kernel memory each for good.  Nor does the
+    host's record of its calls (the first RESULTS_KEPT)."""
     from kprobefs.machine import Kernel, UserBuffer
+    from kprobefs.machine import workload as workload_module
     from kprobefs.machine.workload import NAMES_PER_WORKER
 
+    monkeypatch.setattr(workload_module, "RESULTS_KEPT", 1000)
     kernel = Kernel(cpus=1, seed=3)
     try:
         workload = Workload(kernel, seed=3, workers=3)
         workload.run(6000)
+        assert len(workload.results) == 1000
         task = kernel.spawn("ls")
         fd = kernel.sys(task, "openat", -100, "/tmp", os.O_RDONLY | os.O_DIRECTORY, 0)
         names = []

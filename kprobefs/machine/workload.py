@@ -23,6 +23,8 @@ Step = Generator[tuple, int, None]
 #: Programs the workload's children exec (made in the emulated rootfs at start).
 PROGRAMS = ("/usr/bin/true", "/usr/bin/sleep", "/bin/sh")
 SIGUSR1, SIGTERM = 10, 15
+#: Completed calls a workload records (Workload.results).
+RESULTS_KEPT = 10_000
 #: Names a worker's files take in /tmp, in turn: the files it keeps (three in ten) are
 #: written over when their name comes round again, so a workload that runs for weeks
 #: keeps at most this many files a worker.
@@ -71,7 +73,8 @@ class Workload:
         self.rate = rate
         self.completed = 0
         self.errors: dict[str, int] = {}
-        #: (worker comm, system call, result) of every completed call, in order.
+        #: (worker comm, system call, result) of the first RESULTS_KEPT completed calls,
+        #: in order (a workload that runs for weeks keeps no more).
         self.results: list[tuple[str, str, int]] = []
         self._budget = 0.0
         self._last = time.monotonic()
@@ -94,7 +97,8 @@ class Workload:
         """Runs in the emulation thread when a worker's call returns."""
         self.completed += 1
         result = req.result if req.error is None else -3
-        self.results.append((task.comm, name, result))
+        if len(self.results) < RESULTS_KEPT:
+            self.results.append((task.comm, name, result))
         if result < 0:
             self.errors[name] = self.errors.get(name, 0) + 1
         try:
