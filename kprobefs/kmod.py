@@ -431,9 +431,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def shim_script(python: str) -> str:
     """The text of the executable that ``kprobefs exec`` binds over the host's kmod: a
     script for the interpreter ``python`` (the one running kprobefs, whose standard
-    library is all this module needs) that runs this file by its path, in isolated
-    mode (no PYTHON* variables, no user site), keeping the name it was run by."""
-    return (f"#!{python} -I\n"
+    library is all this module needs) that runs this file by its path, keeping the
+    name it was run by: in isolated mode (no PYTHON* variables) and without the site
+    module, whose start-up (site-packages, .pth files) would cost several times the
+    rest (ftracetest's direct cases run modprobe and rmmod dozens of times)."""
+    return (f"#!{python} -IS\n"
             "import importlib.util, sys\n"
             f"spec = importlib.util.spec_from_file_location('kprobefs_kmod', "
             f"{str(Path(__file__).resolve())!r})\n"
