@@ -3,40 +3,34 @@
 # runner does, and prints its result code on the last line of stdout:
 #   0 pass, 1 fail, 2 unresolved, 3 untested, 4 unsupported, 5 xfail.
 #
-# Usage: conformance_case.sh MOUNT SELFTEST_DIR CASE_FILE LOG_FILE [instance]
-# (MOUNT, SELFTEST_DIR and CASE_FILE outside /tmp, which the case sees replaced.)
+# Usage: conformance_case.sh SELFTEST_DIR CASE_FILE LOG_FILE [instance]
 # With "instance", the case runs as ftracetest's second pass runs the cases flagged
 # "# flags: instance": in a fresh instances/ftracetest.XXXXXX directory, removed after.
 #
-# Run it under `kprobefs exec MOUNT --`: in its private mount namespace the mount is
-# /sys/kernel/tracing, listed as tracefs in /proc/mounts, where this script finds it as
-# ftracetest does; the emulated kernel's kallsyms and version are /proc/kallsyms and
-# /proc/version, which the cases read for the kernel's symbols and banner.  In that
-# namespace this script also binds the emulated kernel's /dev/null and /tmp (the mount's
-# dev/null and tmp) over the host's, so that the files a case opens there to trace its
-# own opens (kprobe_args_user.tc: echo > /dev/null, ln -s in $TMPDIR) are opened by the
-# emulated kernel, as on the machine the case was written for.  kprobefs exec leaves
-# them alone: a tool's redirections and scratch files are not the traced kernel's.
-#
+# Run it under `kprobefs exec --kernel-scratch MOUNT --`: in its private mount namespace
+# the mount is /sys/kernel/tracing, listed as tracefs in /proc/mounts, where this script
+# finds it as ftracetest does; the emulated kernel's kallsyms and version are
+# /proc/kallsyms and /proc/version, which the cases read for the kernel's symbols and
+# banner; modprobe and rmmod load and unload the emulated kernel's modules; and
+# /dev/null and /tmp are the emulated kernel's, so that the files a case opens there to
+# trace its own opens (kprobe_args_user.tc: echo > /dev/null, ln -s in $TMPDIR) are
+# opened by the emulated kernel, as on the machine the case was written for.  So
+# SELFTEST_DIR, CASE_FILE and LOG_FILE must be outside /tmp.
+
 # The case helpers (exit_unsupported and friends) report a result by sending this shell
 # the real-time signal 36 + code and then exiting 0; a case that exits non-zero fails.
 
-MOUNT=$1
-SELFTEST_DIR=$2
-CASE=$3
+SELFTEST_DIR=$1
+CASE=$2
 
 # The case's output goes to the log; fd 9 keeps stdout for the result.
-exec 9>&1 >>"$4" 2>&1
+exec 9>&1 >>"$3" 2>&1
 testlog=/proc/self/fd/1
-
-for f in dev/null tmp; do
-    mount --bind "$MOUNT/$f" "/$f" || exit 97
-done
 
 TRACING_DIR=`grep tracefs /proc/mounts | cut -f2 -d' ' | head -1`
 [ -n "$TRACING_DIR" ] || { echo "no tracefs in /proc/mounts"; exit 96; }
 INSTANCE_DIR=
-if [ "$5" = instance ]; then
+if [ "$4" = instance ]; then
     INSTANCE_DIR=`mktemp -d "$TRACING_DIR/instances/ftracetest.XXXXXX"` || exit 95
     TRACING_DIR=$INSTANCE_DIR
 fi

@@ -6,46 +6,60 @@ missing; only ``tools/testing/selftests/ftrace`` is unpacked, into a cache direc
 (``$KPROBEFS_CACHE`` or ``~/.cache/kprobefs``).  Nothing of the kernel is kept in this
 repository.
 
-Each case runs as the kernel's runner runs it (``tests/conformance_case.sh``): in the
-tracing directory, with ``test.d/functions`` sourced, the ``# requires:`` line checked,
-``initialize_ftrace``, then the case sourced under ``set -e``; results by the same codes
-and real-time signals.  Each case runs under ``kprobefs exec``, in a private mount
-namespace where the mount is ``/sys/kernel/tracing`` (the case script finds it as
-ftracetest does, by the ``tracefs`` line of ``/proc/mounts``) and the emulated kernel's
-``kallsyms`` and ``version`` replace the host's ``/proc`` files; the case script binds
-the emulated kernel's ``/dev/null`` and ``/tmp`` there too (see conformance_case.sh).
+Two ways to run them:
 
-Torture mode (``--all``, tests/test_torture.py): every case of ``test.d`` but
-``selftest/``, against one daemon, in ftracetest's order or shuffled by a seed.  Each case
-has a time limit; one that overruns is killed with everything in its session and counted
-as a hang (processes still there afterwards, typically in state D inside a FUSE request,
-are recorded).  After each case the runner checks that the daemon answers at once
-(``tracing/README`` within 5 s), runs the suite's own reset (ftracetest's
-``finish_ftrace``: what the next case's ``initialize_ftrace`` does, and what ftracetest
-runs at the end), then checks that ``tracing/kprobe_events`` and ``kprobes/list`` are
-empty.  A daemon that stops answering is killed and replaced, so the rest of the suite
-still runs; the restart is recorded.  As ftracetest does, a second pass then runs the
-cases flagged ``# flags: instance`` again, each in a fresh ``tracing/instances``
-directory (named ``CASE (instance)`` in the results).
+- ``ftracetest`` itself (:func:`run_ftracetest`, tests/test_torture.py and
+  tests/test_conformance.py): ``cd SELFTESTS && kprobefs exec --kernel-scratch MOUNT --
+  ./ftracetest -k -l LOGS``, the unmodified harness with nothing else prepared.  The
+  runner reads its output as it comes: a case that has not ended TIMEOUT seconds after
+  ftracetest printed its number is a hang, and ftracetest is killed with everything in
+  its session (the later cases are then not run; ftracetest has no time limit of its
+  own in 6.1).  The cases' names come from the logs ftracetest keeps with ``-k``.
+  After the run: the daemon answers at once (``tracing/README`` within 5 s), and after
+  the suite's own reset (ftracetest's ``finish_ftrace``), ``tracing/kprobe_events``
+  and ``kprobes/list`` are empty.
+
+- Case by case, by this project's runner (``tests/conformance_case.sh``): each case in
+  the tracing directory, with ``test.d/functions`` sourced, the ``# requires:`` line
+  checked, ``initialize_ftrace``, then the case sourced under ``set -e``; results by
+  ftracetest's codes and real-time signals; each under ``kprobefs exec
+  --kernel-scratch`` (the same namespace as above).  Torture mode (``--all``): every
+  case of ``test.d`` but ``selftest/``, against one daemon, in ftracetest's order or
+  shuffled by a seed, with a time limit per case (an overrun is killed with everything
+  in its session and counted as a hang; processes still there afterwards, typically
+  in state D inside a FUSE request, are recorded), and after each case the checks
+  above; a daemon that stops answering is killed and replaced, so the rest of the
+  suite still runs.  As ftracetest does, a second pass then runs the cases flagged
+  ``# flags: instance`` again, each in a fresh ``tracing/instances`` directory (named
+  ``CASE (instance)`` in the results).
+
+In both, the namespace of ``kprobefs exec`` is what the cases need: the mount at
+``/sys/kernel/tracing`` (found by the ``tracefs`` line of ``/proc/mounts``), the
+emulated kernel's ``kallsyms`` and ``version`` in ``/proc``, its ``modprobe`` and
+``rmmod`` (kprobefs.kmod), and with ``--kernel-scratch`` its ``/dev/null`` and ``/tmp``.
+So the selftests and the logs are kept outside /tmp.
 
 Standalone: ``python3 tests/conformance_runner.py [--all] [--shuffle SEED] [--timeout S]
 [CASE-GLOB...]`` prints one line per case and exits 1 if any case failed (with ``--all``:
-if any case hung or left the daemon unresponsive or a probe behind).
+if any case hung or left the daemon unresponsive or a probe behind);
+``python3 tests/conformance_runner.py --ftracetest [FTRACETEST-ARG...]`` runs
+ftracetest itself and exits 1 if it failed or a check did.
 """
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
-import functools
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +88,8 @@ RESULTS = {0: "PASS", 1: "FAIL", 2: "UNRESOLVED", 3: "UNTESTED", 4: "UNSUPPORTED
 CASE_TIMEOUT = 60.0
 #: Seconds the daemon has to answer a read of tracing/README after a case.
 ANSWER_TIMEOUT = 5.0
+#: Where the logs of a run go (not under /tmp: see new_log_dir).
+LOG_PARENT = "/var/tmp"
 
 
 class RunnerError(Exception):
@@ -205,15 +221,17 @@ _LEFTOVERS: list = []
 
 
 def _proc_stat(pid: int) -> tuple[str, str, int] | None:
-    """(comm, state, session id) of a process, None when it is gone."""
+    """(comm, state, session id) of a process, None when it is gone.  From
+    /proc/PID/status, not /proc/PID/stat: a read of stat waits for a process stuck in
+    an exec (in state D in a FUSE request, say, anyone's), and so would the runner."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read().decode("utf-8", "replace")
-    except OSError:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            fields = dict(line.split(b":\t", 1) for line in f.read().splitlines()
+                          if b":\t" in line)
+        return (fields[b"Name"].decode("utf-8", "replace"), fields[b"State"][:1].decode(),
+                int(fields[b"NSsid"].split()[-1]))
+    except (OSError, KeyError, ValueError):
         return None
-    comm = data[data.index("(") + 1:data.rindex(")")]
-    rest = data[data.rindex(")") + 2:].split()
-    return comm, rest[0], int(rest[3])
 
 
 def _wchan(pid: int) -> str:
@@ -283,6 +301,26 @@ def bounded_read(path: Path, timeout: float = ANSWER_TIMEOUT) -> tuple[bool, str
     if p.returncode != 0:
         return False, f"`cat {path}` failed ({p.returncode}): {text.strip()}"
     return True, text
+
+
+def new_log_dir(prefix: str) -> Path:
+    """A fresh directory for the logs of a run, outside /tmp: the cases run under
+    ``kprobefs exec --kernel-scratch``, where /tmp is the emulated kernel's."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=LOG_PARENT))
+
+
+def line_printer(config, prefix: str):
+    """For a pytest run: a function that prints a line in pytest's terminal at once,
+    past its output capture (the suite takes minutes; each case's line shows as it
+    ends)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+
+    def say(text: str) -> None:
+        if reporter is not None and capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(f"{prefix} {text}")
+    return say
 
 
 # ---- the mount -----------------------------------------------------------------------------
@@ -449,16 +487,6 @@ class CaseResult:
         return f"{self.line()} ({self.elapsed:.1f} s){extra}"
 
 
-@functools.lru_cache(maxsize=1)
-def shim_dir() -> Path:
-    """The modprobe/rmmod shims, copied out of the source tree: a case's namespace has the
-    emulated kernel's /tmp over the host's, which would hide a checkout under /tmp."""
-    target = Path(tempfile.mkdtemp(prefix="kprobefs-conformance-bin-", dir="/run"))
-    for shim in (HERE / "conformance_bin").iterdir():
-        shutil.copy2(shim, target / shim.name)
-    return target
-
-
 def _run_limited(argv: list[str], out: Path, timeout: float, env: dict | None = None
                  ) -> tuple[int | None, list[str]]:
     """Runs argv in its own session with stdout and stderr into out, SIGHUP at its
@@ -493,15 +521,11 @@ def run_case(mount: Path, selftests: Path, case: str, log_dir: Path,
     stem = case.replace("/", "-") + ("-instance" if instance else "")
     log_file = log_dir / (stem + ".log")
     out_file = log_dir / (stem + ".out")
-    argv = [sys.executable, "-m", "kprobefs", "exec", str(mount), "--", "sh",
-            str(CASE_SCRIPT), str(mount), str(selftests), str(selftests / "test.d" / case),
+    argv = [sys.executable, "-m", "kprobefs", "exec", "--kernel-scratch", str(mount), "--",
+            "sh", str(CASE_SCRIPT), str(selftests), str(selftests / "test.d" / case),
             str(log_file)] + (["instance"] if instance else [])
-    # modprobe/rmmod shims that load the project's modules through the mount's control.
-    env = _cli_env()
-    env.update(KPROBEFS_MOUNT=str(mount),
-               PATH=str(shim_dir()) + os.pathsep + env.get("PATH", ""))
     started = time.monotonic()
-    status, stuck = _run_limited(argv, out_file, timeout, env)
+    status, stuck = _run_limited(argv, out_file, timeout, _cli_env())
     elapsed = time.monotonic() - started
     out = out_file.read_text(errors="replace") if out_file.exists() else ""
     problems = ()
@@ -626,6 +650,187 @@ def run_suite(mount: Mount, selftests: Path, cases: list[str], log_dir: Path,
     return run
 
 
+# ---- ftracetest itself ----------------------------------------------------------------------
+#: Seconds a whole ftracetest run may take: 4 to 6 minutes on this project's machine.
+SUITE_TIMEOUT = 1200.0
+#: Seconds a case of an ftracetest run may take, from the moment ftracetest prints its
+#: number: the slowest, direct/ftrace-direct.tc (dozens of modprobe and rmmod), takes
+#: about 20 s on an idle machine and twice that on a loaded one.
+FTRACETEST_CASE_TIMEOUT = 180.0
+#: ftracetest's line for a case: "[N] DESCRIPTION<TAB>[RESULT]" (no colours: not a tty).
+_CASE_LINE = re.compile(r"^\[(\d+)\].*\t\[(\w+)\]$", re.M)
+#: ftracetest prints "[N] DESCRIPTION" as case N starts, its result when it ends.
+_CASE_START = re.compile(r"^\[(\d+)\]", re.M)
+#: The first line of a case's log: "execute: PATH", or "execute (instance) : PATH".
+_LOG_HEAD = re.compile(r"^execute( \(instance\) )?: (.*)$")
+#: The host's knob ftracetest sets to -1 while it runs and restores at its end.
+SCHED_RT_RUNTIME = Path("/proc/sys/kernel/sched_rt_runtime_us")
+
+
+@dataclass
+class FtracetestRun:
+    """One run of Linux's ``ftracetest`` under ``kprobefs exec --kernel-scratch``: the
+    result of each case as ftracetest printed it (named ``DIR/NAME.tc``, and ``DIR/
+    NAME.tc (instance)`` in its instance pass), in run order, with the seconds each
+    took; the problems the runner saw (a case that overran its limit, the checks
+    after the run); ftracetest's exit status (None when it was killed); its output."""
+
+    results: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    problems: list[tuple[str, Problem]] = field(default_factory=list)
+    returncode: int | None = None
+    output: str = ""
+    elapsed: float = 0.0
+    log_dir: Path | None = None
+    logs: dict[str, Path] = field(default_factory=dict)
+
+    def log(self, case: str) -> str:
+        """The case's log as ftracetest kept it ("" when there is none)."""
+        path = self.logs.get(case)
+        return path.read_text(errors="replace") if path is not None else ""
+
+
+def _case_logs(log_dir: Path, selftests: Path) -> dict[int, tuple[str, Path]]:
+    """Case number -> (case name, its log) from the logs ftracetest keeps with -k
+    (``N-NAME.tc-log.XXXXXX``, whose first line names the case's file)."""
+    out = {}
+    root = selftests / "test.d"
+    for path in log_dir.glob("*-log.*"):
+        number = path.name.split("-", 1)[0]
+        with open(path, errors="replace") as f:
+            m = _LOG_HEAD.match(f.readline().rstrip("\n"))
+        if not number.isdigit() or m is None:
+            continue
+        name = Path(m[2]).resolve().relative_to(root.resolve()).as_posix()
+        out[int(number)] = (name + (INSTANCE_SUFFIX if m[1] else ""), path)
+    return out
+
+
+class _Output:
+    """The output of a child, read by a thread as it comes."""
+
+    def __init__(self, pipe):
+        self._chunks: list[bytes] = []
+        self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _read(self, pipe) -> None:
+        while chunk := pipe.read1(65536):
+            self._chunks.append(chunk)
+        pipe.close()
+
+    def text(self) -> str:
+        return b"".join(list(self._chunks)).decode("utf-8", "replace")
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
+def run_ftracetest(mount: Path, selftests: Path, log_dir: Path,
+                   args: tuple[str, ...] = (), timeout: float = FTRACETEST_CASE_TIMEOUT,
+                   suite_timeout: float = SUITE_TIMEOUT, report=None) -> FtracetestRun:
+    """Runs ``./ftracetest -k -l LOG_DIR ARGS`` in the selftests directory under
+    ``kprobefs exec --kernel-scratch MOUNT``, in a session of its own, and then the
+    checks of :func:`check_daemon`.  ftracetest has no time limit of its own: a case
+    that runs past timeout seconds (from the moment ftracetest prints its number),
+    or a run past suite_timeout, is a HANG problem of that case, and ftracetest is
+    killed with everything in its session (the later cases are then not run).
+    report(line) is called as each case ends.  The host's sched_rt_runtime_us, which
+    ftracetest sets to -1 while it runs, is put back if a killed run left it."""
+    argv = ["/usr/bin/env", "--default-signal=HUP", sys.executable, "-m", "kprobefs",
+            "exec", "--kernel-scratch", str(mount), "--",
+            "./ftracetest", "-k", "-l", str(log_dir), *args]
+    rt_runtime = SCHED_RT_RUNTIME.read_text() if SCHED_RT_RUNTIME.exists() else None
+    run = FtracetestRun(log_dir=log_dir)
+    started = time.monotonic()
+    p = subprocess.Popen(argv, cwd=selftests, env=_cli_env(), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    output = _Output(p.stdout)
+    case_started: dict[int, float] = {}
+    reported: set[int] = set()
+    names: dict[int, tuple[str, Path]] = {}
+
+    def name(number: int) -> str:
+        if number not in names:
+            names.update(_case_logs(log_dir, selftests))
+        return names.get(number, (f"[{number}]", None))[0]
+
+    while True:
+        try:
+            p.wait(0.25)
+            ended = True
+        except subprocess.TimeoutExpired:
+            ended = False
+        now = time.monotonic()
+        text = output.text() if not ended else (output.join(5) or output.text())
+        for m in _CASE_START.finditer(text):
+            case_started.setdefault(int(m[1]), now)
+        for m in _CASE_LINE.finditer(text):
+            number = int(m[1])
+            if number in reported:
+                continue
+            reported.add(number)
+            case = name(number)
+            run.results[case] = m[2]
+            run.seconds[case] = now - case_started.get(number, now)
+            if report is not None:
+                report(f"{case}: {m[2]} ({run.seconds[case]:.1f} s)")
+        if ended:
+            run.returncode = p.returncode
+            break
+        running = [n for n in case_started if n not in reported]
+        overrun = [n for n in running if now - case_started[n] > timeout]
+        if overrun or now - started > suite_timeout:
+            stuck = kill_session(p.pid)
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                _LEFTOVERS.append(p)
+            limit = f"{timeout:g} s" if overrun else f"the run's {suite_timeout:g} s"
+            detail = f"ftracetest killed after {limit}" + (
+                "; left in the kernel: " + ", ".join(stuck) if stuck else "")
+            case = name(running[0]) if running else "(run)"
+            run.problems.append((case, Problem(HANG, detail)))
+            if running:
+                run.results[case] = "HANG"
+            if report is not None:
+                report(f"{case}: HANG ({detail})")
+            break
+    run.elapsed = time.monotonic() - started
+    run.output = output.text()
+    run.logs = {case: path for case, path in _case_logs(log_dir, selftests).values()}
+    if rt_runtime is not None and SCHED_RT_RUNTIME.read_text() != rt_runtime:
+        SCHED_RT_RUNTIME.write_text(rt_runtime)
+    run.problems += [("(end)", problem) for problem in
+                     check_daemon(mount, selftests, log_dir / "end.reset", timeout)]
+    return run
+
+
+#: The runs of shared_ftracetest, by ftracetest's arguments.
+_SHARED: dict[tuple[str, ...], tuple[FtracetestRun | None, Path | None, str | None]] = {}
+
+
+def shared_ftracetest(args: tuple[str, ...] = (), log_dir: Path | None = None,
+                      timeout: float = FTRACETEST_CASE_TIMEOUT, report=None
+                      ) -> tuple[FtracetestRun | None, Path | None, str | None]:
+    """(the run, the selftests directory, None) of ``ftracetest ARGS`` against a fresh
+    mount (:func:`run_ftracetest`), made once per ARGS in this process, so that the
+    test modules that check one run share it; or (None, None, why it cannot run
+    here).  The logs (the daemon's too) go to log_dir, else a new directory."""
+    if args not in _SHARED:
+        selftests, reason = prepare()
+        run = None
+        if selftests is not None:
+            log_dir = log_dir or new_log_dir("kprobefs-ftracetest-")
+            log_dir.mkdir(parents=True, exist_ok=True)
+            with Mount(log_dir / "daemon.log") as mount:
+                run = run_ftracetest(mount.path, selftests, log_dir, args, timeout,
+                                     report=report)
+        _SHARED[args] = (run, selftests, reason)
+    return _SHARED[args]
+
+
 def run_all(patterns: list[str] | None = None, out=sys.stdout, dirs=CASE_DIRS,
             seed: int | None = None, timeout: float = CASE_TIMEOUT, checks: bool = False,
             log_level: str = "INFO") -> SuiteRun:
@@ -636,7 +841,7 @@ def run_all(patterns: list[str] | None = None, out=sys.stdout, dirs=CASE_DIRS,
     if seed is not None:
         cases = shuffled(cases, seed)
     cases = with_instance_pass(selftests, cases)
-    log_dir = Path(tempfile.mkdtemp(prefix="kprobefs-conformance-logs-"))
+    log_dir = new_log_dir("kprobefs-conformance-logs-")
     with Mount(log_dir / "daemon.log", log_level) as mount:
         run = run_suite(mount, selftests, cases, log_dir, timeout, checks=checks,
                         report=lambda r: print(r.summary(), file=out, flush=True))
@@ -647,21 +852,48 @@ def run_all(patterns: list[str] | None = None, out=sys.stdout, dirs=CASE_DIRS,
     return run
 
 
+def ftracetest_all(args: list[str], out=sys.stdout,
+                   timeout: float = FTRACETEST_CASE_TIMEOUT,
+                   log_level: str = "INFO") -> FtracetestRun:
+    """Runs ``ftracetest ARGS`` against one fresh mount, printing a line per case."""
+    selftests = selftest_dir()
+    log_dir = new_log_dir("kprobefs-ftracetest-")
+    with Mount(log_dir / "daemon.log", log_level) as mount:
+        run = run_ftracetest(mount.path, selftests, log_dir, tuple(args), timeout,
+                             report=lambda line: print(line, file=out, flush=True))
+    for when, problem in run.problems:
+        print(f"{when}: {problem}", file=out)
+    print(f"{len(run.results)} cases in {run.elapsed:.1f} s, ftracetest exit "
+          f"{run.returncode}; logs: {log_dir}", file=out)
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run Linux 6.1's ftrace selftests "
                                                  "against a kprobefs mount.")
-    parser.add_argument("patterns", nargs="*", metavar="CASE-GLOB")
+    parser.add_argument("patterns", nargs="*", metavar="CASE-GLOB",
+                        help="cases to run (with --ftracetest: ftracetest's arguments, "
+                             "e.g. test.d/kprobe)")
+    parser.add_argument("--ftracetest", action="store_true",
+                        help="run Linux's ./ftracetest itself (by default the whole "
+                             "suite) under kprobefs exec --kernel-scratch, with a time "
+                             "limit per case and the daemon checks at the end")
     parser.add_argument("--all", action="store_true",
                         help="every directory of test.d but selftest/, with the daemon "
                              "checks after each case (torture mode)")
     parser.add_argument("--shuffle", type=int, metavar="SEED",
                         help="run the cases in an order drawn from SEED")
-    parser.add_argument("--timeout", type=float, default=CASE_TIMEOUT, metavar="S",
-                        help=f"seconds a case may run (default {CASE_TIMEOUT:g})")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help=f"seconds a case may run (default {CASE_TIMEOUT:g}, with "
+                             f"--ftracetest {FTRACETEST_CASE_TIMEOUT:g})")
     parser.add_argument("--log-level", default="INFO", help="the daemon's log level")
     args = parser.parse_args(argv)
+    if args.ftracetest:
+        whole = ftracetest_all(args.patterns, log_level=args.log_level.upper(),
+                               timeout=args.timeout or FTRACETEST_CASE_TIMEOUT)
+        return 1 if whole.returncode != 0 or whole.problems else 0
     run = run_all(args.patterns or None, dirs=None if args.all else CASE_DIRS,
-                  seed=args.shuffle, timeout=args.timeout, checks=args.all,
+                  seed=args.shuffle, timeout=args.timeout or CASE_TIMEOUT, checks=args.all,
                   log_level=args.log_level.upper())
     failed = any(r.result in ("FAIL", "UNDEFINED") for r in run.results)
     if args.all:
