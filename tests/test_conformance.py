@@ -1,16 +1,20 @@
 """Conformance: Linux 6.1's ftrace selftests for kprobes, dynamic events and trace
-instances, unmodified, against a real mount (tests/conformance_runner.py runs them the
-way ftracetest does, with its second pass of the cases flagged ``instance``).
+instances, unmodified, against a real mount: the results of ``ftracetest`` itself under
+``kprobefs exec --kernel-scratch`` (tests/conformance_runner.py, run_ftracetest).
 
-``pytest -m conformance`` runs only these; every case prints one line with its result.
-Each case has an expected result below: what Linux 6.1 with this kernel's configuration
-reports.  Skipped without FUSE or root, except under CI=true.
+When the torture tests are in the same session, this reads their run of the whole
+suite (one run, not two); alone (``pytest -m conformance``), it runs ftracetest on
+just ``test.d/kprobe``, ``test.d/dynevent`` and ``test.d/instances``.  Every case prints
+one line with its result as it ends.  Each case has an expected result below: what
+Linux 6.1 with this kernel's configuration reports.  Skipped without FUSE or root,
+except under CI=true.  Case by case, by the project's runner:
+``python3 tests/conformance_runner.py [CASE-GLOB...]``.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import signal
 
 import pytest
 
@@ -18,7 +22,8 @@ import conformance_runner as runner
 
 pytestmark = [pytest.mark.conformance, pytest.mark.fuse]
 
-#: The expected result of every case of test.d/kprobe and test.d/dynevent in 6.1.
+#: The expected result of every case of test.d/kprobe, test.d/dynevent and
+#: test.d/instances in 6.1.
 EXPECTED = {
     "kprobe/add_and_remove.tc": "PASS",
     "kprobe/busy_check.tc": "PASS",
@@ -28,10 +33,10 @@ EXPECTED = {
     "kprobe/kprobe_args_symbol.tc": "PASS",
     "kprobe/kprobe_args_syntax.tc": "PASS",
     "kprobe/kprobe_args_type.tc": "PASS",
-    "kprobe/kprobe_args_user.tc": "PASS",
+    "kprobe/kprobe_args_user.tc": "PASS",      # --kernel-scratch: its /dev/null and /tmp
     "kprobe/kprobe_eventname.tc": "PASS",
     "kprobe/kprobe_ftrace.tc": "PASS",
-    "kprobe/kprobe_module.tc": "PASS",
+    "kprobe/kprobe_module.tc": "PASS",         # exec's modprobe and rmmod
     "kprobe/kprobe_multiprobe.tc": "PASS",
     "kprobe/kprobe_non_uniq_symbol.tc": "PASS",
     "kprobe/kprobe_syntax_errors.tc": "PASS",
@@ -49,9 +54,10 @@ EXPECTED = {
     "dynevent/eprobes_syntax_errors.tc": "PASS",
     "dynevent/generic_clear_event.tc": "PASS",
     "dynevent/test_duplicates.tc": "PASS",
-    "instances/instance-event.tc": "PASS",      # its sched_switch writes fail: no such event
+    "instances/instance-event.tc": "PASS",
     "instances/instance.tc": "PASS",
 }
+
 
 def _skip_or_fail(reason: str):
     if os.environ.get("CI") == "true":
@@ -60,46 +66,36 @@ def _skip_or_fail(reason: str):
 
 
 @pytest.fixture(scope="module")
-def results(request, tmp_path_factory):
-    """Every case's result, run in ftracetest's order against one mount; each result
-    line is printed as the case finishes."""
-    selftests, reason = runner.prepare()
+def run(request) -> runner.FtracetestRun:
+    """ftracetest's run: the whole suite's when the torture tests share this session,
+    else one of CASE_DIRS only."""
+    whole = any(item.get_closest_marker("torture") for item in request.session.items)
+    args = () if whole else tuple(f"test.d/{d}" for d in runner.CASE_DIRS)
+    timeout = float(os.environ.get("KPROBEFS_TORTURE_TIMEOUT")
+                    or runner.FTRACETEST_CASE_TIMEOUT)
+    done, _selftests, reason = runner.shared_ftracetest(
+        args, timeout=timeout, report=runner.line_printer(request.config, "ftracetest"))
     if reason:
         _skip_or_fail(reason)
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    log_dir = Path(os.environ.get("KPROBEFS_CONFORMANCE_LOGS") or
-                   tmp_path_factory.mktemp("conformance"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    out = {}
-    with runner.Mount(log_dir / "daemon.log") as mount:
-        for case in runner.with_instance_pass(selftests, runner.list_cases(selftests)):
-            result = runner.run_case(mount.path, selftests, case, log_dir)
-            out[case] = result
-            if reporter is not None and capture is not None:
-                with capture.global_and_fixture_disabled():
-                    reporter.write_line(f"ftracetest {result.line()}")
-    out["__cases__"] = set(runner.with_instance_pass(selftests, runner.list_cases(selftests)))
-    return out
+    return done
 
 
-def test_every_case_has_an_expectation(results):
-    assert results["__cases__"] == set(EXPECTED)
+def test_every_case_has_an_expectation(run):
+    ran = {case for case in run.results if case.split("/", 1)[0] in runner.CASE_DIRS}
+    assert ran == set(EXPECTED), run.output[-3000:]
 
 
 @pytest.mark.parametrize("case", sorted(EXPECTED))
-def test_ftracetest_case(results, case):
-    result = results.get(case)
-    assert result is not None, f"{case} was not run"
-    expected = EXPECTED[case]
-    assert result.result == expected, f"{case}: {result.result}\n{result.log[-6000:]}"
+def test_ftracetest_case(run, case):
+    result = run.results.get(case)
+    assert result is not None, f"{case} was not run\n{run.output[-3000:]}"
+    assert result == EXPECTED[case], f"{case}: {result}\n{run.log(case)[-6000:]}"
 
 
 def test_a_case_run_under_nohup_still_stops_its_loops_with_sighup(tmp_path):
     """The instance cases stop their background loops with ``kill -1``: a runner
     started under nohup (SIGHUP ignored, which children inherit) starts each case with
     SIGHUP at its default action, or those cases hang."""
-    import signal
     out = tmp_path / "out"
     before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:

@@ -1,23 +1,30 @@
-"""Torture: every case of Linux 6.1's ftracetest ``test.d`` (all but ``selftest/``),
-unmodified, against one daemon, in the suite's own order and (with
-``KPROBEFS_TORTURE_SHUFFLED=1``) in an order shuffled by a fixed seed
-(tests/conformance_runner.py, torture mode).
+"""Torture: Linux 6.1's whole ftrace suite, unmodified, against one daemon.
 
-What is asserted: every case PASSes but the few named in NOT_PASSING (each with the
-reason it cannot), no case runs past its time limit, the daemon answers
-``tracing/README`` within 5 s after every case, and once the suite's own reset has run
-(ftracetest's ``finish_ftrace``), ``tracing/kprobe_events`` and ``kprobes/list`` are
-empty.  A daemon that stops answering is replaced so the rest of
-the order still runs; every failure is listed.
+By default, the real harness: ``cd SELFTESTS && kprobefs exec --kernel-scratch MOUNT --
+./ftracetest`` (every case of ``test.d``, ``selftest/`` included, in its own order, then
+its instance pass), with nothing else prepared (tests/conformance_runner.py,
+run_ftracetest).  What is asserted: every case PASSes but the few named in NOT_PASSING
+(each with the reason it cannot), ftracetest exits 0, no case runs past its time limit
+(from the moment ftracetest prints its number; ftracetest is then killed and the later
+cases are not run), the daemon answers ``tracing/README`` within 5 s after the run, and
+once the suite's reset (``finish_ftrace``) has run, ``tracing/kprobe_events`` and
+``kprobes/list`` are empty.  The run is shared with tests/test_conformance.py.
+
+Opt-in, ``KPROBEFS_TORTURE_RUNNER=1``: the project's own runner, case by case (all of
+``test.d`` but ``selftest/``), which also checks the daemon after every case and
+replaces a daemon that stops answering so the rest of the order still runs;
+``KPROBEFS_TORTURE_SHUFFLED=1`` adds an order shuffled by a fixed seed.
 
 ``pytest -m torture`` runs only these.  ``KPROBEFS_TORTURE_TIMEOUT`` sets the time limit
-of a case (default 60 s), ``KPROBEFS_TORTURE_LOGS`` keeps the logs there.  Skipped
-without FUSE or root, except under CI=true.
+of a case (default 180 s in ftracetest's run, 60 s in the runner's),
+``KPROBEFS_TORTURE_LOGS`` keeps the logs there.  Skipped without FUSE or root, except
+under CI=true.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -31,12 +38,19 @@ pytestmark = pytest.mark.torture
 #: The seed of the shuffled order (fixed, so a failure can be replayed with
 #: ``python3 tests/conformance_runner.py --all --shuffle 20240601``).
 SEED = 20240601
-#: The shuffled order is opt-in: with the static events, triggers and the instance pass
-#: an order takes several minutes, and the test command must stay well inside CI's time.
-ORDERS = {"suite": None}
+#: The project's runner, case by case, is opt-in: with the static events, triggers and
+#: the instance pass an order takes about 12 minutes, ftracetest itself about 4.
+RUNNER_ORDERS = {}
+if os.environ.get("KPROBEFS_TORTURE_RUNNER") == "1":
+    RUNNER_ORDERS["suite"] = None
 if os.environ.get("KPROBEFS_TORTURE_SHUFFLED") == "1":
-    ORDERS["shuffled"] = SEED
-CASE_TIMEOUT = float(os.environ.get("KPROBEFS_TORTURE_TIMEOUT") or runner.CASE_TIMEOUT)
+    RUNNER_ORDERS["shuffled"] = SEED
+#: KPROBEFS_TORTURE_TIMEOUT, when set: the time limit of a case in either run.
+TIMEOUT = os.environ.get("KPROBEFS_TORTURE_TIMEOUT")
+CASE_TIMEOUT = float(TIMEOUT or runner.CASE_TIMEOUT)
+FTRACETEST_CASE_TIMEOUT = float(TIMEOUT or runner.FTRACETEST_CASE_TIMEOUT)
+#: ftracetest's own self-check: UNRESOLVED without devscripts' checkbashisms.
+BASHISMS = "selftest/bashisms.tc"
 
 
 def _skip_or_fail(reason: str):
@@ -45,29 +59,107 @@ def _skip_or_fail(reason: str):
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="module", params=sorted(ORDERS))
-def suite_run(request, tmp_path_factory) -> runner.SuiteRun:
-    """The whole suite run in one order against one fresh daemon; each case's line is
-    printed as it finishes."""
+def ftracetest_run(request) -> tuple[runner.FtracetestRun, Path]:
+    """The whole suite by ftracetest, once per session (test_conformance shares it):
+    (the run, the selftests directory); each case's line is printed as it ends."""
+    base = os.environ.get("KPROBEFS_TORTURE_LOGS")
+    run, selftests, reason = runner.shared_ftracetest(
+        log_dir=Path(base) / "ftracetest" if base else None,
+        timeout=FTRACETEST_CASE_TIMEOUT,
+        report=runner.line_printer(request.config, "ftracetest"))
+    if reason:
+        _skip_or_fail(reason)
+    return run, selftests
+
+
+@pytest.fixture(scope="module")
+def whole_run(request) -> runner.FtracetestRun:
+    run, _ = ftracetest_run(request)
+    runner.line_printer(request.config, "ftracetest")(
+        f"{len(run.results)} cases in {run.elapsed:.1f} s, exit {run.returncode}; "
+        f"slowest: " + ", ".join(f"{case} {t:.1f} s" for case, t in sorted(
+            run.seconds.items(), key=lambda item: -item[1])[:3])
+        + f"; logs in {run.log_dir}")
+    return run
+
+
+def _problems(run: runner.FtracetestRun, *kinds: str) -> str:
+    return "\n".join(f"{case}: {p}" for case, p in run.problems if p.kind in kinds)
+
+
+#: The cases that do not PASS, with what they give instead and why (the docs name
+#: them too).  Every other case of the suite must PASS.
+NOT_PASSING = {
+    # no user-mode code runs in this kernel, so there is nothing for uprobes to probe
+    # and no uprobe_events file: ftracetest's own verdict is UNSUPPORTED
+    "kprobe/uprobe_syntax_errors.tc": "UNSUPPORTED",
+    # written to fail: ftracetest counts its XFAIL as a success
+    "trigger/inter-event/trigger-action-hist-xfail.tc": "XFAIL",
+}
+
+
+def expected_result(case: str) -> str:
+    """What case must give: PASS but for NOT_PASSING, and ftracetest's self-check
+    where devscripts' checkbashisms is missing (it then says UNRESOLVED)."""
+    if case == BASHISMS and shutil.which("checkbashisms") is None:
+        return "UNRESOLVED"
+    return NOT_PASSING.get(case, "PASS")
+
+
+@pytest.mark.fuse
+def test_ftracetest_runs_every_case_and_each_passes_but_the_named_ones(whole_run, request):
+    """Issue 28's bar: `kprobefs exec --kernel-scratch -- ./ftracetest` in 6.1's
+    selftests, the whole suite against one daemon, every case PASS except those this
+    kernel honestly cannot support (NOT_PASSING)."""
+    _, selftests = ftracetest_run(request)
+    every = runner.list_cases(selftests, dirs=None) + [BASHISMS]
+    every = runner.with_instance_pass(selftests, sorted(every, key=str.encode))
+    assert list(whole_run.results) == every or any(
+        p.kind == runner.HANG for _, p in whole_run.problems), whole_run.output[-3000:]
+    wrong = {case: result for case, result in whole_run.results.items()
+             if result != expected_result(case)}
+    logs = "".join(f"\n--- {case}\n{whole_run.log(case)[-2000:]}" for case in wrong)
+    assert not wrong, f"{wrong}{logs}"
+    assert whole_run.returncode == 0, whole_run.output[-3000:]
+
+
+@pytest.mark.fuse
+def test_no_case_of_ftracetest_overruns_its_time_limit(whole_run):
+    hung = [case for case, p in whole_run.problems if p.kind == runner.HANG]
+    logs = "".join(f"\n--- {case}\n{whole_run.log(case)[-3000:]}" for case in hung)
+    assert not hung, _problems(whole_run, runner.HANG) + logs
+
+
+@pytest.mark.fuse
+def test_the_daemon_answers_after_ftracetest(whole_run):
+    assert not _problems(whole_run, runner.UNRESPONSIVE, runner.CLEANUP_HANG)
+
+
+@pytest.mark.fuse
+def test_no_probe_is_left_after_ftracetest(whole_run):
+    assert not _problems(whole_run, runner.KPROBE_EVENTS_LEFT, runner.KPROBES_LIST_LEFT)
+
+
+# ---- the project's runner, case by case (opt-in) -------------------------------------------
+@pytest.fixture(scope="module", params=sorted(RUNNER_ORDERS) or [None])
+def suite_run(request) -> runner.SuiteRun:
+    """The whole suite run case by case in one order against one fresh daemon; each
+    case's line is printed as it finishes."""
+    order = request.param
+    if order is None:
+        pytest.skip("the runner's torture run is opt-in: KPROBEFS_TORTURE_RUNNER=1 or "
+                    "KPROBEFS_TORTURE_SHUFFLED=1")
     selftests, reason = runner.prepare()
     if reason:
         _skip_or_fail(reason)
-    order = request.param
     cases = runner.list_cases(selftests, dirs=None)
-    if ORDERS[order] is not None:
-        cases = runner.shuffled(cases, ORDERS[order])
+    if RUNNER_ORDERS[order] is not None:
+        cases = runner.shuffled(cases, RUNNER_ORDERS[order])
     cases = runner.with_instance_pass(selftests, cases)     # ftracetest's second pass
     base = os.environ.get("KPROBEFS_TORTURE_LOGS")
-    log_dir = Path(base) / order if base else tmp_path_factory.mktemp(f"torture-{order}")
+    log_dir = Path(base) / order if base else runner.new_log_dir(f"kprobefs-torture-{order}-")
     log_dir.mkdir(parents=True, exist_ok=True)
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-
-    def say(text: str) -> None:
-        if reporter is not None and capture is not None:
-            with capture.global_and_fixture_disabled():
-                reporter.write_line(f"torture[{order}] {text}")
-
+    say = runner.line_printer(request.config, f"torture[{order}]")
     with runner.Mount(log_dir / "daemon.log") as mount:
         run = runner.run_suite(mount, selftests, cases, log_dir, timeout=CASE_TIMEOUT,
                                report=lambda result: say(result.summary()))
@@ -88,40 +180,27 @@ def _listing(run: runner.SuiteRun, *kinds: str) -> str:
 
 
 @pytest.mark.fuse
-def test_no_case_overruns_its_time_limit(suite_run):
+def test_runner_no_case_overruns_its_time_limit(suite_run):
     hung = suite_run.problems(runner.HANG) + suite_run.problems(runner.CLEANUP_HANG)
     logs = "".join(f"\n--- {r.case}\n{r.log[-3000:]}" for r in suite_run.results if r.hung)
     assert not hung, _listing(suite_run, runner.HANG, runner.CLEANUP_HANG) + logs
 
 
 @pytest.mark.fuse
-def test_the_daemon_answers_after_every_case(suite_run):
+def test_runner_the_daemon_answers_after_every_case(suite_run):
     assert not suite_run.problems(runner.UNRESPONSIVE), \
         _listing(suite_run, runner.UNRESPONSIVE, runner.RESTARTED)
 
 
 @pytest.mark.fuse
-def test_no_probe_is_left_after_the_reset(suite_run):
+def test_runner_no_probe_is_left_after_the_reset(suite_run):
     left = runner.KPROBE_EVENTS_LEFT, runner.KPROBES_LIST_LEFT
     assert not [p for _, p in suite_run.problems() if p.kind in left], \
         _listing(suite_run, *left)
 
 
-#: The cases that do not PASS, with what they give instead and why (the README names
-#: them too).  Every other case of the suite must PASS.
-NOT_PASSING = {
-    # no user-mode code runs in this kernel, so there is nothing for uprobes to probe
-    # and no uprobe_events file: ftracetest's own verdict is UNSUPPORTED
-    "kprobe/uprobe_syntax_errors.tc": "UNSUPPORTED",
-    # written to fail: ftracetest counts its XFAIL as a success
-    "trigger/inter-event/trigger-action-hist-xfail.tc": "XFAIL",
-}
-
-
 @pytest.mark.fuse
-def test_every_case_passes_but_the_named_ones(suite_run):
-    """Issue 13's bar: the whole suite against one daemon, every case PASS except those
-    this kernel honestly cannot support (NOT_PASSING)."""
+def test_runner_every_case_passes_but_the_named_ones(suite_run):
     wrong = {r.case: r.result for r in suite_run.results
              if r.result != NOT_PASSING.get(r.case, "PASS")}
     logs = "".join(f"\n--- {r.case}\n{r.log[-2000:]}" for r in suite_run.results
@@ -129,7 +208,7 @@ def test_every_case_passes_but_the_named_ones(suite_run):
     assert not wrong, f"{wrong}{logs}"
 
 
-# ---- the runner itself ---------------------------------------------------------------------
+# ---- the runners themselves ----------------------------------------------------------------
 def test_suite_order_is_ftracetests():
     try:
         selftests = runner.selftest_dir()
@@ -153,3 +232,39 @@ def test_an_overrun_kills_the_whole_session(tmp_path):
     status, stuck = runner._run_limited(["sh", "-c", script], tmp_path / "out", 0.5)
     assert status is None and stuck == []
     assert time.monotonic() - started < 10
+
+
+_FAKE_FTRACETEST = r"""#!/bin/sh
+# Prints what ftracetest prints (-k -l LOGS): a case that passes, then one that hangs.
+logs=$3
+mkdir -p "$logs"
+echo "execute: $PWD/test.d/a/one.tc" > "$logs/1-one.tc-log.AAAAAA"
+printf '[1] the first\t[PASS]\n'
+echo "execute: $PWD/test.d/a/two.tc" > "$logs/2-two.tc-log.BBBBBB"
+printf '[2] the second'
+sleep 300
+"""
+
+
+@pytest.mark.fuse
+def test_a_hung_ftracetest_case_is_named_and_killed():
+    """ftracetest has no time limit: the runner's names the case that overran, kills
+    the run (its sleep too) and still checks the daemon."""
+    if runner.cannot_run():
+        _skip_or_fail(runner.cannot_run())
+    fake = runner.new_log_dir("kprobefs-fake-selftests-")
+    try:
+        (fake / "test.d" / "a").mkdir(parents=True)
+        for case in ("one.tc", "two.tc"):
+            (fake / "test.d" / "a" / case).write_text("exit 0\n")
+        (fake / "ftracetest").write_text(_FAKE_FTRACETEST)
+        (fake / "ftracetest").chmod(0o755)
+        with runner.Mount() as mount:
+            started = time.monotonic()
+            run = runner.run_ftracetest(mount.path, fake, fake / "logs", timeout=3)
+        assert time.monotonic() - started < 60
+        assert run.results == {"a/one.tc": "PASS", "a/two.tc": "HANG"}
+        assert [(case, p.kind) for case, p in run.problems] == [("a/two.tc", runner.HANG)]
+        assert run.returncode is None
+    finally:
+        shutil.rmtree(fake)
