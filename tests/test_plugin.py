@@ -303,3 +303,13 @@ def test_the_pages_example_without_pytest_runs():
     exec(compile(block, str(DOC), "exec"), scope)
     assert scope["result"].returncode == 0, scope["result"].stderr
     assert "/proc/version" in {r["path"] for r in scope["opens"] if r.event == "open"}
+
+
+def test_loading_the_plugin_does_not_load_the_emulator():
+    """The entry point is loaded by every pytest run of an environment kprobefs is in:
+    it must not import unicorn, capstone or lark (kprobefs/__init__ is lazy)."""
+    code = ("import sys, kprobefs.testing.plugin; "
+            "print([m for m in ('unicorn', 'capstone', 'lark') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
