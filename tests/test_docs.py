@@ -254,6 +254,11 @@ class PageMount:
             if not entry.isdigit() or int(entry) == os.getpid():
                 continue
             try:
+                # comm first: reading the command line of a process stuck in a FUSE
+                # request may wait as long as it does.
+                with open(f"/proc/{entry}/comm", "rb") as f:
+                    if f.read().strip() != b"kprobefs":
+                        continue
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
                     argv = f.read().split(b"\0")
             except OSError:
@@ -292,16 +297,21 @@ class PageMount:
 
 
 def run_page(examples, mount: PageMount) -> list[list[str] | None]:
+    """The output of each example, None for those that did not run.  The output goes to
+    a file, not a pipe: a daemon the page starts, or a command stuck in the mount, may
+    keep a copy of it open after the shell is gone."""
     script = _script(examples, mount.workdir, mount.path)
-    proc = subprocess.Popen(["sh", "-c", script], env=mount.env, cwd=mount.workdir,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out_path = mount.scratch / "output"
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(["sh", "-c", script], env=mount.env, cwd=mount.workdir,
+                                stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        stdout, _ = proc.communicate(timeout=PAGE_TIMEOUT)
+        proc.wait(timeout=PAGE_TIMEOUT)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        stdout, _ = proc.communicate()
-    return split_outputs(stdout, len(examples))
+        proc.wait()
+    return split_outputs(out_path.read_text(errors="replace"), len(examples))
 
 
 def _shown(expected, actual) -> list[str]:
