@@ -474,6 +474,9 @@ class Gateway(HostCallers):
                 self._releasing -= 1
                 self._released.notify_all()
 
+    #: How long FLUSH waits for its look at the caller's descriptors (see flush()).
+    FLUSH_WAIT = 0.2
+
     def flush(self, fh: int, ctx: Caller) -> None:
         """The caller closed one of its descriptors of fh (FUSE FLUSH, which the host
         sends inside close(2), before it returns; RELEASE comes later, in no order with
@@ -481,16 +484,32 @@ class Gateway(HostCallers):
         file's path, its emulated fd is closed now: on Linux the close of a process's
         last descriptor releases the file before close(2) returns, so a later `rmdir`
         of the instance, or a fork (whose mirror copies the task's fds), never finds it
-        open.  A file another process still holds stays open until its RELEASE."""
+        open.  A file another process still holds stays open until its RELEASE.
+
+        Whether the caller holds another descriptor is read from /proc, on a thread of
+        its own, waited for at most FLUSH_WAIT: the close may come from an execve's
+        close-on-exec, and while the host holds that process's exec lock its /proc
+        links do not answer until the FLUSH does.  Past the wait the FLUSH is answered
+        and the look finishes afterwards (or RELEASE closes the fd)."""
         with self._lock:
             of = self._files.get(fh)
             fd = of.fds.get(ctx.pid) if of is not None and ctx.pid > 0 else None
-        if fd is None or _holds(ctx.pid, of.path):
+        if fd is None:
+            return
+        look = threading.Thread(target=self._flush_close, args=(of, ctx.pid, fd),
+                                name="kprobefs-flush", daemon=True)
+        look.start()
+        look.join(self.FLUSH_WAIT)
+
+    def _flush_close(self, of: "_OpenFile", pid: int, fd) -> None:
+        """flush()'s look: close pid's emulated fd of ``of`` unless pid holds another
+        descriptor on its path."""
+        if _holds(pid, of.path):
             return
         with self._lock:
-            if of.fds.get(ctx.pid) is not fd:
+            if of.fds.get(pid) is not fd:
                 return
-            del of.fds[ctx.pid]
+            del of.fds[pid]
         if fd.caller.task.state != "dead":
             self._close_fd(fd.caller, fd.fd)
 
