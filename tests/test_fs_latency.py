@@ -5,20 +5,22 @@ latency trace, tracing_max_latency, and snapshot writes refused meanwhile."""
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import conformance_runner
+
 from test_fs_mount import _need_fuse, real  # noqa: F401 (fixtures)
 
-SHIMS = Path(__file__).resolve().parent / "conformance_bin"
-
-
 def sh(mnt, script):
-    env = dict(os.environ, KPROBEFS_MOUNT=str(mnt),
-               PATH=f"{SHIMS}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run(["bash", "-c", script], cwd=Path(mnt) / "tracing", env=env,
-                          capture_output=True, text=True, timeout=120)
+    """Run script under ``kprobefs exec`` (its modprobe and rmmod act on the emulated
+    kernel), in the mount's tracing directory."""
+    return subprocess.run([sys.executable, "-m", "kprobefs", "exec", str(mnt), "--",
+                           "bash", "-c", script], cwd=Path(mnt) / "tracing",
+                          capture_output=True, text=True, timeout=120,
+                          env=conformance_runner._cli_env())
 
 
 @pytest.fixture

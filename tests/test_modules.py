@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+import conformance_runner
+
 from kprobefs import Kernel, Kprobe, Kretprobe
 from kprobefs.errors import KernelError, ProbeError
 from kprobefs.machine.image import FENTRY_NOP
@@ -22,7 +24,6 @@ from kprobefs.machine.module import MODULES_VADDR, ModuleLoader
 from kprobefs.tracing import Tracer
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIMS = ROOT / "tests" / "conformance_bin"
 MOD = "trace_printk"
 
 
@@ -440,20 +441,21 @@ def mount(tmp_path):
 
 
 @pytest.mark.fuse
-def test_module_scenario_through_the_shims(mount):
-    env = dict(os.environ, KPROBEFS_MOUNT=str(mount),
-               PATH=f"{SHIMS}{os.pathsep}{os.environ['PATH']}")
-
+def test_module_scenario_through_kprobefs_exec(mount):
+    """The module tools kprobefs exec gives its command (kprobefs/kmod.py)."""
     def sh(script):
-        return subprocess.run(["sh", "-c", script], cwd=mount / "tracing", env=env,
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run([sys.executable, "-m", "kprobefs", "exec", str(mount), "--",
+                               "sh", "-c", script], cwd=mount / "tracing",
+                              capture_output=True, text=True, timeout=120,
+                              env=conformance_runner._cli_env())
 
     r = sh("rmmod trace-printk")
     assert r.returncode == 1
-    assert r.stderr == "rmmod: ERROR: Module trace-printk is not currently loaded\n"
+    # kmod names the module as it normalizes it, - as _
+    assert r.stderr == "rmmod: ERROR: Module trace_printk is not currently loaded\n"
     r = sh("modprobe no-such-thing")
     assert r.returncode == 1 and r.stderr.startswith(
-        "modprobe: FATAL: Module no-such-thing not found in directory /lib/modules/")
+        "modprobe: FATAL: Module no-such-thing not found in directory ")
     r = sh("""set -e
         modprobe trace-printk
         modprobe trace_printk

@@ -800,8 +800,8 @@ def proc_tree(kernel, engine=None, stack_tracer=None) -> Directory:
 def modules_control_dir(modules) -> Directory:
     """debugfs ``kprobefs/``: the daemon's own controls (Linux has no such directory).
 
-    ``modules`` loads and unloads the kernel's modules, as the ``modprobe``/``rmmod``
-    shims do (tests/conformance_bin): each ``write()`` holds commands, one per line,
+    ``modules`` loads and unloads the kernel's modules, as the module tools of
+    ``kprobefs exec`` do (kprobefs/kmod.py): each ``write()`` holds commands, one per line,
     ``load NAME [PARAM=VALUE...]`` or ``unload NAME`` (``-`` and ``_`` alike in NAME;
     the parameters are set before the module's init runs), applied in order;
     the first failing one fails the write with the errno Linux's init_module/
