@@ -71,7 +71,7 @@ def check_fuse() -> None:
     except ImportError as e:
         raise StartupError("fusepy is missing: pip install fusepy") from e
     except OSError as e:
-        raise StartupError("libfuse2 is missing: apt-get install fuse libfuse2") from e
+        raise StartupError("libfuse2 is missing: apt-get install libfuse2 (not fuse: it Breaks fuse3)") from e
     del fuse_ops
 
 
