@@ -687,3 +687,46 @@ def test_ftracetest_runs_unmodified(mnt, tmp_path):
                           env=runner._cli_env())
     assert done.returncode == 0, done.stdout + done.stderr
     assert "# of passed:  3\n" in done.stdout
+
+
+def _daemon_of(mountpoint: Path) -> int | None:
+    """The pid of the daemon whose command line mounts mountpoint."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"mount" in argv and str(mountpoint).encode() in argv:
+            return int(entry.name)
+    return None
+
+
+def test_the_daemon_exits_at_umount_after_an_exec(tmp_path):
+    """The daemon reads an exec namespace's mount table through /proc/PID/mountinfo;
+    that open file held the namespace, and the namespace its copy of the mount, so
+    after `kprobefs umount` the daemon kept serving a mount nobody could reach."""
+    need_fuse()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = runner._cli_env()
+    subprocess.run([sys.executable, "-m", "kprobefs", "mount", str(mnt), "--log-file",
+                    str(tmp_path / "log")], check=True, env=env, timeout=120)
+    daemon = _daemon_of(mnt)
+    assert daemon is not None
+    try:
+        done = subprocess.run(EXEC + [str(mnt), "--", "cat", "/sys/kernel/tracing/tracing_on"],
+                              capture_output=True, text=True, timeout=120, env=env, cwd="/")
+        assert done.stdout == "1\n", done.stderr
+        time.sleep(1.5)             # past MountTables.PRUNE_EVERY
+        (mnt / "tracing" / "tracing_on").read_text()
+        subprocess.run([sys.executable, "-m", "kprobefs", "umount", str(mnt)], check=True,
+                       env=env, timeout=60)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and Path(f"/proc/{daemon}").exists():
+            time.sleep(0.2)
+        assert not Path(f"/proc/{daemon}").exists(), "the daemon still serves after umount"
+    finally:
+        if Path(f"/proc/{daemon}").exists():
+            os.kill(daemon, signal.SIGKILL)

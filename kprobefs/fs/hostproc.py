@@ -15,6 +15,7 @@ import os
 import re
 import select
 import threading
+import time
 from typing import Iterable, NamedTuple
 
 __all__ = ["HostProcess", "KPROBEFS_FSTYPE", "Mount", "MountTables", "host_comm",
@@ -97,12 +98,19 @@ def host_signal_pending(pid: int) -> bool:
 class MountTables:
     """The mountinfo lines of each mount namespace seen, read again only when poll(2)
     says the namespace's mounts changed.  At most ``limit`` namespaces are kept (the
-    oldest seen is closed first).  Thread-safe."""
+    oldest seen is closed first), and a namespace is let go once the process it was
+    opened through has exited: the open file holds the namespace, and with it every
+    mount it copied (a ``kprobefs exec`` namespace holds a copy of the mount, which
+    would keep the daemon serving after its umount).  Thread-safe."""
+
+    #: How often, at most, tables whose process has exited are looked for (seconds).
+    PRUNE_EVERY = 1.0
 
     def __init__(self, limit: int = 32):
         self.limit = limit
         self._lock = threading.Lock()
         self._tables: collections.OrderedDict[str, _MountTable] = collections.OrderedDict()
+        self._pruned = 0.0
 
     def lines(self, pid: int) -> list[str] | None:
         """pid's mount table as lines, or None when pid is gone."""
@@ -111,10 +119,11 @@ class MountTables:
         except OSError:
             return None
         with self._lock:
+            self._prune()
             table = self._tables.get(ns)
             if table is None:
                 try:
-                    table = _MountTable(open(f"/proc/{pid}/mountinfo", "rb"))
+                    table = _MountTable(open(f"/proc/{pid}/mountinfo", "rb"), pid)
                 except OSError:
                     return None
                 self._tables[ns] = table
@@ -133,12 +142,25 @@ class MountTables:
                 table.close()
             self._tables.clear()
 
+    def _prune(self) -> None:
+        """Close the tables whose process has exited (caller holds the lock)."""
+        now = time.monotonic()
+        if now - self._pruned < self.PRUNE_EVERY:
+            return
+        self._pruned = now
+        for ns, table in list(self._tables.items()):
+            if not os.path.exists(f"/proc/{table.pid}"):
+                del self._tables[ns]
+                table.close()
+
 
 class _MountTable:
-    """One namespace's open mountinfo (the open file holds the namespace)."""
+    """One namespace's open mountinfo (the open file holds the namespace), opened
+    through process ``pid``."""
 
-    def __init__(self, file):
+    def __init__(self, file, pid: int):
         self._file = file
+        self.pid = pid
         self._poll = select.poll()
         self._poll.register(file, select.POLLPRI | select.POLLERR)
         self._lines: list[str] | None = None
