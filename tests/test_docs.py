@@ -74,27 +74,8 @@ class Example:
 _FENCE = re.compile(r"^(```+|~~~+)\s*([\w+-]*)")
 
 
-def iter_examples(text: str, page: str = "<page>"):
-    """Yields the Examples of the console blocks of a Markdown text, in order."""
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        fence, info = m.group(1), m.group(2)
-        body_start = i + 1
-        j = body_start
-        while j < len(lines) and not lines[j].startswith(fence):
-            j += 1
-        if info == "console":
-            yield from _block_examples(lines[body_start:j], body_start + 1, page)
-        i = j + 1
-
-
-def iter_python_blocks(text: str):
-    """Yields (line, source) of each python block of a Markdown text."""
+def _fenced_blocks(text: str):
+    """Yields (info, first body line's number, body lines) of each fenced block."""
     lines = text.splitlines()
     i = 0
     while i < len(lines):
@@ -105,9 +86,22 @@ def iter_python_blocks(text: str):
         j = i + 1
         while j < len(lines) and not lines[j].startswith(m.group(1)):
             j += 1
-        if m.group(2) == "python":
-            yield i + 2, "\n".join(lines[i + 1:j]) + "\n"
+        yield m.group(2), i + 2, lines[i + 1:j]
         i = j + 1
+
+
+def iter_examples(text: str, page: str = "<page>"):
+    """Yields the Examples of the console blocks of a Markdown text, in order."""
+    for info, first, body in _fenced_blocks(text):
+        if info == "console":
+            yield from _block_examples(body, first, page)
+
+
+def iter_python_blocks(text: str):
+    """Yields (line, source) of each python block of a Markdown text."""
+    for info, first, body in _fenced_blocks(text):
+        if info == "python":
+            yield first, "\n".join(body) + "\n"
 
 
 def _block_examples(body: list[str], first_line: int, page: str):
