@@ -18,14 +18,17 @@ delete_module's errno), and ``proc/modules`` lists the loaded modules as Linux's
 modules are the ones the daemon loads: the ``.ko`` files bundled in
 ``kprobefs/kernel/modules``.
 
-This module imports nothing but the standard library: the namespace runs it by its
-path (:func:`shim_script`), without importing the kprobefs package and its emulator, so
-that a ``modprobe`` starts as fast as the interpreter does.
+This module imports nothing but the standard library: the namespace runs a copy of its
+source (:func:`shim_script`), without importing the kprobefs package and its emulator, so
+that a ``modprobe`` starts as fast as the interpreter does, and works where the package
+is out of sight (``--kernel-scratch`` puts the emulated kernel's /tmp over the host's,
+and kprobefs may be installed there).
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -45,9 +48,17 @@ PROC_MODULES = "proc/modules"
 _LSMOD_HEADER = "Module                  Size  Used by"
 
 
+#: In the copy :func:`shim_script` writes, what it took before the namespace was made:
+#: the modules' directory and each module's name and SHA-256; None when run from the
+#: package.
+_SHIM: dict | None = globals().get("_KPROBEFS_SHIM")
+
+
 def module_dir() -> Path:
     """The directory of the modules the daemon loads (``kprobefs/kernel/modules``; the
     same as :func:`kprobefs.machine.module.default_module_dir`)."""
+    if _SHIM is not None:
+        return Path(_SHIM["dir"])
     return Path(__file__).resolve().parent / "kernel" / "modules"
 
 
@@ -58,12 +69,15 @@ def _module_name(name: str) -> str:
     return base.removesuffix(".ko").replace("-", "_")
 
 
-def _available() -> dict[str, Path]:
-    """The loadable modules: name -> their .ko file."""
+def _available() -> dict[str, str]:
+    """The loadable modules: name -> the SHA-256 of their .ko file."""
+    if _SHIM is not None:
+        return dict(_SHIM["modules"])
     directory = module_dir()
     if not directory.is_dir():
         return {}
-    return {_module_name(p.name): p for p in sorted(directory.glob("*.ko"))}
+    return {_module_name(p.name): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.glob("*.ko"))}
 
 
 class _Loaded(NamedTuple):
@@ -320,8 +334,7 @@ def _insmod(argv: Sequence[str]) -> int:
     # (a host module, a module built elsewhere) is refused as Linux refuses a module
     # built for another kernel.
     name = _module_name(filename)
-    bundled = _available().get(name)
-    if bundled is None or bundled.read_bytes() != data:
+    if _available().get(name) != hashlib.sha256(data).hexdigest():
         err = errno.ENOEXEC
     else:
         err = kernel.command("load", name, *params)
@@ -429,19 +442,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def shim_script(python: str) -> str:
-    """The text of the executable that ``kprobefs exec`` binds over the host's kmod: a
-    script for the interpreter ``python`` (the one running kprobefs, whose standard
-    library is all this module needs) that runs this file by its path, keeping the
-    name it was run by: in isolated mode (no PYTHON* variables) and without the site
+    """The text of the executable that ``kprobefs exec`` binds over the host's kmod: this
+    module's source, for the interpreter ``python`` (the one running kprobefs, whose
+    standard library is all it needs; by its real path, since a virtual environment's
+    may lie where the namespace hides it), with the modules' directory and digests
+    taken now.  It runs in isolated mode (no PYTHON* variables) and without the site
     module, whose start-up (site-packages, .pth files) would cost several times the
     rest (ftracetest's direct cases run modprobe and rmmod dozens of times)."""
-    return (f"#!{python} -IS\n"
-            "import importlib.util, sys\n"
-            f"spec = importlib.util.spec_from_file_location('kprobefs_kmod', "
-            f"{str(Path(__file__).resolve())!r})\n"
-            "kmod = importlib.util.module_from_spec(spec)\n"
-            "spec.loader.exec_module(kmod)\n"
-            "sys.exit(kmod.main(sys.argv))\n")
+    shim = {"dir": str(module_dir()), "modules": _available()}
+    source = Path(__file__).read_text()
+    future = "from __future__ import annotations\n"
+    return (f"#!{os.path.realpath(python)} -IS\n{future}"
+            f"_KPROBEFS_SHIM = {shim!r}\n" + source.replace(future, "", 1))
 
 
 if __name__ == "__main__":

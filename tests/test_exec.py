@@ -181,6 +181,22 @@ def test_dev_null_and_tmp_stay_the_hosts_by_default(mnt):
     assert "fuse.kprobefs" not in (_mount_at("/dev/null", mountinfo) or "")
 
 
+def test_the_module_tools_work_with_kernel_scratch_from_a_package_under_tmp(mnt, tmp_path):
+    """--kernel-scratch hides the host's /tmp; a kprobefs there (a CI clone, a virtual
+    environment) must still give the command its module tools: the tool is a copy of
+    kmod.py's source with the modules' digests, run by the interpreter's real path."""
+    import kprobefs
+    copy = tmp_path / "tree"
+    shutil.copytree(Path(kprobefs.__file__).resolve().parent, copy / "kprobefs",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.c", "*.h", "*.S"))
+    env = dict(runner._cli_env(), PYTHONPATH=str(copy))
+    done = subprocess.run(EXEC + ["--kernel-scratch", str(mnt), "--", "sh", "-c",
+                                  "modprobe trace_printk && lsmod | grep -c '^trace_printk ' "
+                                  "&& rmmod trace_printk"],
+                          capture_output=True, text=True, timeout=120, env=env, cwd="/")
+    assert done.returncode == 0 and done.stdout == "1\n", done.stderr
+
+
 def test_kernel_scratch_makes_dev_null_and_tmp_the_emulated_kernels(mnt):
     done = subprocess.run(EXEC + ["--kernel-scratch", str(mnt), "--", "sh", "-c",
                                   "echo hi > /dev/null && cat /dev/null && "
