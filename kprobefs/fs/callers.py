@@ -36,8 +36,8 @@ from typing import Callable, NamedTuple
 
 from ..errors import KernelError, KernelOops, MachineError
 from ..machine.kernel import ProcessExited
-from .hostproc import (HostProcess, host_comm, host_process, host_start_time,
-                       mount_relative_of)
+from .hostproc import (HostProcess, forget_process, host_comm, host_process,
+                       host_start_time, mount_relative_of)
 from .procwatch import COMM, EXEC, EXIT, FORK, ProcessEvent, host_exec_image
 
 __all__ = ["Caller", "HostCaller", "HostCallers", "Spawning"]
@@ -475,6 +475,8 @@ class HostCallers:
                 caller = self._callers.get(event.pid)
                 if event.pid == event.tgid:
                     self._spawners.pop(event.pid, None)
+            if event.pid == event.tgid:
+                forget_process(event.pid)
             if caller is not None and caller.prespawned_by:
                 self._spawner_miss(caller.prespawned_by)
             if caller is not None and caller.pid != os.getpid():

@@ -142,6 +142,14 @@ class MountTables:
                 table.close()
             self._tables.clear()
 
+    def forget(self, pid: int) -> None:
+        """pid has exited: let go of the tables opened through it."""
+        with self._lock:
+            for ns, table in list(self._tables.items()):
+                if table.pid == pid:
+                    del self._tables[ns]
+                    table.close()
+
     def _prune(self) -> None:
         """Close the tables whose process has exited (caller holds the lock)."""
         now = time.monotonic()
@@ -177,6 +185,11 @@ class _MountTable:
 
 
 _MOUNT_TABLES = MountTables()
+
+
+def forget_process(pid: int) -> None:
+    """Host process pid has exited: what was kept of it goes (its mount namespace)."""
+    _MOUNT_TABLES.forget(pid)
 
 
 def mount_relative_of(pid: int, path: str) -> str | None:
