@@ -610,7 +610,9 @@ def test_the_shells_chdirs_are_its_tasks_syscall_events(mnt, chdir_eprobe):
 def test_fchdir_is_mirrored_as_its_directorys_chdir(mnt, chdir_eprobe):
     out = sh(mnt, "echo 1 > /sys/kernel/tracing/events/eprobes/cds/enable; "
                   f"{sys.executable} -c 'import os; print(os.getpid()); "
-                  "os.fchdir(os.open(\"/sys/kernel/tracing/events\", os.O_RDONLY))'; "
+                  "os.fchdir(os.open(\"/sys/kernel/tracing/events\", os.O_RDONLY)); "
+                  # the mirrored call comes before the process's next request
+                  "os.listdir(\".\")'; "
                   "echo 0 > /sys/kernel/tracing/events/eprobes/cds/enable; "
                   "cat /sys/kernel/tracing/trace")
     pid, trace = out.split("\n", 1)
