@@ -235,6 +235,19 @@ def test_a_fixed_name_below_names_that_stay_is_kept_by_the_kernel(mem):
     assert _lookup(hostfs, mem, 1, "nope", kept)[0] == -errno.ENOENT and len(kept) == 5
 
 
+def test_an_open_no_gateway_takes_is_forgotten_at_its_release(tree, mem):
+    """An open by a task with no FUSE request behind it (nobody calls take_opened) is
+    remembered only until its release: before, one entry stayed per pid."""
+    hostfs, _, _ = tree
+    kprobes = _lookup(hostfs, mem, 1, "kprobes")[0]
+    listing = _lookup(hostfs, mem, kprobes, "list")[0]
+    for pid in range(2000, 2050):
+        h = _hc(hostfs, mem, HC_HOSTFS_OPEN, listing, 0, pid)
+        assert h > 0 and hostfs.untaken_opens == 1
+        assert _hc(hostfs, mem, HC_HOSTFS_RELEASE, h) == 0
+    assert hostfs.untaken_opens == 0 and hostfs.open_handles == 0
+
+
 def test_lookup_misses(tree, mem):
     hostfs, _, _ = tree
     assert _lookup(hostfs, mem, 1, "nope")[0] == -errno.ENOENT

@@ -50,7 +50,9 @@ class Rig:
         gc.collect()
         slots, detours = self.kernel.kprobes.arch.slots.in_use()
         return {"used_kb": self.kernel.memory.info().used * 4, "slots": slots,
-                "detours": detours, "arena": self.tracer.native.arena_in_use()}
+                "detours": detours, "arena": self.tracer.native.arena_in_use(),
+                "hostfs_handles": self.daemon.hostfs.open_handles,
+                "untaken_opens": self.daemon.hostfs.untaken_opens}
 
     def close(self) -> None:
         self.gateway.close()
@@ -77,7 +79,7 @@ def churn(rig, cycle, n: int, warm_up: int = 20) -> tuple[dict, dict]:
 
 def assert_given_back(before: dict, after: dict) -> None:
     assert after["used_kb"] - before["used_kb"] < SLACK_KB, (before, after)
-    for key in ("slots", "detours", "arena"):
+    for key in ("slots", "detours", "arena", "hostfs_handles", "untaken_opens"):
         assert after[key] == before[key], (key, before, after)
 
 

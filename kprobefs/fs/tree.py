@@ -498,6 +498,8 @@ class HostFS:
     def release(self, hid: int) -> None:
         with self._lock:
             entry = self._handles.pop(hid, None)
+            if entry is not None and self._opened_by.get(entry.pid) == hid:
+                del self._opened_by[entry.pid]    # an open no gateway took
         if entry is not None:
             entry.handle.release()
 
@@ -515,6 +517,13 @@ class HostFS:
     def open_handles(self) -> int:
         with self._lock:
             return len(self._handles)
+
+    @property
+    def untaken_opens(self) -> int:
+        """Opens whose handle no gateway has taken (see take_opened()); bounded by the
+        open handles."""
+        with self._lock:
+            return len(self._opened_by)
 
     @property
     def known_places(self) -> int:
