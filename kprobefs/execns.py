@@ -35,6 +35,21 @@ completely.  Mounts of either type elsewhere are detached, so that line is the f
 An existing mount is bound rather than a new one made: a new mount may reset the one
 superblock's mode, uid and gid (kernels before 6.7 did).
 
+As an ordinary user (no root), the namespace is made inside a user namespace of its own
+(``CLONE_NEWUSER | CLONE_NEWNS``; the user is root in it, as ``unshare -Ur`` makes
+them), which gives the binds above and nothing on the host: its capabilities reach
+only mounts of that namespace, and the host's mounts copied into it are locked (they
+cannot be unmounted, so a host tracefs or debugfs elsewhere is covered with the mount
+rather than detached; a host file it could not read before stays unreadable).  What
+it cannot do is make a new tracefs or debugfs: where the host has none mounted at
+``/sys/kernel/tracing`` (systemd mounts one there at boot), /proc/mounts has no
+``tracefs`` line: ftracetest still finds the mount (its ``grep debugfs`` matches the
+mount's ``debugfs`` source), libtracefs (trace-cmd) finds it through a ``debugfs`` line
+if the host has debugfs at /sys/kernel/debug, and perf is given ``TRACEFS_PATH``; the
+warning says which.  A host that forbids ordinary users a user namespace is named with
+the setting to change (:data:`PREREQUISITES`), and exec exits with that setting's
+status.
+
 Before that, the daemon is asked to mirror the command's system calls (``chdir``…) into
 its task in the emulated kernel, through a seccomp filter whose listener it takes
 (:mod:`kprobefs.fs.syscallwatch`); where it does not (an older daemon, a host kernel
@@ -52,18 +67,20 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 import signal
 import sys
 import tempfile
-from typing import NoReturn, Sequence
+from typing import NamedTuple, NoReturn, Sequence
 
 from . import kmod
 from .errors import KprobefsError
 from .fs.hostproc import KPROBEFS_FSTYPE, own_mounts
 from .fs.syscallwatch import hand_over
 
-__all__ = ["ExecError", "exec_in_view", "prepare_view"]
+__all__ = ["ExecError", "PrerequisiteError", "PREREQUISITES", "View", "exec_in_view",
+           "prepare_view"]
 
 #: Where Linux mounts its tracing filesystems, and which part of the mount goes on top.
 VIEWS = (("tracefs", "/sys/kernel/tracing", "tracing"),
@@ -85,6 +102,8 @@ TOOL_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbi
 ADDED_TOOLS_DIR = "/usr/local/sbin"
 
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_PR_SET_DUMPABLE = 4
 _MS_BIND = 0x1000
 _MS_REC = 0x4000
 _MS_PRIVATE = 1 << 18
@@ -95,7 +114,64 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 class ExecError(KprobefsError):
     """The view cannot be made: MNT is not a kprobefs mount, or a namespace or bind
-    operation failed.  The message is the one-line reason shown to the user."""
+    operation failed.  The message is the one-line reason shown to the user, and
+    ``status`` exec's exit status."""
+
+    status = 1
+
+
+class PrerequisiteError(ExecError):
+    """An ordinary user's namespace cannot be made because the host forbids user
+    namespaces: the message names the setting and how to change it; ``status`` is
+    that setting's (:data:`PREREQUISITES`)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+class Prerequisite(NamedTuple):
+    """A host setting without which an ordinary user gets no user namespace: the file
+    that holds it, the value that forbids them, the call it makes fail (``unshare``,
+    or ``mount``: the namespace is made but holds no capability), the exit status of
+    exec then, and the one-line message (how to enable them)."""
+
+    path: str
+    forbids: str
+    fails: str
+    status: int
+    message: str
+
+
+_AS_ROOT = "or run kprobefs exec as root"
+#: The settings that forbid ordinary users a user namespace, each with its own exit
+#: status, in the order they are looked at once the call they make fail has failed.
+PREREQUISITES = (
+    # Debian's and Ubuntu's patch before Debian 11 enabled it by default.
+    Prerequisite("/proc/sys/kernel/unprivileged_userns_clone", "0", "unshare", 3,
+                 "user namespaces are disabled for ordinary users "
+                 "(kernel.unprivileged_userns_clone = 0): enable them as root with "
+                 "`sysctl -w kernel.unprivileged_userns_clone=1` (and a line in "
+                 "/etc/sysctl.d/ to keep it), " + _AS_ROOT),
+    Prerequisite("/proc/sys/user/max_user_namespaces", "0", "unshare", 4,
+                 "user namespaces are disabled (user.max_user_namespaces = 0): enable "
+                 "them as root with `sysctl -w user.max_user_namespaces=15000` (and a "
+                 "line in /etc/sysctl.d/ to keep it), " + _AS_ROOT),
+    # Ubuntu 23.10 and later: the namespace is made, but holds no capability.
+    Prerequisite("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1", "mount", 5,
+                 "AppArmor gives unconfined programs no capability in a user namespace "
+                 "(kernel.apparmor_restrict_unprivileged_userns = 1): allow them as root "
+                 "with `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`, or "
+                 "give the Python interpreter an AppArmor profile with `userns,`, "
+                 + _AS_ROOT),
+)
+#: A kernel built without CONFIG_USER_NS has no such file.
+USERNS_FILE = "/proc/self/ns/user"
+NO_USERNS = Prerequisite(USERNS_FILE, "", "unshare", 6,
+                         "the host kernel has no user namespaces (CONFIG_USER_NS is off), "
+                         + _AS_ROOT)
+#: The limit reached: the user has user.max_user_namespaces of them already.
+USERNS_LIMIT = "/proc/sys/user/max_user_namespaces"
 
 
 def _check(result: int, what: str) -> None:
@@ -156,27 +232,40 @@ def _place_host_fs(fstype: str, target: str) -> str | None:
     return None
 
 
-def _detach_elsewhere(fstype: str, keep: str) -> None:
+def _detach_elsewhere(fstype: str, keep: str) -> list[str]:
     """Detaches every mount of fstype but the one at keep, the latest first (a mount
-    comes after its parent)."""
+    comes after its parent); returns where those are that cannot be detached: in a
+    user namespace, the host's mounts are locked."""
     for where, kind in reversed(_mounts()):
         if kind == fstype and where != keep:
             try:
                 _detach(where)
             except ExecError:
-                pass    # already gone with its parent
+                pass    # locked, or already gone with its parent
+    return [where for where, kind in _mounts() if kind == fstype and where != keep]
 
 
-def prepare_view(mount: str, kernel_scratch: bool = False) -> list[str]:
-    """Enters a private mount namespace and binds the mount where Linux tools look (the
-    module docstring says what goes where), and the emulated kernel's module tools
-    over the host's (:func:`_replace_kmod`); with kernel_scratch, the emulated kernel's
-    /dev/null and /tmp over the host's too.  Returns warnings: host filesystems that
-    could not be placed under the binds, which leaves the tools that look for them in
-    /proc/mounts blind, and host module tools left in place.  Raises ExecError when
-    mount is not a kprobefs mount or a bind fails, or with kernel_scratch when the
-    working directory is under /tmp (the command would lose its path).  Precondition:
-    this process has one thread (unshare(CLONE_NEWNS))."""
+class View(NamedTuple):
+    """What :func:`prepare_view` made: warnings for the user, and variables to add to
+    the command's environment."""
+
+    warnings: list[str]
+    environ: dict[str, str]
+
+
+def prepare_view(mount: str, kernel_scratch: bool = False) -> View:
+    """Enters a private mount namespace (as an ordinary user, inside a user namespace
+    of its own) and binds the mount where Linux tools look (the module docstring says
+    what goes where), and the emulated kernel's module tools over the host's
+    (:func:`_replace_kmod`); with kernel_scratch, the emulated kernel's /dev/null and
+    /tmp over the host's too.  The warnings returned name host filesystems that could
+    not be placed under the binds, which leaves the tools that look for them in
+    /proc/mounts blind, and host module tools left in place; the environment names
+    the view for perf where its filesystem is missing.  Raises PrerequisiteError when
+    the host forbids the user namespace, ExecError when mount is not a kprobefs mount
+    or a bind fails, or with kernel_scratch when the working directory is under /tmp
+    (the command would lose its path).  Precondition: this process has one thread
+    (unshare)."""
     mount = os.path.realpath(mount)
     if mount not in _kprobefs_mounts():
         raise ExecError(f"{mount}: not a kprobefs mount")
@@ -196,26 +285,28 @@ def prepare_view(mount: str, kernel_scratch: bool = False) -> list[str]:
     grown = [rel for rel in proc_files if rel.startswith("sys/")
              and not os.path.exists(os.path.join("/proc", rel))
              and os.path.isdir(os.path.dirname(os.path.join("/proc", rel)))]
-    _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    in_userns = _enter_namespace()
     # First: it makes a scratch directory in the host's /tmp, which may be replaced.
     warnings = _replace_kmod()
     # Bound through descriptors opened now, in the new namespace (a bind's source must
     # be there): the mount may be where a host filesystem is about to be placed
     # (kprobefs mount /sys/kernel/debug).
     sources = [_open_path(source) for source, _target in binds + scratch]
+    views = {part: _open_path(os.path.join(mount, part)) for _fstype, _target, part in VIEWS}
     additions: dict[str, dict[str, int]] = {}
     for rel in grown:
         target = os.path.join("/proc", rel)
         additions.setdefault(os.path.dirname(target), {})[os.path.basename(target)] = \
             _open_path(os.path.join(mount, PROC_DIR, rel))
-    for fstype, target, _part in VIEWS:
-        why = _place_host_fs(fstype, target)
-        if why is not None:
-            warnings.append(f"no {fstype} under {target} ({why}): tools that look for "
-                            f"it in /proc/mounts will not find the mount")
-    for fstype, target, _part in VIEWS:
-        _detach_elsewhere(fstype, target)
+    missing = {fstype: why for fstype, target, _part in VIEWS
+               if (why := _place_host_fs(fstype, target)) is not None}
+    warnings += _missing_fs(missing, in_userns)
+    environ = {"TRACEFS_PATH": VIEWS[0][1]} if "tracefs" in missing else {}
+    for fstype, target, part in VIEWS:
+        for where in _detach_elsewhere(fstype, target):
+            warnings += _cover(views[part], os.path.join(mount, part), where, fstype)
+    for fd in views.values():
+        os.close(fd)
     fds = dict(zip(binds + scratch, sources))
     for source, target in binds:
         _bind_fd(fds[source, target], source, target)
@@ -226,7 +317,105 @@ def prepare_view(mount: str, kernel_scratch: bool = False) -> list[str]:
             _mount(os.devnull, target, None, _MS_BIND)
     for source, target in scratch:      # last: the host's /dev/null is bound above
         _bind_fd(fds[source, target], source, target)
-    return warnings
+    return View(warnings, environ)
+
+
+def _missing_fs(missing: dict[str, str], in_userns: bool) -> list[str]:
+    """The warnings for the host filesystems (fstype -> why) that could not be placed
+    under the view.  Without a tracefs line in /proc/mounts, libtracefs (trace-cmd)
+    takes the first debugfs line and its tracing/; perf takes $TRACEFS_PATH, which
+    the command is given; ftracetest greps for either word, which the mount's
+    ``debugfs`` source matches.  So only a missing tracefs is worth a warning, and
+    only with debugfs missing too does a tool miss the mount."""
+    if "tracefs" not in missing:
+        return []
+    why = "; ".join(f"{fstype}: {reason}" for fstype, reason in missing.items())
+    if "debugfs" in missing:
+        text = (f"no tracefs or debugfs line in /proc/mounts ({why}): trace-cmd and other "
+                f"libtracefs tools will not find the mount (perf is given TRACEFS_PATH)")
+    else:
+        text = (f"no tracefs line in /proc/mounts ({why}): tools that look for one will "
+                f"not find the mount (libtracefs takes debugfs's tracing/, perf is given "
+                f"TRACEFS_PATH)")
+    if in_userns:
+        text += ("; the host has none mounted to bind over, and a user namespace cannot "
+                 "mount one: as root, `mount -t tracefs nodev /sys/kernel/tracing` once, "
+                 "as systemd does at boot")
+    return [text]
+
+
+def _cover(fd: int, source: str, where: str, fstype: str) -> list[str]:
+    """Binds the view source (its O_PATH descriptor fd, left open) over a host mount
+    of fstype that cannot be detached, so that a tool that takes it from /proc/mounts
+    reaches the mount; returns a warning when it cannot be.  One under a view's place
+    is hidden by the view's bind."""
+    if any(where.startswith(target + "/") for _fstype, target, _part in VIEWS):
+        return []
+    try:
+        _mount(f"/proc/self/fd/{fd}", where, None, _MS_BIND,
+               what=f"mount --bind {source} {where}")
+    except ExecError as e:
+        return [f"the host's {fstype} at {where} is left in view ({e}): a tool that "
+                f"takes it from /proc/mounts does not reach the mount"]
+    return []
+
+
+def _enter_namespace() -> bool:
+    """Enters a private mount namespace in which every mount is private: as root, by
+    unshare(CLONE_NEWNS); else in a user namespace of its own (:func:`_enter_userns`).
+    Returns whether it is in a user namespace.  Raises PrerequisiteError when the host
+    forbids the user namespace, ExecError on another failure."""
+    if os.geteuid() == 0:
+        _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+        _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+        return False
+    _enter_userns()
+    if _libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        raise _no_userns(ctypes.get_errno(), "mount", "mount --make-rprivate /")
+    return True
+
+
+def _enter_userns() -> None:
+    """unshare(CLONE_NEWUSER | CLONE_NEWNS), mapping this user and group to root in the
+    new user namespace, as ``unshare -Ur`` does (setgroups is denied first: an
+    unprivileged process may only map its own group then).  The capabilities this
+    gives reach only what the namespace owns: its mounts, not the host's files."""
+    uid, gid = os.getuid(), os.getgid()
+    if _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+        raise _no_userns(ctypes.get_errno(), "unshare", "unshare(CLONE_NEWUSER)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"),
+                       ("gid_map", f"0 {gid} 1")):
+        try:
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+        except OSError as e:
+            raise ExecError(f"/proc/self/{name}: {e.strerror}") from e
+
+
+def _read_setting(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _no_userns(err: int, call: str, what: str) -> ExecError:
+    """The error for a user namespace that could not be made (call ``unshare``) or
+    holds no capability (``mount``), what having failed with errno err: the first of
+    the host's settings that makes that call fail, else what failed and why."""
+    if call == NO_USERNS.fails and not os.path.exists(USERNS_FILE):
+        return PrerequisiteError(NO_USERNS.message, NO_USERNS.status)
+    for setting in PREREQUISITES:
+        if setting.fails == call and _read_setting(setting.path) == setting.forbids:
+            return PrerequisiteError(setting.message, setting.status)
+    if err == errno.ENOSPC:
+        return PrerequisiteError(
+            f"this user has as many user namespaces as user.max_user_namespaces allows "
+            f"({_read_setting(USERNS_LIMIT)}): raise it as root with `sysctl -w "
+            f"user.max_user_namespaces=15000`, " + _AS_ROOT, PREREQUISITES[1].status)
+    return ExecError(f"{what}: {os.strerror(err)} (the host does not let this user make a "
+                     f"user namespace here; {_AS_ROOT})")
 
 
 def _bind_fd(fd: int, source: str, target: str) -> None:
@@ -332,15 +521,18 @@ def exec_in_view(mount: str, argv: Sequence[str], kernel_scratch: bool = False
                  ) -> NoReturn:
     """Runs argv in the view of mount: prepare_view, the hand-over of its system calls
     (:func:`~kprobefs.fs.syscallwatch.hand_over`), then execvp.  Does not return: on
-    a failure before the command runs, prints the reason and exits 1 (ExecError), 127
-    (no such command) or 126 (not executable), as shells do."""
+    a failure before the command runs, prints the reason and exits with its status:
+    1 (ExecError), a prerequisite's (:data:`PREREQUISITES`), 127 (no such command) or
+    126 (not executable), as shells do."""
     mount = os.path.realpath(mount)
     try:
-        for warning in prepare_view(mount, kernel_scratch):
-            print(f"kprobefs: warning: {warning}", file=sys.stderr)
+        view = prepare_view(mount, kernel_scratch)
     except ExecError as e:
         print(f"kprobefs: {e}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(e.status)
+    for warning in view.warnings:
+        print(f"kprobefs: warning: {warning}", file=sys.stderr)
+    os.environ.update(view.environ)
     # Last, so that nothing of the view's making is notified.
     why = hand_over(mount)
     if why is not None:
