@@ -18,8 +18,11 @@
 #   environment           /opt/kprobefs                  ~/.local/share/kprobefs
 #   the command           /usr/local/bin/kprobefs        ~/.local/bin/kprobefs
 #   the man page          /usr/local/share/man/man8/     ~/.local/share/man/man8/
-# KPROBEFS_VENV, KPROBEFS_BINDIR and KPROBEFS_MANDIR choose other places.  /usr/local is the local
-# administrator's, as Debian policy has it; nothing is written under /usr otherwise.
+#   the systemd unit      (copied by hand, docs/usage.md) ~/.config/systemd/user/
+# KPROBEFS_VENV, KPROBEFS_BINDIR, KPROBEFS_MANDIR and KPROBEFS_UNITDIR choose other
+# places.  /usr/local is the local administrator's, as Debian policy has it; nothing is
+# written under /usr otherwise.  A user's unit (systemd/kprobefs-user.service, run with
+# systemctl --user) is installed, not enabled.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -32,6 +35,7 @@ else
     venv=${KPROBEFS_VENV:-$data/kprobefs}
     bindir=${KPROBEFS_BINDIR:-$HOME/.local/bin}
     mandir=${KPROBEFS_MANDIR:-$data/man/man8}
+    unitdir=${KPROBEFS_UNITDIR:-${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user}
 fi
 
 mode=install
@@ -40,7 +44,7 @@ case "${1:-}" in
     --test) mode=test ;;
     --uninstall) mode=uninstall ;;
     --venv-path) echo "$venv"; exit 0 ;;
-    -h|--help) sed -n '2,22s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
 esac
 
@@ -49,7 +53,12 @@ if [ "$mode" = uninstall ]; then
         && rm -f "$bindir/kprobefs"
     rm -f "$mandir/kprobefs.8"
     rm -rf "$venv"
-    echo "kprobefs removed ($venv, $bindir/kprobefs, $mandir/kprobefs.8)"
+    unit=""
+    if [ -n "${unitdir:-}" ] && [ -f "$unitdir/kprobefs.service" ]; then
+        rm -f "$unitdir/kprobefs.service"
+        unit=", $unitdir/kprobefs.service"
+    fi
+    echo "kprobefs removed ($venv, $bindir/kprobefs, $mandir/kprobefs.8$unit)"
     exit 0
 fi
 
@@ -94,6 +103,13 @@ mkdir -p "$bindir" "$mandir"
 ln -sfn "$venv/bin/kprobefs" "$bindir/kprobefs"
 if [ -f docs/kprobefs.8 ]; then
     install -m 644 docs/kprobefs.8 "$mandir/kprobefs.8"
+fi
+if [ -n "${unitdir:-}" ]; then
+    # the user's unit, its ExecStart where this install put the command
+    mkdir -p "$unitdir"
+    sed "s|^ExecStart=%h/.local/bin/kprobefs |ExecStart=$bindir/kprobefs |" \
+        systemd/kprobefs-user.service > "$unitdir/kprobefs.service"
+    echo "systemd user unit: $unitdir/kprobefs.service (systemctl --user enable --now kprobefs)"
 fi
 
 echo "kprobefs installed: $bindir/kprobefs (environment $venv)"

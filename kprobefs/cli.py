@@ -3,8 +3,10 @@
 
 ``mount`` returns once every file is ready: it forks, the child boots the kernel and
 serves, and the parent waits on a readiness pipe, then exits 0 (or non-zero with a
-one-line reason).  The served child then logs to ``--log-file``, else to the journal or
-syslog through ``/dev/log``, else to ``/var/log/kprobefs.log``.  ``--foreground`` serves
+one-line reason, once the child is gone: a mount that fails leaves no process).  The
+child keeps none of its caller's descriptors and logs to ``--log-file``, else to the
+journal or syslog through ``/dev/log``, else to ``/var/log/kprobefs.log`` (a user's
+``~/.local/state/kprobefs.log``).  ``--foreground`` serves
 in the calling process and logs to stderr (for systemd, which hears READY=1 on
 $NOTIFY_SOCKET and keeps stderr in the journal).  ``status`` prints the daemon's health
 (``MNT/kprobefs/status``) and exits 0 when it is ok, 1 when degraded, 2 when it does not
@@ -19,6 +21,7 @@ import argparse
 import logging
 import logging.handlers
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -26,7 +29,7 @@ import time
 from typing import Callable, NoReturn, Sequence
 
 from .daemon import (
-    DEFAULT_MOUNTPOINT, Daemon, StartupError, check_fuse, is_stale_mount,
+    DEFAULT_MOUNTPOINT, Daemon, StartupError, check_fuse, check_fusermount, is_stale_mount,
     prepare_mountpoint, unmount,
 )
 
@@ -40,6 +43,8 @@ SYSLOG_FORMAT = "kprobefs[%(process)d]: %(levelname)s %(name)s: %(message)s"
 #: listens there too), else this file.
 SYSLOG_SOCKET = "/dev/log"
 DEFAULT_LOG_FILE = "/var/log/kprobefs.log"
+#: A user's, under $XDG_STATE_HOME (default ~/.local/state).
+USER_LOG_FILE = "kprobefs.log"
 #: Exit statuses of `kprobefs status`.
 STATUS_OK, STATUS_DEGRADED, STATUS_NO_ANSWER = 0, 1, 2
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -154,11 +159,13 @@ and module control).  Returns once every file is ready, unless --foreground.""")
                         "handing it over is a context switch, not a wake-up of another "
                         "CPU")
     m.add_argument("--allow-other", action="store_true",
-                   help="let users other than root use the mount (modes still apply)")
+                   help="let other users use the mount (modes still apply; a user's "
+                        "mount needs user_allow_other in /etc/fuse.conf)")
     m.add_argument("--log-file", metavar="PATH",
-                   help="where a daemonized server logs once it is ready (default: "
-                        f"syslog through {SYSLOG_SOCKET}, else {DEFAULT_LOG_FILE}; "
-                        "with --foreground logs stay on stderr)")
+                   help="where a daemonized server logs (default: syslog through "
+                        f"{SYSLOG_SOCKET}, else {DEFAULT_LOG_FILE}, a user's "
+                        f"~/.local/state/{USER_LOG_FILE}; with --foreground logs stay "
+                        "on stderr)")
     _log_level_option(m)
 
     u = _command_parser(sub, "umount", help="unmount a kprobefs mount",
@@ -225,19 +232,30 @@ def _setup_logging(level: str, handler: logging.Handler | None = None) -> None:
 def daemon_log_handler(log_file: str | None) -> tuple[logging.Handler, str]:
     """Where a backgrounded daemon logs, and a name for it: log_file when given (stderr,
     which then points there), else syslog through SYSLOG_SOCKET when something listens
-    there, else DEFAULT_LOG_FILE."""
+    there, else default_log_file()."""
     if log_file:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
         return handler, log_file
     if not _listens(SYSLOG_SOCKET):
-        handler = logging.FileHandler(DEFAULT_LOG_FILE)
+        path = default_log_file()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        handler = logging.FileHandler(path)
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
-        return handler, DEFAULT_LOG_FILE
+        return handler, path
     handler = logging.handlers.SysLogHandler(
         address=SYSLOG_SOCKET, facility=logging.handlers.SysLogHandler.LOG_DAEMON)
     handler.setFormatter(logging.Formatter(SYSLOG_FORMAT))
     return handler, f"syslog ({SYSLOG_SOCKET})"
+
+
+def default_log_file() -> str:
+    """The log file of a backgrounded daemon without syslog: DEFAULT_LOG_FILE as root,
+    a user's USER_LOG_FILE under $XDG_STATE_HOME (~/.local/state), which is theirs."""
+    if os.geteuid() == 0:
+        return DEFAULT_LOG_FILE
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return os.path.join(state, USER_LOG_FILE)
 
 
 def _listens(path: str) -> bool:
@@ -253,9 +271,9 @@ def _listens(path: str) -> bool:
     return False
 
 
-def _fail(reason: str) -> int:
+def _fail(reason: str, status: int = 1) -> int:
     print(f"kprobefs: {reason}", file=sys.stderr)
-    return 1
+    return status
 
 
 # ==== mount ===============================================================================
@@ -269,24 +287,34 @@ def _make_daemon(args, factories) -> Daemon:
 
 def _mount_foreground(args, factories) -> int:
     try:
-        check_fuse()
+        check_fuse(args.allow_other)
         args.mountpoint = prepare_mountpoint(args.mountpoint)
         daemon = _make_daemon(args, factories)
         daemon.boot()
         daemon.keep_boot_objects()
         daemon.serve()
     except StartupError as e:
-        return _fail(str(e))
+        return _fail(str(e), e.exit_status)
     return 0
 
 
-def _detach_output(log_file: str | None) -> None:
-    """Points stdout/stderr away from whatever the parent's caller gave us (a pipe held
-    open by the daemon would keep that caller waiting), to log_file or /dev/null, and
-    sends the log where a backgrounded daemon logs (daemon_log_handler)."""
-    target = os.open(log_file or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+def _detach(log_file: str | None) -> None:
+    """Lets go of everything the caller gave this process (a pipe the daemon held open
+    would keep that caller waiting: ``out=$(kprobefs mount DIR)``): stdin reads
+    /dev/null, stdout and stderr go to log_file or /dev/null, the descriptors above
+    them are closed; the log goes where a backgrounded daemon logs
+    (daemon_log_handler).  StartupError when log_file cannot be opened."""
+    _close_inherited()
+    try:
+        target = os.open(log_file or os.devnull,
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    except OSError as e:
+        raise StartupError(f"{log_file}: cannot log there ({e.strerror})") from e
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
     os.dup2(target, 1)
     os.dup2(target, 2)
+    os.close(devnull)
     os.close(target)
     try:
         handler, where = daemon_log_handler(log_file)
@@ -296,12 +324,24 @@ def _detach_output(log_file: str | None) -> None:
     log.info("logging to %s", where)
 
 
+def _close_inherited() -> None:
+    """Closes the descriptors above stderr that the caller passed down: the inheritable
+    ones (Python opens its own close-on-exec, PEP 446)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd > 2 and os.get_inheritable(fd):
+                os.close(fd)
+        except OSError:
+            pass        # the listing's own descriptor, closed since
+
+
 def _mount_daemon(args, factories) -> int:
     try:
-        check_fuse()
+        check_fuse(args.allow_other)
         args.mountpoint = prepare_mountpoint(args.mountpoint)
     except StartupError as e:
-        return _fail(str(e))
+        return _fail(str(e), e.exit_status)
     sys.stdout.flush()
     sys.stderr.flush()
     read_end, write_end = os.pipe()
@@ -310,24 +350,22 @@ def _mount_daemon(args, factories) -> int:
         os.close(write_end)
         return _wait_for_child(pid, read_end, args.mountpoint)
 
-    # The child: a new session, no terminal, then boot and serve.
+    # The child: a new session, none of the caller's descriptors, then boot and serve.
     os.close(read_end)
     os.setsid()
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
-    os.close(devnull)
     status = 1
     report = _Reporter(write_end)
     try:
+        _detach(args.log_file)
         daemon = _make_daemon(args, factories)
-        daemon.on_ready = lambda: _ready(report, args.log_file)
+        daemon.on_ready = lambda: report.send("OK\n")
         daemon.on_failure = lambda reason: report.send(f"ERR {reason}\n")
         daemon.boot()
         daemon.keep_boot_objects()
         daemon.serve()
         status = 0
     except StartupError as e:
+        status = e.exit_status
         report.send(f"ERR {e}\n")
     except BaseException as e:  # noqa: BLE001 - the parent must hear why
         log.exception("the daemon failed")
@@ -335,16 +373,6 @@ def _mount_daemon(args, factories) -> int:
     finally:
         report.send("ERR the daemon stopped before the filesystem was ready\n")
         os._exit(status)
-
-
-def _ready(report: "_Reporter", log_file: str | None) -> None:
-    """The filesystem answers: log where a backgrounded daemon logs, then tell the
-    parent (whose caller may look at the log at once)."""
-    try:
-        _detach_output(log_file)
-    except OSError as e:
-        log.error("cannot log to %s: %s", log_file, e)
-    report.send("OK\n")
 
 
 class _Reporter:
@@ -364,6 +392,11 @@ class _Reporter:
         os.close(fd)
 
 
+#: How long a mount that failed waits for its daemon to exit (it unmounts and stops at
+#: once) before it kills it: the command returns with no process left behind (s).
+FAILED_DAEMON_GRACE = 10.0
+
+
 def _wait_for_child(pid: int, read_end: int, mountpoint: str) -> int:
     data = b""
     while True:
@@ -375,15 +408,27 @@ def _wait_for_child(pid: int, read_end: int, mountpoint: str) -> int:
     message = data.decode(errors="replace").strip()
     if message == "OK":
         return 0
-    # The child is on its way out (or wedged): collect it if it ended.
-    for _ in range(50):
-        done, _status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.02)
+    status = _end_child(pid, mountpoint)
     reason = message[4:] if message.startswith("ERR ") else (
         message or "the daemon exited during startup")
-    return _fail(reason)
+    return _fail(reason, status)
+
+
+def _end_child(pid: int, mountpoint: str) -> int:
+    """Waits for a daemon that failed to start to exit, at most FAILED_DAEMON_GRACE s,
+    then kills it and lets go of a mount it left.  Returns the exit status to give: the
+    daemon's own, else 1."""
+    deadline = time.monotonic() + FAILED_DAEMON_GRACE
+    while time.monotonic() < deadline:
+        done, wait_status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return max(os.waitstatus_to_exitcode(wait_status), 1)
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    if is_stale_mount(mountpoint):
+        unmount(mountpoint, lazy=True)
+    return 1
 
 
 # ==== status ==============================================================================
@@ -412,6 +457,11 @@ def _status(args) -> int:
 # ==== umount ==============================================================================
 def _umount(args) -> int:
     path = os.path.abspath(args.mountpoint)
+    if os.geteuid() != 0:
+        try:
+            check_fusermount()      # a user unmounts through it
+        except StartupError as e:
+            return _fail(str(e), e.exit_status)
     if is_stale_mount(path):
         if unmount(path, lazy=True):
             print(f"{path}: cleaned a stale mount", file=sys.stderr)

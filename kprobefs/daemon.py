@@ -13,12 +13,15 @@ import errno
 import gc
 import logging
 import os
+import pwd
+import signal
 import socket
+import stat
 import threading
 import time
 from typing import Callable
 
-from .fs.fuse_ll import unmount
+from .fs.fuse_ll import FUSERMOUNTS, find_fusermount, unmount
 from .fs.gateway import Gateway
 from .fs.procwatch import ProcessEvents
 from .fs.schedwatch import KernelMirror, SchedWatch
@@ -26,16 +29,52 @@ from .fs.syscallwatch import SyscallWatch
 from .fs.tree import build_tree
 from .health import status_text
 
-__all__ = ["Daemon", "StartupError", "make_tracer", "sd_notify", "check_fuse", "prepare_mountpoint",
-           "unmount", "is_stale_mount", "DEFAULT_MOUNTPOINT"]
+__all__ = ["Daemon", "StartupError", "NoFuseDevice", "NoFusermount", "FusermountNotSetuid",
+           "AllowOtherRefused", "make_tracer", "sd_notify", "check_fuse",
+           "check_fusermount", "prepare_mountpoint", "unmount", "is_stale_mount",
+           "DEFAULT_MOUNTPOINT", "FUSE_DEVICE", "FUSE_CONF"]
 
 log = logging.getLogger("kprobefs.daemon")
 
 DEFAULT_MOUNTPOINT = "/run/kprobefs"
+FUSE_DEVICE = "/dev/fuse"
+#: fusermount's configuration: a line ``user_allow_other`` lets users mount with
+#: allow_other.
+FUSE_CONF = "/etc/fuse.conf"
 
 
 class StartupError(Exception):
-    """The daemon cannot start; the message is the one-line reason shown to the user."""
+    """The daemon cannot start; the message is the one-line reason shown to the user,
+    ``exit_status`` the command's.  The subclasses are the prerequisites of a mount,
+    each with its own status (docs/without-root.md lists them)."""
+
+    exit_status = 1
+
+
+class NoFuseDevice(StartupError):
+    """/dev/fuse is missing, or this user may not open it (its mode, or a container's
+    device rules)."""
+
+    exit_status = 3
+
+
+class NoFusermount(StartupError):
+    """A user's mount or umount: neither fusermount3 nor fusermount is on PATH."""
+
+    exit_status = 4
+
+
+class FusermountNotSetuid(StartupError):
+    """A user's mount or umount: the fusermount found is not set-uid root, or lies on a
+    filesystem mounted nosuid, so it cannot mount for the user."""
+
+    exit_status = 5
+
+
+class AllowOtherRefused(StartupError):
+    """A user's ``--allow-other``: /etc/fuse.conf has no ``user_allow_other`` line."""
+
+    exit_status = 6
 
 
 # ==== sd_notify ===========================================================================
@@ -61,11 +100,17 @@ def sd_notify(state: str, environ=os.environ) -> bool:
 
 
 # ==== environment and mount point =========================================================
-def check_fuse() -> None:
-    """Raises StartupError when FUSE cannot work here (no /dev/fuse, no libfuse2)."""
-    if not os.path.exists("/dev/fuse"):
-        raise StartupError("/dev/fuse is missing: load the fuse module (modprobe fuse) or "
-                           "give the container the device (--device /dev/fuse)")
+def check_fuse(allow_other: bool = False) -> None:
+    """Raises StartupError when this process cannot mount here: a subclass for a
+    missing prerequisite (the device; for a user, fusermount and, with allow_other,
+    /etc/fuse.conf's consent), StartupError itself without fusepy or libfuse2."""
+    _check_fuse_device()
+    if os.geteuid() != 0:
+        check_fusermount()
+        if allow_other and not _users_may_allow_other():
+            raise AllowOtherRefused(
+                f"--allow-other is not allowed to users: {FUSE_CONF} has no "
+                f"user_allow_other line; as root: echo user_allow_other >> {FUSE_CONF}")
     try:
         from .fs import fuse_ops  # importing fusepy loads libfuse.so.2
     except ImportError as e:
@@ -73,6 +118,60 @@ def check_fuse() -> None:
     except OSError as e:
         raise StartupError("libfuse2 is missing: apt-get install libfuse2 (not fuse: it Breaks fuse3)") from e
     del fuse_ops
+
+
+def _check_fuse_device() -> None:
+    """NoFuseDevice unless this process can open FUSE_DEVICE for reading and writing
+    (as fusermount does, with the user's rights)."""
+    try:
+        os.close(os.open(FUSE_DEVICE, os.O_RDWR | os.O_CLOEXEC))
+    except FileNotFoundError:
+        raise NoFuseDevice(f"{FUSE_DEVICE} is missing: as root, modprobe fuse (a "
+                           f"container needs the device: --device {FUSE_DEVICE})") from None
+    except OSError as e:
+        try:
+            st = os.stat(FUSE_DEVICE)
+            mode = f"mode {stat.S_IMODE(st.st_mode):04o}, owner {_user_name(st.st_uid)}"
+        except OSError:
+            mode = "no mode"
+        raise NoFuseDevice(
+            f"{FUSE_DEVICE} cannot be opened by {_user_name(os.getuid())} ({e.strerror}; "
+            f"{mode}): as root, chmod 0666 {FUSE_DEVICE} (Debian's default mode)") from None
+
+
+def check_fusermount() -> str:
+    """The set-uid fusermount3 or fusermount a user mounts and unmounts with (its path);
+    NoFusermount when neither is on PATH, FusermountNotSetuid when the one found cannot
+    act as root."""
+    helper = find_fusermount()
+    if helper is None:
+        raise NoFusermount(f"no {' or '.join(FUSERMOUNTS)} on PATH, which mounts FUSE for "
+                           "a user: as root, apt-get install fuse3")
+    st = os.stat(helper)
+    nosuid = os.statvfs(helper).f_flag & os.ST_NOSUID
+    if st.st_uid != 0 or not st.st_mode & stat.S_ISUID or nosuid:
+        where = " (its filesystem is mounted nosuid)" if nosuid else ""
+        real = os.path.realpath(helper)
+        raise FusermountNotSetuid(
+            f"{helper} is not set-uid root{where}, so it cannot mount for a user: as "
+            f"root, chown root:root {real} && chmod 4755 {real}")
+    return helper
+
+
+def _users_may_allow_other() -> bool:
+    """Whether FUSE_CONF has fusermount's ``user_allow_other`` line."""
+    try:
+        with open(FUSE_CONF) as f:
+            return any(line.strip() == "user_allow_other" for line in f)
+    except OSError:
+        return False
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def is_stale_mount(path: str) -> bool:
@@ -156,7 +255,7 @@ class Daemon:
     ``proc/sys/debug`` are served only when they exist (see
     :func:`~kprobefs.fs.tree.build_tree`).
     ``on_ready`` runs once the mounted filesystem answers; ``on_failure(reason)`` when
-    serving could not start.
+    it never does: the daemon then stops, and serve() raises StartupError(reason).
     """
 
     REAP_INTERVAL = 2.0
@@ -189,6 +288,8 @@ class Daemon:
         self.schedwatch: SchedWatch | None = None
         self.on_ready: Callable[[], None] = lambda: None
         self.on_failure: Callable[[str], None] = lambda reason: None
+        self.failure: str | None = None     # why the mount never answered
+        self._session = None                # fuse_ll's, while it serves
         self.ready = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -250,16 +351,29 @@ class Daemon:
                                                   on_destroy=self._shutdown)
                     session.mount()
                 except OSError as e:
-                    raise StartupError(f"{self.mountpoint}: mount failed ({e})") from e
+                    raise StartupError(f"{self.mountpoint}: mount failed ({e.strerror})") from e
                 self.kernel.drive_waits = True
+                self._session = session
                 session.serve()
         except RuntimeError as e:
             if not self.ready.is_set():
                 raise StartupError(f"{self.mountpoint}: mount failed (libfuse status {e})")
             raise
         finally:
+            self._session = None
             self._shutdown()
         log.info("unmounted %s", self.mountpoint)
+        if self.failure is not None:
+            raise StartupError(self.failure)
+
+    def stop(self) -> None:
+        """Ends serve() as SIGTERM does: the mount is unmounted lazily and the loop
+        returns.  Call from any thread but serve()'s own."""
+        if self._session is not None:
+            self._session.unmount()
+        else:
+            # libfuse's loop: its handler in the main thread ends it and unmounts
+            os.kill(os.getpid(), signal.SIGTERM)
 
     # ---- threads (started from FUSE's init) -----------------------------------------
     def _spawn_thread(self, name: str, target: Callable) -> None:
@@ -327,10 +441,13 @@ class Daemon:
                     os.stat(os.path.join(self.mountpoint, name))
                 break
             except OSError as e:
+                if e.errno in (errno.EACCES, errno.EPERM):
+                    # the mount is shut to its own user: waiting changes nothing
+                    self._fail(f"{self.mountpoint}: the mount refuses the user who made "
+                               f"it ({e.strerror})")
+                    return
                 if time.monotonic() > deadline:
-                    reason = f"{self.mountpoint}: the filesystem does not answer ({e})"
-                    log.error("%s", reason)
-                    self.on_failure(reason)
+                    self._fail(f"{self.mountpoint}: the filesystem does not answer ({e})")
                     return
                 time.sleep(0.05)
         else:
@@ -340,6 +457,13 @@ class Daemon:
         self.ready.set()
         sd_notify("READY=1\nSTATUS=serving " + self.mountpoint)
         self.on_ready()
+
+    def _fail(self, reason: str) -> None:
+        """The mount never answered: says why, then stops (serve() raises)."""
+        log.error("%s", reason)
+        self.failure = reason
+        self.on_failure(reason)
+        self.stop()
 
     #: How many times readiness takes the common request path before it is announced.
     WARM_UP_ROUNDS = 10

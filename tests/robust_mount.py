@@ -34,7 +34,12 @@ def fuse_missing() -> str | None:
 
 
 def need_fuse() -> None:
-    reason = fuse_missing()
+    need(fuse_missing())
+
+
+def need(reason: str | None) -> None:
+    """Skips the test for reason, what this machine lacks (None: nothing); under CI=true
+    fails it instead."""
     if reason:
         if os.environ.get("CI") == "true":
             pytest.fail(f"FUSE tests cannot run under CI=true: {reason}")
@@ -44,6 +49,23 @@ def need_fuse() -> None:
 def is_mounted(path) -> bool:
     with open("/proc/mounts") as f:
         return any(line.split()[1] == str(path) for line in f)
+
+
+def ready_then_stopping(proc: subprocess.Popen, sock, mnt, answers) -> None:
+    """A ``mount --foreground`` daemon proc, started with $NOTIFY_SOCKET bound by sock:
+    it says READY=1 once answers() (a look at its files) holds, STOPPING=1 on SIGTERM,
+    then exits 0 with nothing left mounted at mnt.  It is killed if it did not end."""
+    try:
+        assert "READY=1" in sock.recv(4096).decode().splitlines()
+        assert answers()
+        proc.send_signal(signal.SIGTERM)
+        assert "STOPPING=1" in sock.recv(4096).decode().splitlines()
+        assert proc.wait(timeout=30) == 0
+        assert not is_mounted(mnt)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
 
 
 def abort_connection(path) -> None:

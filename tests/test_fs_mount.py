@@ -24,6 +24,7 @@ import pytest
 
 import kprobefs
 from kprobefs.daemon import unmount
+from robust_mount import ready_then_stopping
 
 pytestmark = pytest.mark.fuse
 
@@ -554,18 +555,10 @@ def test_foreground_notifies_ready_and_stopping(mnt, tmp_path, abstract):
     proc = subprocess.Popen(FAKE_CLI + ["mount", "--foreground", str(mnt)], env=env,
                             stderr=subprocess.DEVNULL, cwd="/")
     try:
-        message = sock.recv(4096).decode()
-        assert "READY=1" in message.splitlines()
         # ready means answering: the files are there
-        assert sh(f"cat {mnt}/kprobes/enabled").stdout == "1\n"
-        proc.send_signal(signal.SIGTERM)
-        assert "STOPPING=1" in sock.recv(4096).decode().splitlines()
-        assert proc.wait(timeout=30) == 0
-        assert not is_mounted(mnt)
+        ready_then_stopping(proc, sock, mnt,
+                            lambda: sh(f"cat {mnt}/kprobes/enabled").stdout == "1\n")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
         sock.close()
 
 

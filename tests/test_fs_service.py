@@ -1,6 +1,8 @@
-"""The systemd unit: systemd-analyze accepts it, and it runs the daemon the way the
-daemon expects (Type=notify, foreground, /run/kprobefs).  The READY=1/STOPPING=1
-exchange itself is tested in test_fs_mount.py against a test-made notify socket."""
+"""The systemd units, root's and a user's (systemctl --user): systemd-analyze accepts
+them, and they run the daemon the way the daemon expects (Type=notify, foreground, at
+/run/kprobefs or the user's $XDG_RUNTIME_DIR/kprobefs).  The READY=1/STOPPING=1
+exchange itself is tested in test_fs_mount.py and test_nonroot_mount.py against a
+test-made notify socket."""
 
 import configparser
 import gc
@@ -16,46 +18,59 @@ import pytest
 from kprobefs.cli import build_parser
 from kprobefs.daemon import sd_notify
 
-UNIT = Path(__file__).resolve().parents[1] / "systemd" / "kprobefs.service"
+SYSTEMD = Path(__file__).resolve().parents[1] / "systemd"
 INSTALLED = "/usr/local/bin/kprobefs"
+#: unit: (its file, the command it runs, where it mounts, systemd-analyze's scope)
+UNITS = {
+    "system": (SYSTEMD / "kprobefs.service", INSTALLED, "/run/kprobefs", []),
+    "user": (SYSTEMD / "kprobefs-user.service", "%h/.local/bin/kprobefs", "%t/kprobefs",
+             ["--user"]),
+}
 
 
-def _unit():
+def _unit(path: Path):
     parser = configparser.ConfigParser(strict=False, interpolation=None)
     parser.optionxform = str
-    parser.read(UNIT)
+    parser.read(path)
     return parser
 
 
-def test_unit_runs_the_daemon_in_the_foreground_with_notify():
-    unit = _unit()
-    service = unit["Service"]
+@pytest.mark.parametrize("unit", UNITS)
+def test_unit_runs_the_daemon_in_the_foreground_with_notify(unit):
+    path, command, mountpoint, _scope = UNITS[unit]
+    service = _unit(path)["Service"]
     assert service["Type"] == "notify"
     assert service["Restart"] == "on-failure"
     argv = shlex.split(service["ExecStart"])
-    assert argv[0] == INSTALLED
+    assert argv[0] == command
     args = build_parser().parse_args(argv[1:])
     assert args.command == "mount" and args.foreground
-    assert args.mountpoint == "/run/kprobefs"
+    assert args.mountpoint == mountpoint
     # a crash must not leave a dead mount behind
-    assert "fusermount -u -z /run/kprobefs" in service["ExecStopPost"]
+    assert f"fusermount -u -z {mountpoint}" in service["ExecStopPost"]
+    # a missing prerequisite's status (kprobefs.daemon) is no reason to try again
+    assert "3" in service["RestartPreventExitStatus"].split()
 
 
-def test_systemd_analyze_verify_accepts_the_unit(tmp_path):
+@pytest.mark.parametrize("unit", UNITS)
+def test_systemd_analyze_verify_accepts_the_unit(tmp_path, unit):
     tool = shutil.which("systemd-analyze")
     if tool is None:
         pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
-    unit = UNIT
-    if not os.access(INSTALLED, os.X_OK):
+    path, command, _mountpoint, scope = UNITS[unit]
+    if not os.access(command, os.X_OK):
         # verify checks that ExecStart's program exists; where kprobefs is not installed
-        # system-wide, point it at a stand-in so that the rest of the unit is checked.
+        # there, point it at a stand-in so that the rest of the unit is checked.
         stand_in = tmp_path / "kprobefs"
         stand_in.write_text("#!/bin/sh\nexit 0\n")
         stand_in.chmod(0o755)
-        unit = tmp_path / "kprobefs.service"
-        unit.write_text(UNIT.read_text().replace(INSTALLED, str(stand_in)))
-    r = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True,
-                       timeout=60)
+        path = tmp_path / path.name
+        path.write_text(UNITS[unit][0].read_text().replace(command, str(stand_in)))
+    # a user's manager needs its runtime directory (%t)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    r = subprocess.run([tool, *scope, "verify", str(path)], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, XDG_RUNTIME_DIR=str(runtime)))
     if r.returncode != 0 and "Failed to" in r.stderr and "kprobefs" not in r.stderr:
         pytest.skip(f"systemd-analyze cannot run here: {r.stderr.strip()}")
     assert r.returncode == 0, r.stderr
@@ -85,7 +100,7 @@ def test_the_cli_daemon_keeps_what_boot_made_out_of_the_collector(monkeypatch, t
     from kprobefs.daemon import Daemon
 
     seen = []
-    monkeypatch.setattr(cli, "check_fuse", lambda: None)
+    monkeypatch.setattr(cli, "check_fuse", lambda allow_other=False: None)
     monkeypatch.setattr(Daemon, "boot",
                         lambda self: seen.append(("boot", gc.get_freeze_count())))
     monkeypatch.setattr(Daemon, "serve",

@@ -24,8 +24,11 @@ files, the mount's top-level names: :attr:`Attributes.stable`) may be cached by 
 host, as its dcache keeps tracefs's dentries; an event's or an instance's name, or one
 in the kernel's tmp or proc, is asked again at each walk.
 
-Mounting is mount(2) as root, else the set-uid ``fusermount`` hands the device back over
-a socket (its ``_FUSE_COMMFD`` protocol).
+Mounting is mount(2) as root, else the set-uid ``fusermount3`` (FUSE 3) or ``fusermount``
+(FUSE 2), whichever is on PATH, mounts and hands the device back over a socket (their
+common ``_FUSE_COMMFD`` protocol).  Files are owned by the user who mounted (root under
+root), as FUSE's ``user_id`` says: with ``default_permissions`` the host's kernel checks
+the modes against them, and without ``allow_other`` it shuts everyone else out.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ from typing import Callable
 from .gateway import Attributes, Caller, Gateway
 from .hostproc import own_mounts
 
-__all__ = ["FuseSession", "attributes", "unmount", "STREAM_SIZE", "MAX_WRITE", "STREAMS"]
+__all__ = ["FuseSession", "attributes", "unmount", "find_fusermount", "FUSERMOUNTS",
+           "STREAM_SIZE", "MAX_WRITE", "STREAMS"]
 
 log = logging.getLogger("kprobefs.fs.fuse")
 
@@ -105,18 +109,26 @@ MAX_THREADS = 64
 
 def attributes(gateway: Gateway, path: str, caller: Caller, mounted_at: int) -> dict:
     """A path's attributes as the mount shows them (fusepy's getattr dict)."""
-    return _shown(path, gateway.getattr(path, caller), mounted_at)
+    return _shown(path, gateway.getattr(path, caller), mounted_at, _mounting_user())
 
 
-def _shown(path: str, a: Attributes, mounted_at: int) -> dict:
+def _mounting_user() -> tuple[int, int]:
+    """(uid, gid) the mount belongs to: this process's real ids, which mount(2)'s
+    ``user_id`` and ``group_id`` are given, and which fusermount passes on."""
+    return os.getuid(), os.getgid()
+
+
+def _shown(path: str, a: Attributes, mounted_at: int, owner: tuple[int, int]) -> dict:
     """Attributes as the mount shows them: the emulated kernel's mode and link count; a
     regular file where the kernel has a device (this nodev mount could not open one,
-    and the daemon serves them); size 0 but ``trace_pipe_raw``'s; owned by root; times
-    of the mount (hostfs keeps no inodes)."""
+    and the daemon serves them); size 0 but ``trace_pipe_raw``'s; owned by owner, the
+    mounting user (root's mount: root's, as tracefs's files are); times of the mount
+    (hostfs keeps no inodes)."""
     mode = _shown_kind(a.mode) | stat.S_IMODE(a.mode)
     spliced = stat.S_ISREG(mode) and os.path.basename(path) == SPLICED
-    return {"st_mode": mode, "st_ino": a.ino, "st_nlink": a.nlink or 1, "st_uid": 0,
-            "st_gid": 0, "st_size": STREAM_SIZE if spliced else 0, "st_blocks": 0,
+    return {"st_mode": mode, "st_ino": a.ino, "st_nlink": a.nlink or 1,
+            "st_uid": owner[0], "st_gid": owner[1],
+            "st_size": STREAM_SIZE if spliced else 0, "st_blocks": 0,
             "st_atime": mounted_at, "st_mtime": mounted_at, "st_ctime": mounted_at}
 
 
@@ -132,7 +144,7 @@ def _pack_attr(nodeid: int, at: dict) -> bytes:
     t = at["st_mtime"]
     sec, nsec = divmod(t, 1_000_000_000)
     return _ATTR.pack(nodeid, at["st_size"], 0, sec, sec, sec, nsec, nsec, nsec,
-                      at["st_mode"], at["st_nlink"], 0, 0, 0, 4096, 0)
+                      at["st_mode"], at["st_nlink"], at["st_uid"], at["st_gid"], 0, 4096, 0)
 
 
 def _names(body: bytes, count: int) -> list[str]:
@@ -232,6 +244,7 @@ class FuseSession:
         self._where = os.path.join(os.path.realpath(os.path.dirname(self.mountpoint)),
                                    os.path.basename(self.mountpoint))
         self.allow_other = allow_other
+        self._owner = _mounting_user()
         self._on_init, self._on_destroy = on_init, on_destroy
         self._mounted_at = 0
         self._fd = -1
@@ -285,15 +298,20 @@ class FuseSession:
     def _fusermount(self, opts: str) -> int:
         """The device fd fusermount opens and mounts for a user, sent back over a
         socket named by _FUSE_COMMFD."""
+        helper = find_fusermount()
+        if helper is None:
+            raise OSError(errno.ENOENT, f"no {' or '.join(FUSERMOUNTS)} on PATH")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             env = dict(os.environ, _FUSE_COMMFD=str(theirs.fileno()))
-            r = subprocess.run(["fusermount", "-o", opts, "--", self.mountpoint], env=env,
+            r = subprocess.run([helper, "-o", opts, "--", self.mountpoint], env=env,
                                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                                capture_output=True, text=True)
             theirs.close()
             if r.returncode != 0:
-                raise OSError(errno.EPERM, f"fusermount: {r.stderr.strip()}")
+                # its message names itself ("fusermount3: ...")
+                raise OSError(errno.EPERM, r.stderr.strip() or
+                              f"{helper} exited {r.returncode}")
             fds = array.array("i")
             _msg, anc, _flags, _addr = ours.recvmsg(1, socket.CMSG_LEN(fds.itemsize))
             for level, kind, data in anc:
@@ -475,7 +493,7 @@ class FuseSession:
         nodeid = self._nodes.looked_up(path)
         sec, nsec = _ATTR_VALID
         return _ENTRY.pack(nodeid, 0, ENTRY_TIMEOUT if a.stable else 0, sec, 0, nsec) + \
-            _pack_attr(nodeid, _shown(path, a, self._mounted_at))
+            _pack_attr(nodeid, _shown(path, a, self._mounted_at, self._owner))
 
     def _lookup(self, nodeid, body, caller) -> bytes:
         return self._entry(self._nodes.child(nodeid, _names(body, 1)[0]), caller)
@@ -490,7 +508,7 @@ class FuseSession:
             self._nodes.forget(nodeid, n)
 
     def _attr_out(self, nodeid: int, path: str, caller: Caller) -> bytes:
-        at = attributes(self.gateway, path, caller, self._mounted_at)
+        at = _shown(path, self.gateway.getattr(path, caller), self._mounted_at, self._owner)
         return _ATTR_OUT.pack(*_ATTR_VALID, 0) + _pack_attr(nodeid, at)
 
     def _getattr(self, nodeid, _body, caller) -> bytes:
@@ -640,8 +658,23 @@ def _libc():
     return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 
+#: The set-uid helpers that mount and unmount FUSE for a user, FUSE 3's first: Debian's
+#: fuse3 installs fusermount3 (and fusermount as a link to it); its fuse, which Breaks
+#: fuse3, installs FUSE 2's fusermount.
+FUSERMOUNTS = ("fusermount3", "fusermount")
+
+
+def find_fusermount() -> str | None:
+    """The path of the first of FUSERMOUNTS on PATH, or None."""
+    for name in FUSERMOUNTS:
+        path = shutil.which(name)
+        if path is not None:
+            return path
+    return None
+
+
 def _run_quietly(argv: list[str]) -> bool:
-    if shutil.which(argv[0]) is None:
+    if argv[0] is None or shutil.which(argv[0]) is None:
         return False
     return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL).returncode == 0
@@ -662,11 +695,13 @@ def mount_device(where: str) -> tuple[int, int] | None:
 def unmount(path: str, lazy: bool = False) -> bool:
     """Unmounts a FUSE mount: umount(2) as root (so neither Debian's ``fuse`` package,
     which apt will not install beside ``fuse3``, nor util-linux's ``umount`` is needed),
-    else fusermount (the set-uid helper), else umount(8); True on success."""
+    else fusermount3 or fusermount (the set-uid helper, find_fusermount), else
+    umount(8); True on success."""
     if os.geteuid() == 0 and \
             _libc().umount2(os.fsencode(path), _MNT_DETACH if lazy else 0) == 0:
         return True
+    helper = find_fusermount()
     if lazy:
-        return _run_quietly(["fusermount", "-u", "-z", path]) or \
+        return _run_quietly([helper, "-u", "-z", path]) or \
             _run_quietly(["umount", "-l", path])
-    return _run_quietly(["fusermount", "-u", path]) or _run_quietly(["umount", path])
+    return _run_quietly([helper, "-u", path]) or _run_quietly(["umount", path])

@@ -20,8 +20,8 @@ loops behave alike:
 * FLUSH, sent inside close(2), closes the emulated fd of a process that holds no other
   descriptor on the file (Gateway.flush): the file is released before close returns,
   as on Linux; RELEASE, which comes later, closes what other processes still hold;
-* modes come from the emulated kernel (tracefs: files 0640/0440, dirs 0750), always owned
-  by root; the source is ``debugfs`` (REFERENCE §10.1);
+* modes come from the emulated kernel (tracefs: files 0640/0440, dirs 0750), owned by the
+  user who mounted (root under root); the source is ``debugfs`` (REFERENCE §10.1);
 * errno: what the emulated kernel returned; ENOENT for unknown paths; EISDIR/EINVAL for
   writes to directories; EIO with the cause logged for anything unexpected.
 """

@@ -25,8 +25,8 @@ def fuse_missing() -> str | None:
     """Why this machine cannot mount kprobefs, or None when it can."""
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse is missing"
-    if os.geteuid() != 0 and not shutil.which("fusermount"):
-        return "mounting needs root, or fusermount"
+    if os.geteuid() != 0 and not (shutil.which("fusermount3") or shutil.which("fusermount")):
+        return "mounting needs root, or fusermount3 or fusermount"
     if not os.access("/dev/fuse", os.R_OK | os.W_OK):
         return "/dev/fuse cannot be opened by this user"
     return None
