@@ -25,7 +25,7 @@ from typing import NamedTuple, Sequence
 
 __all__ = ["Notification", "SeccompError", "build_filter", "install_listener",
            "decode_notification", "receive", "id_valid", "answer_continue",
-           "read_string", "NOTIF_SIZE"]
+           "read_string", "NOTIF_SIZE", "SECCOMP_RET_ERRNO"]
 
 _NR_SECCOMP = 317                       # x86_64
 _SECCOMP_SET_MODE_FILTER = 1
@@ -37,6 +37,7 @@ _PR_SET_NO_NEW_PRIVS = 38
 AUDIT_ARCH_X86_64 = 0xC000003E
 SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_USER_NOTIF = 0x7FC00000
+SECCOMP_RET_ERRNO = 0x00050000          # | the errno
 
 # classic BPF opcodes (linux/filter.h, linux/bpf_common.h)
 _BPF_LD_W_ABS = 0x00 | 0x00 | 0x20      # BPF_LD | BPF_W | BPF_ABS
@@ -83,13 +84,14 @@ class Notification(NamedTuple):
     args: tuple
 
 
-def build_filter(nrs: Sequence[int]) -> bytes:
-    """The filter program (an array of struct sock_filter) that notifies the listener
-    of the x86_64 system calls ``nrs`` and allows everything else."""
+def build_filter(nrs: Sequence[int], action: int = SECCOMP_RET_USER_NOTIF) -> bytes:
+    """The filter program (an array of struct sock_filter) that answers ``action`` to
+    the x86_64 system calls ``nrs`` (by default: notify the listener; the tests fail
+    a call with ``SECCOMP_RET_ERRNO | errno``) and allows everything else."""
     nrs = sorted(set(nrs))
     if not nrs or len(nrs) > 250:
         raise ValueError("between 1 and 250 system calls")
-    notify = 3 + len(nrs) + 1                     # index of the USER_NOTIF return
+    notify = 3 + len(nrs) + 1                     # index of the action's return
     allow = notify - 1
     prog = [(_BPF_LD_W_ABS, 0, 0, _SECCOMP_DATA_ARCH),
             (_BPF_JEQ_K, 0, allow - 2, AUDIT_ARCH_X86_64),
@@ -97,7 +99,7 @@ def build_filter(nrs: Sequence[int]) -> bytes:
     for nr in nrs:
         here = len(prog)
         prog.append((_BPF_JEQ_K, notify - here - 1, 0, nr))
-    prog += [(_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW), (_BPF_RET_K, 0, 0, SECCOMP_RET_USER_NOTIF)]
+    prog += [(_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW), (_BPF_RET_K, 0, 0, action)]
     return b"".join(_SOCK_FILTER.pack(*insn) for insn in prog)
 
 
