@@ -447,6 +447,7 @@ UNRESPONSIVE = "unresponsive"          # tracing/README did not answer within 5 
 KPROBE_EVENTS_LEFT = "kprobe_events-not-empty"    # after the case and the reset
 KPROBES_LIST_LEFT = "kprobes/list-not-empty"      # a probe registered with no event
 RESTARTED = "daemon-restarted"         # the daemon was replaced after this case
+CANCELLED = "cancelled"                # ftracetest killed unfinished: the session ended
 FAILURE_KINDS = (HANG, CLEANUP_HANG, UNRESPONSIVE, KPROBE_EVENTS_LEFT, KPROBES_LIST_LEFT)
 
 
@@ -668,6 +669,36 @@ _LOG_HEAD = re.compile(r"^execute( \(instance\) )?: (.*)$")
 SCHED_RT_RUNTIME = Path("/proc/sys/kernel/sched_rt_runtime_us")
 
 
+class _HostKnob:
+    """A host setting that runs going on at once may each change (ftracetest's -1 in
+    sched_rt_runtime_us): the value before the first of them began is put back when
+    the last ends.  Each run keeping its own value would not do: a run that began
+    while another had the knob at -1 would put back -1."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lock = threading.Lock()
+        self._users = 0
+        self._before: str | None = None
+
+    def __enter__(self) -> "_HostKnob":
+        with self._lock:
+            if self._users == 0:
+                self._before = self.path.read_text() if self.path.exists() else None
+            self._users += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0 and self._before is not None \
+                    and self.path.read_text() != self._before:
+                self.path.write_text(self._before)
+
+
+_RT_RUNTIME = _HostKnob(SCHED_RT_RUNTIME)
+
+
 @dataclass
 class FtracetestRun:
     """One run of Linux's ``ftracetest`` under ``kprobefs exec --kernel-scratch``: the
@@ -730,21 +761,35 @@ class _Output:
 def run_ftracetest(mount: Path, selftests: Path, log_dir: Path,
                    args: tuple[str, ...] = (), timeout: float = FTRACETEST_CASE_TIMEOUT,
                    suite_timeout: float = SUITE_TIMEOUT, report=None,
-                   prefix: Sequence[str] = (), checks: bool = True) -> FtracetestRun:
+                   prefix: Sequence[str] = (), checks: bool = True,
+                   cancel: threading.Event | None = None) -> FtracetestRun:
     """Runs ``./ftracetest -k -l LOG_DIR ARGS`` in the selftests directory under
     ``kprobefs exec --kernel-scratch MOUNT``, in a session of its own, and then the
     checks of :func:`check_daemon`.  ftracetest has no time limit of its own: a case
     that runs past timeout seconds (from the moment ftracetest prints its number),
     or a run past suite_timeout, is a HANG problem of that case, and ftracetest is
     killed with everything in its session (the later cases are then not run).
-    report(line) is called as each case ends.  The host's sched_rt_runtime_us, which
-    ftracetest sets to -1 while it runs, is put back if a killed run left it.  prefix
+    report(line) is called as each case ends.  Once cancel is set, ftracetest is killed
+    the same way (a CANCELLED problem).  The host's sched_rt_runtime_us, which
+    ftracetest sets to -1 while it runs, is put back if a killed run left it (once the
+    last of the runs going on at once has ended: see _HostKnob).  prefix
     runs ``kprobefs exec`` (as another user, in another namespace: it enters the
     selftests directory itself); without checks, the daemon is not checked after."""
     argv = ["/usr/bin/env", "--default-signal=HUP", *prefix, sys.executable, "-m",
             "kprobefs", "exec", "--kernel-scratch", str(mount), "--",
             "./ftracetest", "-k", "-l", str(log_dir), *args]
-    rt_runtime = SCHED_RT_RUNTIME.read_text() if SCHED_RT_RUNTIME.exists() else None
+    with _RT_RUNTIME:
+        run = _run_ftracetest(argv, selftests, log_dir, timeout, suite_timeout, report,
+                              cancel)
+    if checks:
+        run.problems += [("(end)", problem) for problem in
+                         check_daemon(mount, selftests, log_dir / "end.reset", timeout)]
+    return run
+
+
+def _run_ftracetest(argv: list[str], selftests: Path, log_dir: Path, timeout: float,
+                    suite_timeout: float, report, cancel: threading.Event | None
+                    ) -> FtracetestRun:
     run = FtracetestRun(log_dir=log_dir)
     started = time.monotonic()
     p = subprocess.Popen(argv, cwd=selftests, env=_cli_env(), stdin=subprocess.DEVNULL,
@@ -785,35 +830,103 @@ def run_ftracetest(mount: Path, selftests: Path, log_dir: Path,
             break
         running = [n for n in case_started if n not in reported]
         overrun = [n for n in running if now - case_started[n] > timeout]
-        if overrun or now - started > suite_timeout:
+        cancelled = cancel is not None and cancel.is_set()
+        if overrun or now - started > suite_timeout or cancelled:
             stuck = kill_session(p.pid)
             try:
                 p.wait(5)
             except subprocess.TimeoutExpired:
                 _LEFTOVERS.append(p)
-            limit = f"{timeout:g} s" if overrun else f"the run's {suite_timeout:g} s"
+            kind = HANG if overrun or not cancelled else CANCELLED
+            limit = (f"{timeout:g} s" if overrun else "a cancel" if cancelled
+                     else f"the run's {suite_timeout:g} s")
             detail = f"ftracetest killed after {limit}" + (
                 "; left in the kernel: " + ", ".join(stuck) if stuck else "")
             case = name(running[0]) if running else "(run)"
-            run.problems.append((case, Problem(HANG, detail)))
+            run.problems.append((case, Problem(kind, detail)))
             if running:
-                run.results[case] = "HANG"
+                run.results[case] = kind.upper()
             if report is not None:
-                report(f"{case}: HANG ({detail})")
+                report(f"{case}: {kind.upper()} ({detail})")
             break
     run.elapsed = time.monotonic() - started
     run.output = output.text()
     run.logs = {case: path for case, path in _case_logs(log_dir, selftests).values()}
-    if rt_runtime is not None and SCHED_RT_RUNTIME.read_text() != rt_runtime:
-        SCHED_RT_RUNTIME.write_text(rt_runtime)
-    if checks:
-        run.problems += [("(end)", problem) for problem in
-                         check_daemon(mount, selftests, log_dir / "end.reset", timeout)]
     return run
 
 
+class _SharedRun:
+    """A run of ftracetest on a thread of its own, so that the pytest session can go
+    on with other tests while it runs (it is mostly waiting on the emulated kernel).
+    The lines of its cases are kept for whoever waits for it to print."""
+
+    def __init__(self, args: tuple[str, ...], log_dir: Path | None, timeout: float):
+        self.args, self.log_dir, self.timeout = args, log_dir, timeout
+        self.lines: list[str] = []
+        self.cancel = threading.Event()
+        self.outcome: tuple[FtracetestRun | None, Path | None, str | None] | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name=f"ftracetest {' '.join(args) or '(all)'}")
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            selftests, reason = prepare()
+            run = None
+            if selftests is not None:
+                log_dir = self.log_dir or new_log_dir("kprobefs-ftracetest-")
+                log_dir.mkdir(parents=True, exist_ok=True)
+                with Mount(log_dir / "daemon.log") as mount:
+                    run = run_ftracetest(mount.path, selftests, log_dir, self.args,
+                                         self.timeout, report=self.lines.append,
+                                         cancel=self.cancel)
+            self.outcome = (run, selftests, reason)
+        except BaseException as e:      # raised again in the thread that waits
+            self.error = e
+
+    def wait(self, report=None) -> tuple[FtracetestRun | None, Path | None, str | None]:
+        """The outcome, once the run has ended; report(line) gets each case's line
+        (those of cases that ended before the call at once, the others as they end)."""
+        shown = 0
+        while True:
+            self.thread.join(0.5)
+            lines = self.lines[shown:]
+            shown += len(lines)
+            for line in lines:
+                if report is not None:
+                    report(line)
+            if not self.thread.is_alive() and shown == len(self.lines):
+                break
+        if self.error is not None:
+            raise self.error
+        return self.outcome
+
+
 #: The runs of shared_ftracetest, by ftracetest's arguments.
-_SHARED: dict[tuple[str, ...], tuple[FtracetestRun | None, Path | None, str | None]] = {}
+_SHARED: dict[tuple[str, ...], _SharedRun] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def session_ftracetest(whole: bool) -> tuple[tuple[str, ...], Path | None, float]:
+    """(ftracetest's arguments, the log directory, a case's time limit) of a pytest
+    session's shared run: the whole suite when whole (the torture tests are in the
+    session), else CASE_DIRS alone; the logs under ``$KPROBEFS_TORTURE_LOGS/ftracetest``
+    if set, the limit ``$KPROBEFS_TORTURE_TIMEOUT`` if set."""
+    args = () if whole else tuple(f"test.d/{d}" for d in CASE_DIRS)
+    base = os.environ.get("KPROBEFS_TORTURE_LOGS")
+    log_dir = Path(base) / "ftracetest" if base else None
+    timeout = float(os.environ.get("KPROBEFS_TORTURE_TIMEOUT") or FTRACETEST_CASE_TIMEOUT)
+    return args, log_dir, timeout
+
+
+def start_shared_ftracetest(args: tuple[str, ...] = (), log_dir: Path | None = None,
+                            timeout: float = FTRACETEST_CASE_TIMEOUT) -> None:
+    """Starts the run of shared_ftracetest(args) in the background, if not started
+    yet (a pytest session does so as it starts, and waits for it at the end)."""
+    with _SHARED_LOCK:
+        if args not in _SHARED:
+            _SHARED[args] = _SharedRun(args, log_dir, timeout)
 
 
 def shared_ftracetest(args: tuple[str, ...] = (), log_dir: Path | None = None,
@@ -822,18 +935,22 @@ def shared_ftracetest(args: tuple[str, ...] = (), log_dir: Path | None = None,
     """(the run, the selftests directory, None) of ``ftracetest ARGS`` against a fresh
     mount (:func:`run_ftracetest`), made once per ARGS in this process, so that the
     test modules that check one run share it; or (None, None, why it cannot run
-    here).  The logs (the daemon's too) go to log_dir, else a new directory."""
-    if args not in _SHARED:
-        selftests, reason = prepare()
-        run = None
-        if selftests is not None:
-            log_dir = log_dir or new_log_dir("kprobefs-ftracetest-")
-            log_dir.mkdir(parents=True, exist_ok=True)
-            with Mount(log_dir / "daemon.log") as mount:
-                run = run_ftracetest(mount.path, selftests, log_dir, args, timeout,
-                                     report=report)
-        _SHARED[args] = (run, selftests, reason)
-    return _SHARED[args]
+    here).  The logs (the daemon's too) go to log_dir, else a new directory; those
+    arguments count only for the call that starts the run.  Waits for a run that
+    start_shared_ftracetest began; report(line) gets each case's line."""
+    start_shared_ftracetest(args, log_dir, timeout)
+    return _SHARED[args].wait(report)
+
+
+def stop_shared_ftracetest() -> None:
+    """Kills the shared runs still going (a session that ends before it looks at
+    them) and waits for their daemons to be unmounted."""
+    with _SHARED_LOCK:
+        runs = list(_SHARED.values())
+    for shared in runs:
+        shared.cancel.set()
+    for shared in runs:
+        shared.thread.join(120)
 
 
 def run_all(patterns: list[str] | None = None, out=sys.stdout, dirs=CASE_DIRS,

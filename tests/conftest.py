@@ -2,12 +2,53 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
 
 import pytest
 
+import conformance_runner
+
+
+# ---- the shared ftracetest run, in the background ----------------------------------------
+#: The fixtures that wait for the session's ftracetest run (test_torture's and
+#: test_conformance's).
+_FTRACETEST_FIXTURES = {"whole_run", "run"}
+
+
+def _needs_ftracetest(item: pytest.Item) -> bool:
+    marked = item.get_closest_marker("torture") or item.get_closest_marker("conformance")
+    return bool(marked) and bool(_FTRACETEST_FIXTURES & set(item.fixturenames))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that look at the ftracetest run go last, so that the run (started
+    as the session starts, pytest_collection_finish) goes on beside the others."""
+    items.sort(key=_needs_ftracetest)       # stable: each group keeps its order
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Starts the session's ftracetest run on a thread, when a test will look at it:
+    it takes minutes, most of them waiting on the emulated kernel, and has a mount and
+    a namespace of its own.  KPROBEFS_FTRACETEST_EARLY=0 leaves it to its first test."""
+    if session.config.option.collectonly \
+            or os.environ.get("KPROBEFS_FTRACETEST_EARLY") == "0":
+        return
+    if any(_needs_ftracetest(item) for item in session.items):
+        whole = any(item.get_closest_marker("torture") for item in session.items)
+        conformance_runner.start_shared_ftracetest(
+            *conformance_runner.session_ftracetest(whole))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A run nobody waited for (the session stopped early) is killed, its mount gone."""
+    conformance_runner.stop_shared_ftracetest()
+
+
+# ---- helpers --------------------------------------------------------------------------------
 
 def start_sleep() -> subprocess.Popen:
     """A live host process other than the test's, once it is "sleep" (exec done)."""

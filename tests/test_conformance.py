@@ -70,11 +70,9 @@ def run(request) -> runner.FtracetestRun:
     """ftracetest's run: the whole suite's when the torture tests share this session,
     else one of CASE_DIRS only."""
     whole = any(item.get_closest_marker("torture") for item in request.session.items)
-    args = () if whole else tuple(f"test.d/{d}" for d in runner.CASE_DIRS)
-    timeout = float(os.environ.get("KPROBEFS_TORTURE_TIMEOUT")
-                    or runner.FTRACETEST_CASE_TIMEOUT)
     done, _selftests, reason = runner.shared_ftracetest(
-        args, timeout=timeout, report=runner.line_printer(request.config, "ftracetest"))
+        *runner.session_ftracetest(whole),
+        report=runner.line_printer(request.config, "ftracetest"))
     if reason:
         _skip_or_fail(reason)
     return done

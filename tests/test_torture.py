@@ -8,7 +8,11 @@ run_ftracetest).  What is asserted: every case PASSes but the few named in NOT_P
 (from the moment ftracetest prints its number; ftracetest is then killed and the later
 cases are not run), the daemon answers ``tracing/README`` within 5 s after the run, and
 once the suite's reset (``finish_ftrace``) has run, ``tracing/kprobe_events`` and
-``kprobes/list`` are empty.  The run is shared with tests/test_conformance.py.
+``kprobes/list`` are empty.  The run is shared with tests/test_conformance.py, and
+starts as the pytest session starts (tests/conftest.py): it goes on, in a thread, beside
+the other tests, and the tests that look at it run last.
+``test_a_broken_case_fails_the_torture_checks`` shows that these checks fail on a case
+that fails and on one that overruns.
 
 Opt-in, ``KPROBEFS_TORTURE_RUNNER=1``: the project's own runner, case by case (all of
 ``test.d`` but ``selftest/``), which also checks the daemon after every case and
@@ -17,8 +21,9 @@ replaces a daemon that stops answering so the rest of the order still runs;
 
 ``pytest -m torture`` runs only these.  ``KPROBEFS_TORTURE_TIMEOUT`` sets the time limit
 of a case (default 180 s in ftracetest's run, 60 s in the runner's),
-``KPROBEFS_TORTURE_LOGS`` keeps the logs there.  Skipped without FUSE or root, except
-under CI=true.
+``KPROBEFS_TORTURE_LOGS`` keeps the logs there, ``KPROBEFS_FTRACETEST_EARLY=0`` starts
+the run only when its first test asks.  Skipped without FUSE or root, except under
+CI=true.
 """
 
 from __future__ import annotations
@@ -48,7 +53,6 @@ if os.environ.get("KPROBEFS_TORTURE_SHUFFLED") == "1":
 #: KPROBEFS_TORTURE_TIMEOUT, when set: the time limit of a case in either run.
 TIMEOUT = os.environ.get("KPROBEFS_TORTURE_TIMEOUT")
 CASE_TIMEOUT = float(TIMEOUT or runner.CASE_TIMEOUT)
-FTRACETEST_CASE_TIMEOUT = float(TIMEOUT or runner.FTRACETEST_CASE_TIMEOUT)
 #: ftracetest's own self-check: UNRESOLVED without devscripts' checkbashisms.
 BASHISMS = "selftest/bashisms.tc"
 
@@ -62,10 +66,8 @@ def _skip_or_fail(reason: str):
 def ftracetest_run(request) -> tuple[runner.FtracetestRun, Path]:
     """The whole suite by ftracetest, once per session (test_conformance shares it):
     (the run, the selftests directory); each case's line is printed as it ends."""
-    base = os.environ.get("KPROBEFS_TORTURE_LOGS")
     run, selftests, reason = runner.shared_ftracetest(
-        log_dir=Path(base) / "ftracetest" if base else None,
-        timeout=FTRACETEST_CASE_TIMEOUT,
+        *runner.session_ftracetest(whole=True),
         report=runner.line_printer(request.config, "ftracetest"))
     if reason:
         _skip_or_fail(reason)
@@ -106,6 +108,37 @@ def expected_result(case: str) -> str:
     return NOT_PASSING.get(case, "PASS")
 
 
+# The torture test's checks of a run, one per guarantee: each raises AssertionError
+# with the cases and their logs (test_a_broken_case_fails_the_torture_checks shows
+# that they do).
+def check_every_case_ran_and_gave(run: runner.FtracetestRun, every: list[str],
+                                  expected=expected_result) -> None:
+    """Every case of every ran, in that order, and gave expected(case); ftracetest
+    exited 0.  (A case that overran ends the run: the cases after it did not run,
+    and the overrun is the failure shown.)"""
+    assert list(run.results) == every or any(
+        p.kind == runner.HANG for _, p in run.problems), run.output[-3000:]
+    wrong = {case: result for case, result in run.results.items()
+             if result != expected(case)}
+    logs = "".join(f"\n--- {case}\n{run.log(case)[-2000:]}" for case in wrong)
+    assert not wrong, f"{wrong}{logs}"
+    assert run.returncode == 0, run.output[-3000:]
+
+
+def check_no_case_overran(run: runner.FtracetestRun) -> None:
+    hung = [case for case, p in run.problems if p.kind == runner.HANG]
+    logs = "".join(f"\n--- {case}\n{run.log(case)[-3000:]}" for case in hung)
+    assert not hung, _problems(run, runner.HANG) + logs
+
+
+def check_the_daemon_answers(run: runner.FtracetestRun) -> None:
+    assert not _problems(run, runner.UNRESPONSIVE, runner.CLEANUP_HANG)
+
+
+def check_no_probe_is_left(run: runner.FtracetestRun) -> None:
+    assert not _problems(run, runner.KPROBE_EVENTS_LEFT, runner.KPROBES_LIST_LEFT)
+
+
 @pytest.mark.fuse
 def test_ftracetest_runs_every_case_and_each_passes_but_the_named_ones(whole_run, request):
     """Issue 28's bar: `kprobefs exec --kernel-scratch -- ./ftracetest` in 6.1's
@@ -114,30 +147,22 @@ def test_ftracetest_runs_every_case_and_each_passes_but_the_named_ones(whole_run
     _, selftests = ftracetest_run(request)
     every = runner.list_cases(selftests, dirs=None) + [BASHISMS]
     every = runner.with_instance_pass(selftests, sorted(every, key=str.encode))
-    assert list(whole_run.results) == every or any(
-        p.kind == runner.HANG for _, p in whole_run.problems), whole_run.output[-3000:]
-    wrong = {case: result for case, result in whole_run.results.items()
-             if result != expected_result(case)}
-    logs = "".join(f"\n--- {case}\n{whole_run.log(case)[-2000:]}" for case in wrong)
-    assert not wrong, f"{wrong}{logs}"
-    assert whole_run.returncode == 0, whole_run.output[-3000:]
+    check_every_case_ran_and_gave(whole_run, every)
 
 
 @pytest.mark.fuse
 def test_no_case_of_ftracetest_overruns_its_time_limit(whole_run):
-    hung = [case for case, p in whole_run.problems if p.kind == runner.HANG]
-    logs = "".join(f"\n--- {case}\n{whole_run.log(case)[-3000:]}" for case in hung)
-    assert not hung, _problems(whole_run, runner.HANG) + logs
+    check_no_case_overran(whole_run)
 
 
 @pytest.mark.fuse
 def test_the_daemon_answers_after_ftracetest(whole_run):
-    assert not _problems(whole_run, runner.UNRESPONSIVE, runner.CLEANUP_HANG)
+    check_the_daemon_answers(whole_run)
 
 
 @pytest.mark.fuse
 def test_no_probe_is_left_after_ftracetest(whole_run):
-    assert not _problems(whole_run, runner.KPROBE_EVENTS_LEFT, runner.KPROBES_LIST_LEFT)
+    check_no_probe_is_left(whole_run)
 
 
 # ---- the project's runner, case by case (opt-in) -------------------------------------------
@@ -234,37 +259,68 @@ def test_an_overrun_kills_the_whole_session(tmp_path):
     assert time.monotonic() - started < 10
 
 
-_FAKE_FTRACETEST = r"""#!/bin/sh
-# Prints what ftracetest prints (-k -l LOGS): a case that passes, then one that hangs.
-logs=$3
-mkdir -p "$logs"
-echo "execute: $PWD/test.d/a/one.tc" > "$logs/1-one.tc-log.AAAAAA"
-printf '[1] the first\t[PASS]\n'
-echo "execute: $PWD/test.d/a/two.tc" > "$logs/2-two.tc-log.BBBBBB"
-printf '[2] the second'
-sleep 300
-"""
+#: Cases of a deliberately broken suite, for the real ftracetest: one passes, one
+#: fails (its probe is not what it checks for), one never ends.
+_BROKEN_CASES = {
+    "a_passes.tc": "echo 'p:torture_ok vfs_read' > kprobe_events\n"
+                   "grep -q torture_ok kprobe_events\n",
+    "b_fails.tc": "echo 'p:torture_broken vfs_read' > kprobe_events\n"
+                  "grep -q no_such_probe kprobe_events\n",
+    "c_overruns.tc": "echo 'p:torture_hung vfs_read' > kprobe_events\nsleep 300\n",
+}
 
 
 @pytest.mark.fuse
-def test_a_hung_ftracetest_case_is_named_and_killed():
-    """ftracetest has no time limit: the runner's names the case that overran, kills
-    the run (its sleep too) and still checks the daemon."""
+def test_a_broken_case_fails_the_torture_checks():
+    """The torture test fails when a case fails or overruns: Linux's own ftracetest,
+    through the same runner, on a copy of its harness whose test.d holds a case that
+    fails and one that hangs.  The one that hangs is named and killed with all it
+    started (its sleep too), and the daemon is still checked afterwards."""
     if runner.cannot_run():
         _skip_or_fail(runner.cannot_run())
-    fake = runner.new_log_dir("kprobefs-fake-selftests-")
+    selftests, reason = runner.prepare()
+    if reason:
+        _skip_or_fail(reason)
+    broken = runner.new_log_dir("kprobefs-broken-selftests-")
     try:
-        (fake / "test.d" / "a").mkdir(parents=True)
-        for case in ("one.tc", "two.tc"):
-            (fake / "test.d" / "a" / case).write_text("exit 0\n")
-        (fake / "ftracetest").write_text(_FAKE_FTRACETEST)
-        (fake / "ftracetest").chmod(0o755)
+        shutil.copy2(selftests / "ftracetest", broken / "ftracetest")
+        (broken / "test.d" / "broken").mkdir(parents=True)
+        shutil.copy2(selftests / "test.d" / "functions", broken / "test.d" / "functions")
+        for case, body in _BROKEN_CASES.items():
+            (broken / "test.d" / "broken" / case).write_text(
+                f"#!/bin/sh\n# description: {case}\n# requires: kprobe_events\n{body}")
         with runner.Mount() as mount:
             started = time.monotonic()
-            run = runner.run_ftracetest(mount.path, fake, fake / "logs", timeout=3)
+            run = runner.run_ftracetest(mount.path, broken, broken / "logs", timeout=3)
         assert time.monotonic() - started < 60
-        assert run.results == {"a/one.tc": "PASS", "a/two.tc": "HANG"}
-        assert [(case, p.kind) for case, p in run.problems] == [("a/two.tc", runner.HANG)]
+        every = [f"broken/{case}" for case in sorted(_BROKEN_CASES)]
+        assert run.results == dict(zip(every, ["PASS", "FAIL", "HANG"])), run.output
+        assert [(case, p.kind) for case, p in run.problems] == [
+            ("broken/c_overruns.tc", runner.HANG)]
         assert run.returncode is None
+        with pytest.raises(AssertionError, match="b_fails.tc.*FAIL"):
+            check_every_case_ran_and_gave(run, every, expected=lambda case: "PASS")
+        with pytest.raises(AssertionError, match="c_overruns.tc: hang"):
+            check_no_case_overran(run)
+        # what the kill left, the suite's reset took away: the daemon answers, no probe
+        check_the_daemon_answers(run)
+        check_no_probe_is_left(run)
     finally:
-        shutil.rmtree(fake)
+        shutil.rmtree(broken)
+
+
+def test_runs_at_once_put_back_the_hosts_setting_as_it_was_before_the_first(tmp_path):
+    """ftracetest sets sched_rt_runtime_us to -1 while it runs and puts back what it
+    found; with two runs at once (the torture run beside test_nonroot_exec's), the
+    second finds -1 and puts back -1.  The value from before both comes back."""
+    path = tmp_path / "sched_rt_runtime_us"
+    path.write_text("950000\n")
+    knob = runner._HostKnob(path)
+    knob.__enter__()                    # the first run starts
+    path.write_text("-1\n")
+    knob.__enter__()                    # the second starts, finds -1
+    path.write_text("950000\n")         # the first ends, puts back its 950000
+    knob.__exit__(None, None, None)
+    path.write_text("-1\n")             # the second ends, puts back its -1
+    knob.__exit__(None, None, None)
+    assert path.read_text() == "950000\n"
