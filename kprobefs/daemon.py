@@ -14,7 +14,6 @@ import gc
 import logging
 import os
 import pwd
-import signal
 import socket
 import stat
 import threading
@@ -372,8 +371,7 @@ class Daemon:
         if self._session is not None:
             self._session.unmount()
         else:
-            # libfuse's loop: its handler in the main thread ends it and unmounts
-            os.kill(os.getpid(), signal.SIGTERM)
+            unmount(self.mountpoint, lazy=True)     # libfuse's loop ends with its mount
 
     # ---- threads (started from FUSE's init) -----------------------------------------
     def _spawn_thread(self, name: str, target: Callable) -> None:

@@ -313,6 +313,16 @@ def _refused(user, base: Path, script: str, path: str | None = None):
     return done.returncode, done.stderr
 
 
+def test_no_fuse_device(monkeypatch, tmp_path, capsys):
+    from kprobefs import cli, daemon
+    monkeypatch.setattr(daemon, "FUSE_DEVICE", str(tmp_path / "fuse"))
+    assert cli.main(["mount", str(tmp_path / "mnt")]) == 3
+    assert capsys.readouterr().err == (
+        f"kprobefs: {tmp_path}/fuse is missing: as root, modprobe fuse (a container needs "
+        f"the device: --device {tmp_path}/fuse)\n")
+    assert not (tmp_path / "mnt").exists()
+
+
 def test_no_fuse_device_for_the_user(owner, base):
     with _mode(FUSE_DEVICE, 0o600):
         status, err = _refused(owner, base, 'kprobefs mount "$MNT"')
@@ -390,10 +400,12 @@ sys.exit(main(sys.argv[1:], kernel_factory=fs_fakes.FakeKernel.factory,
 """
 
 
-def test_a_mount_that_refuses_its_own_user_stops_at_once(tmp_path):
+@pytest.mark.parametrize("loop", ["dev", "libfuse"])
+def test_a_mount_that_refuses_its_own_user_stops_at_once(tmp_path, loop):
     """The daemon's readiness check is refused (EACCES): waiting would not mend it, so
     the daemon says why, unmounts and exits, and the command returns with its reason,
-    leaving no process, no mount and no hold on its caller's pipes (fd 3 too)."""
+    leaving no process, no mount and no hold on its caller's pipes (fd 3 too); with
+    either FUSE loop (KPROBEFS_FUSE)."""
     mnt = tmp_path / "mnt"
     script = tmp_path / "refusing.py"
     script.write_text(REFUSING_CLI.format(tests=str(TOP / "tests")))
@@ -401,7 +413,7 @@ def test_a_mount_that_refuses_its_own_user_stops_at_once(tmp_path):
     done = subprocess.run(
         ["sh", "-c", f'out=$({sys.executable} {script} mount "$MNT" 3>&1 2>&1); '
                      'echo "exit $?"; echo "$out"'],
-        env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT, MNT=str(mnt)),
+        env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT, MNT=str(mnt), KPROBEFS_FUSE=loop),
         capture_output=True, text=True, timeout=60)
     try:
         assert time.monotonic() - start < PROMPT
