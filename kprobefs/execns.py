@@ -145,20 +145,21 @@ class Prerequisite(NamedTuple):
 
 _AS_ROOT = "or run kprobefs exec as root"
 #: The settings that forbid ordinary users a user namespace, each with its own exit
-#: status, in the order they are looked at once the call they make fail has failed.
+#: status (7 to 10: kprobefs mount's prerequisites have 3 to 6), in the order they are
+#: looked at once the call they make fail has failed.
 PREREQUISITES = (
     # Debian's and Ubuntu's patch before Debian 11 enabled it by default.
-    Prerequisite("/proc/sys/kernel/unprivileged_userns_clone", "0", "unshare", 3,
+    Prerequisite("/proc/sys/kernel/unprivileged_userns_clone", "0", "unshare", 7,
                  "user namespaces are disabled for ordinary users "
                  "(kernel.unprivileged_userns_clone = 0): enable them as root with "
                  "`sysctl -w kernel.unprivileged_userns_clone=1` (and a line in "
                  "/etc/sysctl.d/ to keep it), " + _AS_ROOT),
-    Prerequisite("/proc/sys/user/max_user_namespaces", "0", "unshare", 4,
+    Prerequisite("/proc/sys/user/max_user_namespaces", "0", "unshare", 8,
                  "user namespaces are disabled (user.max_user_namespaces = 0): enable "
                  "them as root with `sysctl -w user.max_user_namespaces=15000` (and a "
                  "line in /etc/sysctl.d/ to keep it), " + _AS_ROOT),
     # Ubuntu 23.10 and later: the namespace is made, but holds no capability.
-    Prerequisite("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1", "mount", 5,
+    Prerequisite("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1", "mount", 9,
                  "AppArmor gives unconfined programs no capability in a user namespace "
                  "(kernel.apparmor_restrict_unprivileged_userns = 1): allow them as root "
                  "with `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`, or "
@@ -167,7 +168,7 @@ PREREQUISITES = (
 )
 #: A kernel built without CONFIG_USER_NS has no such file.
 USERNS_FILE = "/proc/self/ns/user"
-NO_USERNS = Prerequisite(USERNS_FILE, "", "unshare", 6,
+NO_USERNS = Prerequisite(USERNS_FILE, "", "unshare", 10,
                          "the host kernel has no user namespaces (CONFIG_USER_NS is off), "
                          + _AS_ROOT)
 #: The limit reached: the user has user.max_user_namespaces of them already.

@@ -161,7 +161,8 @@ def hand_over(mountpoint: str) -> str | None:
     """Installs the filter on this process and hands its listener to the daemon of
     mountpoint.  Returns a warning for the user when something failed, None when the
     calls are mirrored or the daemon does not offer it (an older one: nothing is
-    installed then).  Precondition: single-threaded, before execvp."""
+    installed then); nothing is handed to a socket held by another user than root or
+    this one.  Precondition: single-threaded, before execvp."""
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
     except OSError as e:
@@ -174,6 +175,14 @@ def hand_over(mountpoint: str) -> str | None:
             return None
         except OSError as e:
             return f"the daemon does not take system calls ({e.strerror or e})"
+        # Anyone may bind an abstract name: a listener handed to another user's
+        # process would let it answer this process's calls.  In the user namespace of
+        # an ordinary user's exec, that user is 0 and any other user the overflow uid.
+        _pid, uid, _gid = struct.unpack(
+            "3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        if uid not in (0, os.getuid()):
+            return (f"the socket of {mountpoint}'s daemon is held by uid {uid}, neither "
+                    f"root nor this user: none of its system calls are handed to it")
         try:
             sock.sendall(_HELLO)
             if sock.recv(64) != _READY:
