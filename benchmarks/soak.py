@@ -11,8 +11,9 @@ four shell loops that each add a kprobe event on a function from
 it; a loop that makes an instance, enables ``sched_switch`` in it, reads its ``trace``,
 disables it and removes it; a loop that sets and removes a ``hist`` trigger on
 ``sched_switch``; a ``cat trace_pipe`` reader.  Every command that fails is counted
-(with its message).  Every interval a line gives the daemon's RSS, the kernel's free and
-used memory and slab (``MNT/proc/meminfo``), the latency of a small request (20 reads of
+(with its message).  Every interval a line gives the daemon's RSS and its parts
+(Unicorn's translated code, the emulated RAM, the rest), the kernel's free and used
+memory and slab (``MNT/proc/meminfo``), the latency of a small request (20 reads of
 ``tracing/tracing_on``: mean and max), the loops' rounds and the errors so far.
 
 At the end the loops stop, anything left (events, instances, triggers) is counted and
@@ -52,6 +53,30 @@ def rss_kb(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def rss_parts_kb(pid: int) -> tuple[int, int, int]:
+    """The daemon's resident kB in three parts: Unicorn's translated code (the one
+    ``rwxp`` anonymous mapping, sized by the TCG buffer), the emulated RAM (the shared
+    ``/dev/zero`` mapping) and the rest (Python's heap, libraries, stacks)."""
+    code = ram = rest = 0
+    kind = None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
+                fields = line.split()
+                perms, name = fields[1], fields[5] if len(fields) > 5 else ""
+                kind = ("code" if perms == "rwxp" and not name else
+                        "ram" if name == "/dev/zero" else "rest")
+            elif line.startswith("Rss:"):
+                kb = int(line.split()[1])
+                if kind == "code":
+                    code += kb
+                elif kind == "ram":
+                    ram += kb
+                else:
+                    rest += kb
+    return code, ram, rest
 
 
 def latency_ms(mnt: str, n: int = 20) -> tuple[float, float]:
@@ -236,7 +261,8 @@ def main(argv=None) -> int:
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         loops = [Loop(name, script) for name, script in
                  loop_scripts(mnt, functions, args.rounds, stop).items()]
-        print(f"{'time s':>7} {'RSS MB':>7} {'free kB':>9} {'used kB':>8} {'slab kB':>8} "
+        print(f"{'time s':>7} {'RSS MB':>7} {'code':>5} {'RAM':>5} {'rest':>5} "
+              f"{'free kB':>9} {'used kB':>8} {'slab kB':>8} "
               f"{'lat ms':>7} {'max ms':>7} {'rounds':>7} {'errors':>6}", flush=True)
         t0 = time.monotonic()
         next_line = t0 + args.interval
@@ -247,7 +273,9 @@ def main(argv=None) -> int:
             if time.monotonic() >= next_line:
                 m = meminfo(mnt)
                 mean, worst = latency_ms(mnt)
+                code, ram, rest = (kb // 1024 for kb in rss_parts_kb(daemon.pid))
                 print(f"{time.monotonic() - t0:7.0f} {rss_kb(daemon.pid) / 1024:7.1f} "
+                      f"{code:5} {ram:5} {rest:5} "
                       f"{m['MemFree']:9} {m['MemTotal'] - m['MemFree']:8} {m['Slab']:8} "
                       f"{mean:7.2f} {worst:7.2f} {sum(lp.rounds for lp in loops):7} "
                       f"{sum(len(lp.errors) for lp in loops):6}", flush=True)

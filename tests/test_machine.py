@@ -737,18 +737,41 @@ def test_every_machines_translated_code_is_within_call_range_of_unicorn():
     assert farthest < 2 << 30
 
 
+def test_the_translated_code_a_machine_keeps_is_bounded():
+    """Under probe churn the code buffer fills with retranslations until it is flushed,
+    so its size is what the daemon's RSS grows by (docs/architecture.md): at 128 MiB a
+    soak's RSS was still growing after ten minutes."""
+    assert Kernel.TCG_BUFFER_SIZE <= 32 << 20
+    k = Kernel(cpus=1, seed=0)
+    try:
+        assert k.uc.ctl_get_tcg_buffer_size() == Kernel.TCG_BUFFER_SIZE
+    finally:
+        k.close()
+
+
 def test_a_machine_whose_translations_overflow_their_buffer_runs_the_same(monkeypatch):
     """Unicorn's smallest code buffer (1 MiB) fills during boot and the workload: it is
-    flushed and refilled, and the machine does exactly what one with room does."""
+    flushed and refilled, and each of the workload's tasks makes the same calls with the
+    same outcomes as in a machine with room.  (How the tasks interleave follows the
+    timer, which follows the host's clock: a busy host moves a call from one task's
+    turn to another's, so what a directory listing finds and how the calls split
+    between the tasks are not compared.)"""
     def run():
         k = Kernel(cpus=2, seed=3)
         w = Workload(k, seed=3)
         w.run(1500)
-        return [r[1:] for r in w.results], k.uc.ctl_get_tcg_buffer_size()
+        calls = {}
+        for comm, name, result in w.results:
+            calls.setdefault(comm, []).append((name, result < 0))
+        return calls, k.uc.ctl_get_tcg_buffer_size()
 
     roomy, size = run()
     assert size == Kernel.TCG_BUFFER_SIZE
     monkeypatch.setattr(Kernel, "TCG_BUFFER_SIZE", 1 << 20)
     tight, size = run()
     assert size == 1 << 20
-    assert tight == roomy
+    assert roomy.keys() == tight.keys()
+    for comm, calls in roomy.items():
+        n = min(len(calls), len(tight[comm]))
+        assert calls[:n] == tight[comm][:n], comm
+    assert sum(min(len(c), len(tight[k])) for k, c in roomy.items()) > 1000

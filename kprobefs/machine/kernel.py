@@ -103,9 +103,12 @@ class Kernel(MachineDriver, SystemCalls):
     MAX_TASKS = 4096
     #: Host bytes for translated code.  QEMU calls its helpers directly only from code
     #: within 2 GiB of libunicorn; Unicorn's 1 GiB default put a process's second
-    #: machine out of reach (a tenth slower).  The kernel needs a few MiB; a full buffer
-    #: is flushed and refilled.
-    TCG_BUFFER_SIZE = 128 << 20
+    #: machine out of reach (a tenth slower).  The kernel's hot code needs a few MiB,
+    #: but the buffer fills all the same: code whose page is written (a probe armed or
+    #: disarmed, a module loaded) is translated anew further on, and the old space is
+    #: reused only when the buffer is full and flushed.  So its size is what a daemon's
+    #: RSS grows by under probe churn before it levels off.
+    TCG_BUFFER_SIZE = 32 << 20
 
     def __init__(self, cpus: int = 2, seed: int = 0, image: str | None = None,
                  ram_mb: int = 512, pid_auto_base: int = 300, hz: int = HZ,
