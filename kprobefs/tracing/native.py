@@ -38,6 +38,7 @@ from .fetch import (
     StoreRaw, StoreString,
 )
 from .filter import as_field_type
+from .raw_page import TYPE_DATA_MAX, TYPE_TIME_EXTEND
 from .ring_buffer import Chunk
 
 __all__ = ["NativeRecorder", "NativeProbe", "encode_programs", "encode_filter"]
@@ -70,6 +71,12 @@ _QQ = struct.Struct("<QQ")
 _KPROBE, _KRETPROBE, _FIELDS = 1, 2, 3
 _U32 = struct.Struct("<I")
 _ARENA_UNIT = 64
+#: A trace_pipe_raw event's header word and the record's common fields (raw_page.py).
+_RAW_HEAD = struct.Struct("<IHBBi")
+_RAW_LONG_HEAD = struct.Struct("<IIHBBi")        # type_len 0: a length word follows
+_RAW_EXTEND = struct.Struct("<II")
+_DELTA_MASK = (1 << 27) - 1
+_PADS = (b"", b"\0\0\0", b"\0\0", b"\0")         # by data length % 4
 
 
 def _signed(value: int) -> int:
@@ -419,8 +426,8 @@ class NativeRecorder:
         _U32.pack_into(view, self._batch_at + 4, 0)        # closed = 0
         pages, at, seen = [], 0, 0
         for end, upto in zip(ends + [staged], counts + [count]):
-            pages.append(Chunk(data[at:end], upto - seen, self._decode) if upto > seen
-                         else None)
+            pages.append(Chunk(data[at:end], upto - seen, self._decode, self._raw)
+                         if upto > seen else None)
             at, seen = end, upto
         return pages, used, last_ts if has_last else None
 
@@ -461,6 +468,50 @@ class NativeRecorder:
                 append((ts, pid, flags, event, 0, 0, data[start:start + length]))
             offset += size
         return out
+
+    def _raw(self, data: bytes, last: int | None):
+        """Staged entries as trace_pipe_raw events (raw_page.py's layout): the bytes,
+        the first event's time and the last's, each event's delta taken from ``last``
+        (``None``: the first starts the page, delta 0).  The record of each is the
+        common fields then the staged data, as every layout's ``raw`` makes it (see
+        :meth:`_decode`); entries of a gone type are left out, as there.  ``None``
+        when no entry is left."""
+        parts = []
+        append = parts.append
+        offset, end = 0, len(data)
+        unpack = _ENTRY.unpack_from
+        head, long_head = _RAW_HEAD.pack, _RAW_LONG_HEAD.pack
+        ids: dict = {}            # type -> the event's common_type, None when gone
+        first = None
+        while offset < end:
+            ts, size, length, type_, flags, pid = unpack(data, offset)
+            common_type = ids.get(type_, -1)
+            if common_type == -1:
+                event = self._layout(type_)[0]
+                common_type = ids[type_] = None if event is None else event.id & 0xFFFF
+            if common_type is not None:
+                if first is None:
+                    first = ts
+                    if last is None:
+                        last = ts
+                delta = ts - last if ts > last else 0
+                if delta > _DELTA_MASK:
+                    append(_RAW_EXTEND.pack(TYPE_TIME_EXTEND | (delta & _DELTA_MASK) << 5,
+                                            delta >> 27))
+                    delta = 0
+                start = offset + _ENTRY_SIZE
+                padded = (length + 11) & ~3       # the common fields' 8 bytes, then data
+                if padded <= TYPE_DATA_MAX * 4:
+                    append(head(padded >> 2 | delta << 5, common_type, flags, 0, pid))
+                else:
+                    append(long_head(delta << 5, padded + 4, common_type, flags, 0, pid))
+                append(data[start:start + length])
+                append(_PADS[length & 3])
+                last = ts
+            offset += size
+        if first is None:
+            return None
+        return b"".join(parts), first, last
 
     def _layout(self, type_: int) -> tuple:
         """(event, how its entry is laid out) of an event type; (None, None) when the

@@ -25,6 +25,7 @@ __all__ = [
     "TYPE_TIME_STAMP",
     "TYPE_DATA_MAX",
     "PageWriter",
+    "make_page",
     "raw_size",
     "raw_common",
 ]
@@ -94,13 +95,19 @@ class PageWriter:
     def page(self, missed: int = 0) -> bytes:
         """Return the 4096-byte page; ``missed`` events lost before it set the flags
         (and the count after the data, when it fits)."""
-        data = b"".join(self._parts)
-        commit = len(data)
-        tail = b""
-        if missed:
-            commit |= RB_MISSED_EVENTS
-            if _DATA_SIZE - len(data) >= 8:
-                commit |= RB_MISSED_STORED
-                tail = struct.pack("<Q", missed)
-        body = data + tail
-        return struct.pack("<QQ", self.timestamp, commit) + body + bytes(_DATA_SIZE - len(body))
+        return make_page(self.timestamp, b"".join(self._parts), missed)
+
+
+def make_page(timestamp: int, data: bytes, missed: int = 0) -> bytes:
+    """The 4096-byte page of events ``data`` (at most 4080 bytes, already in the
+    page's layout) from ``timestamp`` on; ``missed`` events lost before it set the
+    flags (and the count after the data, when it fits)."""
+    commit = len(data)
+    tail = b""
+    if missed:
+        commit |= RB_MISSED_EVENTS
+        if _DATA_SIZE - len(data) >= 8:
+            commit |= RB_MISSED_STORED
+            tail = struct.pack("<Q", missed)
+    return b"".join((struct.pack("<QQ", timestamp, commit), data, tail,
+                     bytes(_DATA_SIZE - len(data) - len(tail))))

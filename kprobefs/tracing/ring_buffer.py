@@ -27,7 +27,7 @@ import threading
 from collections import deque
 from typing import Callable, Iterator, Protocol, Sequence
 
-from kprobefs.tracing.raw_page import PageWriter
+from kprobefs.tracing.raw_page import PAGE_SIZE, PAGE_HEADER_SIZE, PageWriter, make_page
 
 __all__ = [
     "RingBuffer",
@@ -88,14 +88,19 @@ def merge_runs(runs: Sequence[tuple[int, list]]) -> list[tuple[int, tuple]]:
 class Chunk:
     """Records staged elsewhere, taken into a page as they were written: ``count``
     records in ``data``, which ``decode(data)`` turns into record tuples when a reader
-    first needs them."""
+    first needs them.  ``raw(data, last_ts)``, when given, turns them into
+    ``trace_pipe_raw`` events without making the tuples: (the events' bytes, the first
+    one's time, the last one's), each event's delta from ``last_ts`` (``None``: the
+    first starts a page), or ``None`` when no record is left."""
 
-    __slots__ = ("data", "count", "decode")
+    __slots__ = ("data", "count", "decode", "raw")
 
-    def __init__(self, data: bytes, count: int, decode: Callable[[bytes], list]):
+    def __init__(self, data: bytes, count: int, decode: Callable[[bytes], list],
+                 raw: Callable[[bytes, int | None], tuple | None] | None = None):
         self.data = data
         self.count = count
         self.decode = decode
+        self.raw = raw
 
 
 class Stage(Protocol):
@@ -281,6 +286,43 @@ class CpuBuffer:
             for page in self.pages:
                 if page.chunks:
                     self.undecoded -= page.expand()
+
+
+def _raw_page(buf: CpuBuffer) -> bytes | None:
+    """The oldest page of ``buf`` as trace_pipe_raw hands it out, taken whole and
+    removed, when it holds staged records only, none read yet, that their ``raw``
+    turns into events without decoding them: Linux's reader takes the ring buffer's
+    page as it is.  ``None`` otherwise (RingBuffer.read_page then builds the page
+    record by record).  The caller holds the lock."""
+    pages = buf.pages
+    page = pages[0]
+    if not page or page.chunks != len(page):
+        return None
+    parts, first, last = [], None, None
+    for chunk in page:
+        if chunk.raw is None:
+            return None
+        made = chunk.raw(chunk.data, last)
+        if made is not None:
+            parts.append(made[0])
+            if first is None:
+                first = made[1]
+            last = made[2]
+    data = b"".join(parts)
+    if len(data) > PAGE_SIZE - PAGE_HEADER_SIZE:
+        return None             # a time extend the accounting did not have
+    buf.undecoded -= page.chunks
+    buf.entries -= page.entries
+    buf.read_events += page.entries
+    if len(pages) > 1:
+        pages.popleft()
+    else:
+        page.clear()            # the page being written: the stage goes on in it
+        page.entries = page.chunks = 0
+    if first is None:
+        return None             # every record's event was gone: read on
+    missed, buf.read_overrun = buf.overrun - buf.read_overrun, buf.overrun
+    return make_page(first, data, missed)
 
 
 class RingBuffer:
@@ -530,6 +572,9 @@ class RingBuffer:
         """
         with self.lock:
             buf, = self._bufs(cpu)
+            page = _raw_page(buf)
+            if page is not None:
+                return page
             head = buf.peek()
             if head is None:
                 return None

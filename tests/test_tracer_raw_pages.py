@@ -1,0 +1,132 @@
+"""trace_pipe_raw of records the kernel recorded (tracing/native.py, ring_buffer.py):
+each ring-buffer page is handed out whole, made from the staged bytes without decoding
+a record, and is byte for byte the page the record-by-record path makes of the same
+records (the common fields, then the event's data, as its ``raw`` lays them out):
+short and long events, time extends, the lost-events count, and a page being written."""
+
+import os
+import time
+
+import pytest
+
+from kprobefs.tracing.raw_page import PageWriter
+from kprobefs.tracing.ring_buffer import Chunk
+
+from raw_decoder import decode_page, parse_layout
+from test_tracer_e2e import node, read, write
+from test_tracer_native import make
+
+EVENTS = ("p:short kprobe_target_traced+5 a=%di b=%si:u32 c=%dx:u8\n"
+          # 8 + 8 + 13 * 8 bytes: over type_len's 112, a length word follows
+          "p:long kprobe_target_traced+5 " + " ".join(f"x{i}=%di" for i in range(13)) + "\n"
+          "r:ret kprobe_target_traced rv=$retval:s32\n")
+
+
+def expected_pages(buf, overrun: int) -> list[bytes]:
+    """Each page of ``buf`` built record by record from its chunks' decoded records
+    (event.raw, PageWriter), the first flagged with ``overrun`` lost events."""
+    out = []
+    for page in buf.pages:
+        records = [rec for chunk in page for rec in chunk.decode(chunk.data)]
+        if not records:
+            continue
+        writer = PageWriter(records[0][0])
+        for rec in records:
+            data = rec[3].raw(rec)
+            assert writer.fits(len(data), rec[0])
+            writer.add(data, rec[0])
+        out.append(writer.page(overrun if not out else 0))
+    return out
+
+
+def read_raw(root, cpu: int) -> list[bytes]:
+    h = node(root, f"per_cpu/cpu{cpu}/trace_pipe_raw").open(os.O_RDONLY, 1, "cat")
+    pages = []
+    try:
+        while page := h.read(4096, 0):
+            assert len(page) == 4096
+            pages.append(page)
+    finally:
+        h.release()
+    return pages
+
+
+@pytest.fixture
+def recorded():
+    kernel, tracer, root = make(True, cpus=1)
+    write(root, "buffer_size_kb", "12")
+    write(root, "kprobe_events", EVENTS)
+    write(root, "events/kprobes/enable", "1")
+    kernel.wait_for_kprobe_optimizer()
+    kernel.upcall("kprobe_bench_loop", 400, 1)
+    time.sleep(0.3)                     # over 2^27 ns: the next record needs a time extend
+    kernel.upcall("kprobe_bench_loop", 20, 1)
+    write(root, "events/kprobes/enable", "0")
+    tracer.buffer.counts()              # the staged records taken into their pages
+    return kernel, tracer, root
+
+
+def test_pages_are_the_records_page_by_page_without_decoding(recorded):
+    kernel, tracer, root = recorded
+    buf = tracer.buffer.cpus[0]
+    assert buf.overrun > 0 and len(buf.pages) > 2
+    assert all(type(item) is Chunk for page in buf.pages for item in page)
+    expected = expected_pages(buf, buf.overrun)
+
+    def no_decoding(data):
+        raise AssertionError("a record was decoded")
+    for page in buf.pages:
+        for chunk in page:
+            chunk.decode = no_decoding
+    pages = read_raw(root, 0)
+    assert pages == expected
+    layout = parse_layout(read(root, "events/header_page"), read(root, "events/header_event"))
+    decoded = [decode_page(page, layout) for page in pages]
+    assert decoded[0].missed is not None      # lost events flagged
+    assert any(page.extends for page in decoded)
+    sizes = {len(rec) for page in decoded for _ts, rec in page.events}
+    assert max(sizes) > 112 and min(sizes) < 112
+    assert tracer.buffer.counts()[0] == 0 and buf.read_events == sum(
+        len(page.events) for page in decoded)
+
+
+def test_raw_pages_and_trace_show_the_same_records(recorded):
+    """The records trace prints are the ones the pages then hold, in order."""
+    kernel, tracer, root = recorded
+    lines = [line for line in read(root, "trace").splitlines() if not line.startswith("#")]
+    pages = read_raw(root, 0)
+    layout = parse_layout(read(root, "events/header_page"), read(root, "events/header_event"))
+    stamps = [ts for page in pages for ts, _rec in decode_page(page, layout).events]
+    assert len(stamps) == len(lines)
+    assert [f"{(ts + 500) // 1000 // 1_000_000:d}.{(ts + 500) // 1000 % 1_000_000:06d}"
+            for ts in stamps] == [line.split(": ")[0].split()[-1] for line in lines]
+
+
+def test_a_page_partly_read_as_text_goes_record_by_record(recorded):
+    """trace_pipe took records from the first page: the rest of it is made record by
+    record, and what follows page by page, together every record once."""
+    kernel, tracer, root = recorded
+    total = tracer.buffer.counts()[0]
+    h = node(root, "trace_pipe").open(os.O_RDONLY, 1, "cat")
+    taken = h.read(300, 0).decode().count("\n")
+    h.release()
+    layout = parse_layout(read(root, "events/header_page"), read(root, "events/header_event"))
+    events = [ev for page in read_raw(root, 0) for ev in decode_page(page, layout).events]
+    assert 0 < taken and len(events) + taken >= total - 3     # a line cut short stays
+
+
+def test_the_page_being_written_is_taken_and_recording_goes_on(recorded):
+    kernel, tracer, root = recorded
+    read_raw(root, 0)
+    write(root, "events/kprobes/enable", "1")
+    kernel.upcall("kprobe_bench_loop", 3, 1)
+    write(root, "events/kprobes/enable", "0")
+    layout = parse_layout(read(root, "events/header_page"), read(root, "events/header_event"))
+    pages = read_raw(root, 0)
+    assert len(pages) == 1 and decode_page(pages[0], layout).missed is None
+    assert len(decode_page(pages[0], layout).events) == 3 * 3
+    kernel.upcall("kprobe_bench_loop", 0, 1)
+    write(root, "events/kprobes/enable", "1")
+    kernel.upcall("kprobe_bench_loop", 2, 1)
+    pages = read_raw(root, 0)
+    assert len(decode_page(pages[0], layout).events) == 2 * 3
