@@ -191,7 +191,11 @@ Exit status: 0 ok, 1 degraded, 2 no answer.""")
 Run COMMAND (default: $SHELL) in a private mount namespace where MOUNTPOINT/tracing
 is /sys/kernel/tracing (a tracefs line in /proc/mounts), MOUNTPOINT is
 /sys/kernel/debug, and the emulated kernel's kallsyms, version, modules and sysctl
-knobs replace the host's /proc files.  Exit status: the command's.""")
+knobs replace the host's /proc files.  As an ordinary user, the namespace is made
+inside a user namespace of its own, in which the user is root (as unshare -Ur).
+Exit status: the command's; before it runs, 1 when the namespace cannot be made, 7 to
+10 when the host forbids an ordinary user a user namespace (the message says which
+setting, and how to enable it).""")
     _mountpoint_argument(ex, "the mount point")
     ex.add_argument("--kernel-scratch", action="store_true",
                     help="make /dev/null and /tmp the emulated kernel's too (its dev/null "
