@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Callable, Sequence
 
 from ..errors import ImageError
@@ -78,10 +77,6 @@ _RAW_LONG_HEAD = struct.Struct("<IIHBBi")        # type_len 0: a length word fol
 _RAW_EXTEND = struct.Struct("<II")
 _DELTA_MASK = (1 << 27) - 1
 _PADS = (b"", b"\0\0\0", b"\0\0", b"\0")         # by data length % 4
-#: (entry size, data length) -> a struct of whole entries, for _decode_uniform; and
-#: (data length, head) -> one that splits the probe's address(es) from the arguments.
-_UNIFORM: dict = {}
-_UNIFORM_SPLIT: dict = {}
 
 
 def _signed(value: int) -> int:
@@ -451,9 +446,6 @@ class NativeRecorder:
 
     def _decode(self, data: bytes) -> list[tuple]:
         """Record tuples of staged entries: (ts, pid, flags, event, ip, 0, args)."""
-        out = self._decode_uniform(data)
-        if out is not None:
-            return out
         out = []
         append = out.append
         offset, end = 0, len(data)
@@ -520,50 +512,6 @@ class NativeRecorder:
         if first is None:
             return None
         return b"".join(parts), first, last
-
-    def _decode_uniform(self, data: bytes) -> list[tuple] | None:
-        """:meth:`_decode` in bulk, each step a ``map`` or ``zip`` over every entry,
-        when the entries are all of one size and data length and their events of one
-        layout (an event's entries are, its arguments being numbers; so are different
-        events' with the same arguments); ``None`` otherwise."""
-        if len(data) < _ENTRY_SIZE:
-            return None
-        size, length = _U32.unpack_from(data, 8)[0], _U32.unpack_from(data, 12)[0]
-        if not size or len(data) % size or length + _ENTRY_SIZE > size:
-            return None
-        codes = _UNIFORM.get((size, length))
-        if codes is None:
-            codes = _UNIFORM[(size, length)] = struct.Struct(
-                f"<QIIHBxi{length}s{size - _ENTRY_SIZE - length}x")
-        ts, sizes, lengths, types, flags, pids, payloads = zip(*codes.iter_unpack(data))
-        if len(set(sizes)) != 1 or len(set(lengths)) != 1:
-            return None
-        kinds = [self._layout(t) for t in set(types)]
-        layouts = {layout for _event, layout in kinds}
-        if len(layouts) != 1 or None in layouts:
-            return None
-        layout = layouts.pop()
-        if len(kinds) == 1:
-            events = repeat(kinds[0][0], len(ts))
-        else:
-            by_type = {t: self._layout(t)[0] for t in set(types)}
-            events = map(by_type.__getitem__, types)
-        if layout == _FIELDS:
-            return list(zip(ts, pids, flags, events, repeat(0), repeat(0), payloads))
-        head = 16 if layout == _KRETPROBE else 8
-        if length < head:
-            return None
-        split = _UNIFORM_SPLIT.get((length, head))
-        if split is None:
-            split = _UNIFORM_SPLIT[(length, head)] = struct.Struct(
-                f"<{head // 8}Q{length - head}s").unpack
-        parts = list(map(split, payloads))
-        if layout == _KPROBE:
-            ips, args = zip(*parts)
-            rets = repeat(0)
-        else:
-            ips, rets, args = zip(*parts)
-        return list(zip(ts, pids, flags, events, ips, rets, args))
 
     def _layout(self, type_: int) -> tuple:
         """(event, how its entry is laid out) of an event type; (None, None) when the
