@@ -146,14 +146,19 @@ def check_fusermount() -> str:
     if helper is None:
         raise NoFusermount(f"no {' or '.join(FUSERMOUNTS)} on PATH, which mounts FUSE for "
                            "a user: as root, apt-get install fuse3")
-    st = os.stat(helper)
-    nosuid = os.statvfs(helper).f_flag & os.ST_NOSUID
-    if st.st_uid != 0 or not st.st_mode & stat.S_ISUID or nosuid:
-        where = " (its filesystem is mounted nosuid)" if nosuid else ""
-        real = os.path.realpath(helper)
+    real = os.path.realpath(helper)
+    st = os.stat(real)
+    if st.st_uid != 0 or not st.st_mode & stat.S_ISUID:
         raise FusermountNotSetuid(
-            f"{helper} is not set-uid root{where}, so it cannot mount for a user: as "
-            f"root, chown root:root {real} && chmod 4755 {real}")
+            f"{helper} is not set-uid root, so it cannot mount for a user: as root, "
+            f"chown root:root {real} && chmod 4755 {real}")
+    if os.statvfs(real).f_flag & os.ST_NOSUID:
+        where = os.path.dirname(real)
+        while not os.path.ismount(where):
+            where = os.path.dirname(where)
+        raise FusermountNotSetuid(
+            f"{helper} is set-uid root on {where}, mounted nosuid, so it cannot mount "
+            f"for a user: as root, mount -o remount,suid {where}")
     return helper
 
 
