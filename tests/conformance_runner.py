@@ -696,7 +696,10 @@ class _HostKnob:
                 self.path.write_text(self._before)
 
 
-_RT_RUNTIME = _HostKnob(SCHED_RT_RUNTIME)
+#: Held around every run of ftracetest in this process: run_ftracetest's, and for a
+#: pytest session as a whole (tests/conftest.py), which covers the tests that run
+#: ftracetest themselves.
+KEEP_SCHED_RT_RUNTIME = _HostKnob(SCHED_RT_RUNTIME)
 
 
 @dataclass
@@ -778,7 +781,7 @@ def run_ftracetest(mount: Path, selftests: Path, log_dir: Path,
     argv = ["/usr/bin/env", "--default-signal=HUP", *prefix, sys.executable, "-m",
             "kprobefs", "exec", "--kernel-scratch", str(mount), "--",
             "./ftracetest", "-k", "-l", str(log_dir), *args]
-    with _RT_RUNTIME:
+    with KEEP_SCHED_RT_RUNTIME:
         run = _run_ftracetest(argv, selftests, log_dir, timeout, suite_timeout, report,
                               cancel)
     if checks:

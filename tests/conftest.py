@@ -43,9 +43,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             *conformance_runner.session_ftracetest(whole))
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """ftracetest sets the host's sched_rt_runtime_us to -1 while it runs and puts back
+    what it found: one started while the shared run had it at -1 (test_exec's) puts
+    back -1.  The value from before the session comes back at its end."""
+    if os.geteuid() == 0:
+        conformance_runner.KEEP_SCHED_RT_RUNTIME.__enter__()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """A run nobody waited for (the session stopped early) is killed, its mount gone."""
     conformance_runner.stop_shared_ftracetest()
+    if os.geteuid() == 0:
+        conformance_runner.KEEP_SCHED_RT_RUNTIME.__exit__(None, None, None)
 
 
 # ---- helpers --------------------------------------------------------------------------------
