@@ -35,7 +35,8 @@ def test_nothing_written_nothing_done(mount, reset):
 def test_writes_from_a_shell_and_from_kprobefs_exec_are_undone(mount, reset):
     t = mount.tracing
     subprocess.run(["sh", "-c", f"echo 'p:sh_probe vfs_read' >> {t}/kprobe_events && "
-                                f"echo 1 > {t}/options/sym-offset"], check=True)
+                                f"echo 1 > {t}/options/sym-offset && "
+                                f"echo 100 > {t}/buffer_percent"], check=True)
     r = mount.exec("echo function > /sys/kernel/tracing/current_tracer && "
                    "echo mono > /sys/kernel/debug/tracing/trace_clock")
     assert r.returncode == 0, r.stderr
@@ -45,6 +46,7 @@ def test_writes_from_a_shell_and_from_kprobefs_exec_are_undone(mount, reset):
     assert (t / "current_tracer").read_text() == "nop\n"
     assert "[local]" in (t / "trace_clock").read_text()
     assert (t / "kprobe_events").read_text() == ""
+    assert (t / "buffer_percent").read_text() == "50\n"
 
 
 def test_a_tracers_option_set_through_trace_options_is_reset(mount, reset):

@@ -17,7 +17,7 @@ INSTANCE_FILES = {
     "available_events", "set_event", "error_log", "options", "per_cpu", "events",
     # init_tracer_tracefs and create_event_toplevel_files give every instance these too
     "trace_options", "tracing_cpumask", "timestamp_mode", "tracing_max_latency",
-    "set_event_pid", "set_event_notrace_pid", "snapshot",
+    "set_event_pid", "set_event_notrace_pid", "snapshot", "buffer_percent",
 }
 
 

@@ -5,9 +5,9 @@ Linux 6.1's ``test.d/functions`` puts the tracer to ``nop``, removes the event t
 disables every event, removes the dynamic events, empties the pid lists and the
 function filters, frees the snapshot, clears the buffer and turns tracing on.  This
 reset does the same and more, so that a test cannot see what the one before it did:
-no instances, every option at its default, the default clock, buffer size, CPU mask
-and thresholds, the kprobes and ftrace switches on, the modules loaded since the
-first reset unloaded, and an empty ``error_log``.
+no instances, every option at its default, the default clock, buffer size,
+buffer_percent, CPU mask and thresholds, the kprobes and ftrace switches on, the
+modules loaded since the first reset unloaded, and an empty ``error_log``.
 
 It is made to be cheap: each request to the mount is a system call of the emulated
 kernel (one to four milliseconds), and ftracetest's way, reading each event's
@@ -73,6 +73,7 @@ _SCALARS = (
     ("proc/sys/kernel/stack_tracer_enabled", "0", "0", ()),
     ("tracing/tracing_thresh", "0", "0", ()),
     ("tracing/max_graph_depth", "0", "0", ()),
+    ("tracing/buffer_percent", "50", "50", ()),
     ("tracing/tracing_max_latency", "0", "0", ("tracing/current_tracer",)),
     ("tracing/function_profile_enabled", "0", "0", ()),
     ("tracing/saved_cmdlines_size", "128", "128", ()),

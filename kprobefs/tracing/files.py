@@ -371,6 +371,8 @@ class _Root:
             "buffer_size_kb": _File(MODE_WRITE, read=lambda: self._size_text(None),
                                     write=lambda d, p, c: self._write_size(d, None)),
             "buffer_total_size_kb": _text_file(self._total_size_text),
+            "buffer_percent": _File(MODE_WRITE, read=lambda: f"{tr.buffer_percent}\n",
+                                    write=self._write_buffer_percent),
             "trace_clock": _File(MODE_WRITE, read=self._clock_text,
                                  write=self._write_clock),
             "current_tracer": _File(MODE_WRITE, read=lambda: f"{tr.tracer_name}\n",
@@ -545,6 +547,15 @@ class _Root:
         value = _kstrtoul(data, 10)
         if bool(value) != self.tr.tracing_on:
             self.tr.set_tracing_on(bool(value))
+        return len(data)
+
+    def _write_buffer_percent(self, data: bytes, pid: int, comm: str) -> int:
+        """How full a CPU's buffer must be before poll(2) on its pipes says readable
+        (0 to 100, base 10)."""
+        value = _kstrtoul(data, 10)
+        if value > 100:
+            raise OSError(errno.EINVAL, "buffer_percent is at most 100")
+        self.tr.buffer_percent = value
         return len(data)
 
     def _size_text(self, cpu: int | None) -> str:
@@ -984,8 +995,24 @@ class _TracePipeHandle:
             return True
         return self.tracer.buffer.wait(timeout, self.cpu)
 
+    def poll_wait(self, timeout: float) -> bool:
+        """Whether poll(2) finds the file readable, waiting for it at most ``timeout``
+        seconds (0: a look).  As 6.1's trace_poll: a per-CPU file waits for
+        ``buffer_percent`` of its CPU's buffer, the top one for a record.  Text left
+        over from a read counts as readable."""
+        return bool(self._pending) or _poll_wait(self.tracer, self.tracer.buffer,
+                                                 self.cpu, timeout)
+
     def release(self) -> None:
         self._pending = b""
+
+
+def _poll_wait(tr: TraceArray, buffer, cpu: int | None, timeout: float) -> bool:
+    """trace_poll's rule for a pipe of ``tr`` on ``buffer`` (see poll_wait)."""
+    full = tr.buffer_percent if cpu is not None else 0
+    if timeout <= 0:
+        return buffer.ready(cpu, full)
+    return buffer.wait(timeout, cpu, full)
 
 
 def _seconds(ns: int) -> str:
@@ -1010,14 +1037,15 @@ class _TracePipeRawFile:
     def open(self, flags: int, pid: int, comm: str) -> FileHandle:
         t = self.tracer
         if not self.snapshot:
-            return _TracePipeRawHandle(t.buffer, self.cpu)
+            return _TracePipeRawHandle(t, t.buffer, self.cpu)
         if t.current_tracer.use_max_tr:
             raise OSError(errno.EBUSY, "the latency tracer owns the snapshot")
-        return _TracePipeRawHandle(t.max_tr.buffer, self.cpu)
+        return _TracePipeRawHandle(t, t.max_tr.buffer, self.cpu)
 
 
 class _TracePipeRawHandle:
-    def __init__(self, buffer, cpu: int):
+    def __init__(self, tracer: TraceArray, buffer, cpu: int):
+        self.tracer = tracer
         self.buffer = buffer
         self.cpu = cpu
         self._page = b""
@@ -1045,6 +1073,13 @@ class _TracePipeRawHandle:
         if self._read < len(self._page):
             return True
         return self.buffer.wait(timeout, self.cpu)
+
+    def poll_wait(self, timeout: float) -> bool:
+        """Whether poll(2) finds the file readable, waiting at most ``timeout`` seconds
+        (0: a look): the rest of a page taken, else trace_poll's rule
+        (``buffer_percent`` of the CPU's buffer, snapshot_raw's too)."""
+        return self._read < len(self._page) or _poll_wait(self.tracer, self.buffer,
+                                                          self.cpu, timeout)
 
     def release(self) -> None:
         self._page = b""

@@ -602,18 +602,33 @@ class RingBuffer:
             return (buf.entries, buf.overrun, used, buf.dropped,
                     None if head is None else head[0], buf.read_events)
 
-    def wait(self, timeout: float | None, cpu: int | None = None) -> bool:
-        """Block until a record is available (True) or ``timeout`` passes (False)."""
-        with self.lock:
-            bufs = self.cpus if cpu is None else [self.cpus[cpu]]
-            stage = self.stage
-
-            def ready() -> bool:
-                # Staged records are only peeked at here: a waiter may run beside the
-                # CPUs, and the next read takes them.
-                return any(b.entries or (stage is not None and stage.pending(b.cpu))
+    def _ready(self, cpu: int | None, full: int) -> Callable[[], bool]:
+        """The test a waiter makes (lock held): a record is there; with ``full`` (a
+        percentage, one CPU only, as 6.1's ring_buffer_poll_wait), that many of the
+        CPU's pages are filled, counting the page being written (6.1's full_hit).
+        Staged records are only peeked at: a waiter may run beside the CPUs, and the
+        next read takes them (while a reader waits, each staged record is taken and
+        wakes it, see :meth:`staged_wakeup`)."""
+        bufs = self.cpus if cpu is None else [self.cpus[cpu]]
+        stage = self.stage
+        if full and cpu is not None:
+            buf = bufs[0]
+            # the pages written and not read, and the one being written
+            return lambda: len(buf.pages) * 100 >= full * buf.nr_pages
+        return lambda: any(b.entries or (stage is not None and stage.pending(b.cpu))
                            for b in bufs)
 
+    def ready(self, cpu: int | None = None, full: int = 0) -> bool:
+        """Whether a reader waiting with ``full`` would go on now (see :meth:`wait`)."""
+        with self.lock:
+            return self._ready(cpu, full)()
+
+    def wait(self, timeout: float | None, cpu: int | None = None, full: int = 0) -> bool:
+        """Block until a record is available (True) or ``timeout`` passes (False); with
+        ``full``, until ``full`` percent of the CPU's pages are (:meth:`_ready`)."""
+        with self.lock:
+            ready = self._ready(cpu, full)
+            stage = self.stage
             if ready():
                 return True
             self._waiters += 1

@@ -213,6 +213,9 @@ class TraceArray:
         self.trace_clock = "local"
         self.now = self.clocks["local"].read      # the trace clock's reading, ns (or ticks)
         self.tracing_on = True
+        #: buffer_percent: how full a CPU's buffer is before poll(2) on its pipes says
+        #: readable (6.1's default 50)
+        self.buffer_percent = 50
         self._stop_count = 0
         self.recording = True                     # tracing_on and not paused
         self.stacktrace = False
