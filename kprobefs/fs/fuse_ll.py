@@ -14,8 +14,10 @@ kernel, no xattrs.
 
 What differs from libfuse2, on purpose: directory entries carry their type (as tracefs's
 do), an unlinked open file is not renamed to ``.fuse_hidden*`` (tracefs never does),
-``fcntl`` locks stay with the host's kernel (local locks, as on tracefs), and the pool is
-not capped at libfuse's 10 threads (blocked ``trace_pipe`` readers each hold one).
+``fcntl`` locks stay with the host's kernel (local locks, as on tracefs), the pool is
+not capped at libfuse's 10 threads (blocked ``trace_pipe`` readers each hold one), and
+poll(2) is answered (POLL, then a FUSE_NOTIFY_POLL once records come: an empty
+``trace_pipe`` is not readable), where fusepy has no poll and every file is ready.
 
 Node ids are the daemon's: a path gets one at its first LOOKUP and keeps it until the
 kernel forgets it (FORGET counts down its lookups); ``st_ino`` is the node id, as
@@ -88,15 +90,19 @@ _DIRENT = struct.Struct("<QQII")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _PAIR = struct.Struct("<QQ")
+_POLL_IN = struct.Struct("<QQII")           # fuse_poll_in: fh, kh, flags, events
 
 # opcodes
 (LOOKUP, FORGET, GETATTR, SETATTR, READLINK, SYMLINK, MKNOD, MKDIR, UNLINK, RMDIR,
  RENAME, LINK, OPEN, READ, WRITE, STATFS, RELEASE, FSYNC, SETXATTR, GETXATTR, LISTXATTR,
  REMOVEXATTR, FLUSH, INIT, OPENDIR, READDIR, RELEASEDIR, FSYNCDIR, ACCESS, CREATE,
- INTERRUPT, DESTROY, IOCTL, BATCH_FORGET) = (
+ INTERRUPT, DESTROY, IOCTL, POLL, BATCH_FORGET) = (
     1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25,
-    26, 27, 28, 29, 30, 34, 35, 36, 38, 39, 42)
+    26, 27, 28, 29, 30, 34, 35, 36, 38, 39, 40, 42)
 _NO_REPLY = (FORGET, BATCH_FORGET)
+#: A notification's code (sent with unique 0, the code in the error field).
+FUSE_NOTIFY_POLL = 1
+FUSE_POLL_SCHEDULE_NOTIFY = 1 << 0
 
 FUSE_ASYNC_READ, FUSE_ATOMIC_O_TRUNC, FUSE_BIG_WRITES = 1 << 0, 1 << 3, 1 << 5
 FOPEN_DIRECT_IO, FOPEN_NONSEEKABLE = 1 << 0, 1 << 2
@@ -271,7 +277,7 @@ class FuseSession:
             RELEASEDIR: self._releasedir, FSYNCDIR: self._zero, ACCESS: self._access,
             CREATE: self._create, DESTROY: self._zero, IOCTL: _failing(errno.ENOTTY),
             FORGET: self._forget, BATCH_FORGET: self._batch_forget,
-            FLUSH: self._flush,
+            FLUSH: self._flush, POLL: self._poll,
         }
         # INTERRUPT has no handler: answered ENOSYS, the kernel sends no more (a request
         # blocked on a reader's data notices its caller's signal itself, gateway._block).
@@ -588,6 +594,25 @@ class FuseSession:
         fh, offset, size, _wflags, _owner, _flags, _pad = _WRITE_IN.unpack_from(body)
         data = bytes(body[_WRITE_IN.size:_WRITE_IN.size + size])
         return struct.pack("<II", self.gateway.write(fh, data, offset, caller), 0)
+
+    def _poll(self, _nodeid, body, caller) -> bytes:
+        """poll(2), select(2) and epoll: the events ready now (Gateway.poll).  When the
+        host asks to be told (SCHEDULE_NOTIFY: someone waits) and nothing is ready, a
+        FUSE_NOTIFY_POLL for the file's kernel handle ``kh`` wakes its waiters later."""
+        fh, kh, flags, _events = _POLL_IN.unpack_from(body)
+        wakeup = None
+        if flags & FUSE_POLL_SCHEDULE_NOTIFY:
+            wakeup = lambda: self._notify(FUSE_NOTIFY_POLL, _U64.pack(kh))  # noqa: E731
+        return struct.pack("<II", self.gateway.poll(fh, caller, wakeup), 0)
+
+    def _notify(self, code: int, data: bytes) -> None:
+        """Writes a notification (unique 0, the code where a reply has its error)."""
+        try:
+            os.write(self._fd, _OUT.pack(_OUT.size + len(data), code, 0) + data)
+        except OSError as e:
+            # ENOENT: no one polls that file any more; ENODEV, EBADF: unmounted.
+            if e.errno not in (errno.ENOENT, errno.ENODEV, errno.EBADF):
+                log.error("notification %d failed: %s", code, e)
 
     def _release(self, _nodeid, body, _caller) -> None:
         self.gateway.release(_U64.unpack_from(body)[0])

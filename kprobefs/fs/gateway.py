@@ -66,6 +66,11 @@ _STAT = struct.Struct("<QQQIIIiQqqqqqqqqq24x")  # struct stat, x86_64 (144 bytes
 _DIRENT = struct.Struct("<QqHB")  # linux_dirent64 header: d_ino, d_off, d_reclen, d_type
 _DT_TO_MODE = {4: stat.S_IFDIR, 8: stat.S_IFREG, 10: stat.S_IFLNK}
 
+POLLIN, POLLOUT, POLLRDNORM, POLLWRNORM = 0x1, 0x4, 0x40, 0x100
+#: poll(2)'s answer for a file that has no poll of its own (Linux's DEFAULT_POLLMASK).
+DEFAULT_POLLMASK = POLLIN | POLLOUT | POLLRDNORM | POLLWRNORM
+READABLE = POLLIN | POLLRDNORM
+
 #: Largest read or write handed to the kernel at once (the task's user window is 16 MiB).
 MAX_IO = 1 << 20
 DIR_BUFFER = 32 * 1024
@@ -162,6 +167,8 @@ class Gateway(HostCallers):
         self._mirror_marks: dict[int, int | None] = {}
         #: Programs made in the emulated rootfs for mirrored execs (callers._exec).
         self._programs: set[str] = set()
+        #: Open files (fh) a poll watch waits on (see poll()).
+        self._polled: set[int] = set()
 
     def watch_host_processes(self, events: ProcessEvents | None) -> None:
         """Mirror the host's process events from now on (None: stop)."""
@@ -441,6 +448,59 @@ class Gateway(HostCallers):
             except Exception as e:
                 log.exception("wait() on a handle failed")
                 raise OSError(errno.EIO, "wait failed") from e
+
+    def poll(self, fh: int, ctx: Caller, wakeup: Callable[[], None] | None) -> int:
+        """poll(2) of fh by the caller: the events ready now, as the tracefs file's poll
+        gives them (a pipe: readable or nothing, see the handles' poll_wait);
+        DEFAULT_POLLMASK for a file without one.  When nothing is ready and ``wakeup``
+        is given, a watch calls it once, from a thread of its own, as the file becomes
+        readable (the host's FUSE then polls again); never when the file is released
+        first or the daemon stops.  Answered here, beside the emulation: the emulated
+        kernel runs no poll system call."""
+        with self._lock:
+            of = self._files.get(fh)
+        if of is not None and of.text is not None:
+            return DEFAULT_POLLMASK
+        _of, fd = self._fd(fh, ctx)
+        poll_wait = getattr(fd.handle, "poll_wait", None)
+        if not callable(poll_wait):
+            return DEFAULT_POLLMASK
+        if poll_wait(0):
+            return READABLE
+        if wakeup is not None:
+            self._watch_poll(fh, poll_wait, wakeup)
+        return 0
+
+    def _watch_poll(self, fh: int, poll_wait: Callable[[float], bool],
+                    wakeup: Callable[[], None]) -> None:
+        """Starts the watch of poll() for fh, unless one runs: the host's FUSE asks for
+        one notification per open file, and a running watch wakes it.  The watch is
+        let go before it wakes the poller: a poll that comes after the wakeup finds
+        either the data or no watch, and starts its own."""
+        with self._lock:
+            if fh in self._polled:
+                return
+            self._polled.add(fh)
+
+        def watch() -> None:
+            woke = False
+            try:
+                while not self._closing.is_set():
+                    with self._lock:
+                        if fh not in self._files:
+                            return
+                    if poll_wait(self.wait_slice):
+                        woke = True
+                        return
+            except Exception:
+                log.exception("the poll watch of fh %d failed", fh)
+            finally:
+                with self._lock:
+                    self._polled.discard(fh)
+                if woke:
+                    wakeup()
+
+        threading.Thread(target=watch, daemon=True, name="kprobefs-poll").start()
 
     def write(self, fh: int, data: bytes, offset: int, ctx: Caller) -> int:
         of, fd = self._fd(fh, ctx)
