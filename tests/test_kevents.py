@@ -15,7 +15,7 @@ from kprobefs.machine.module import module_taints
 from kprobefs.machine.workload import Workload
 from kprobefs.tracing import Tracer
 
-from test_trace_events import COMMON, lines_of, traced  # noqa: F401  (fixture)
+from test_trace_events import COMMON, lines_of, syscall_lines, traced  # noqa: F401
 from test_tracer_e2e import read, write
 
 ENOENT, ESRCH, EACCES, EFAULT, EINVAL, ELOOP = 2, 3, 13, 14, 22, 40
@@ -178,10 +178,10 @@ def test_execve_finds_the_file_renames_the_task_and_records_the_exec(traced):
     assert re.match(rf"\s*prog-with-a-lon-{t.pid} .* sched_process_exec: "
                     rf"filename=/tmp/prog-with-a-long-name pid={t.pid} old_pid={t.pid}$",
                     line), line
-    (enter,) = lines_of(root, "sys_enter_execve")
-    assert re.search(r"sys_execve\(filename: [0-9a-f]+, argv: [0-9a-f]+, envp: [0-9a-f]+\)$",
-                     enter), enter
-    assert lines_of(root, "sys_exit_execve")[0].endswith("sys_execve -> 0x0")
+    enter, leave = syscall_lines(root, "execve")[:2]
+    assert re.search(r"\d: sys_execve\(filename: [0-9a-f]+, argv: [0-9a-f]+, "
+                     r"envp: [0-9a-f]+\)$", enter), enter
+    assert leave.endswith(": sys_execve -> 0x0"), leave
     # Linux's errors: no such file, not executable, a directory, a bad argv pointer.
     assert kernel.syscall(t, "execve", "/tmp/none", ["none"], []) == -ENOENT
     assert kernel.syscall(t, "execve", "/tmp/data", ["data"], []) == -EACCES

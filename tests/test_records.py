@@ -212,3 +212,17 @@ def test_canonical_renumbers_pids_by_first_appearance():
     d = [Record("sh", 77, 1, 9.0, "sched_process_fork", {"pid": 77, "child_pid": 78}),
          Record("sh", 78, 0, 9.5, "x", {})]
     assert canonical(a) != canonical(d) and canonical(a, cpus=False) == canonical(d, cpus=False)
+
+
+def test_syscall_lines_are_read_without_an_event_name():
+    """6.1's print_syscall_enter/exit print ``sys_CALL(ARG: HEX, ...)`` and
+    ``sys_CALL -> 0xRET`` with no ``NAME: `` before them: the event is named from
+    the call."""
+    enter, leave = parse_trace(
+        "             cat-1234    [000] .....    12.345200: sys_openat(dfd: ffffffffffffff9c,"
+        " filename: 139001000, flags: 0, mode: 0)\n"
+        "             cat-1234    [000] .....    12.345300: sys_openat -> 0x3\n")
+    assert (enter.event, enter.comm, enter.pid) == ("sys_enter_openat", "cat", 1234)
+    assert enter.fields == {"dfd": 0xffffffffffffff9c, "filename": 0x139001000, "flags": 0,
+                            "mode": 0}
+    assert (leave.event, leave.fields) == ("sys_exit_openat", {"ret": 3})

@@ -6,8 +6,9 @@ The text forms read are those Linux 6.1's default options print (and kprobefs pr
 - an event line, ``COMM-PID [CPU] FLAGS TIMESTAMP: NAME: BODY`` (also without the flags
   column, ``options/irq-info`` off, and with a ``(TGID)`` column, ``record-tgid`` on),
   where BODY is a kprobe's ``(SYM+OFF/SIZE) ARGS``, a return probe's ``(RET <- FUNC)
-  ARGS``, a system call's ``sys_NAME(ARG: HEX, ...)`` or ``sys_NAME -> 0xRET``, or an
-  event's print fmt output of ``name=value`` pairs;
+  ARGS``, or an event's print fmt output of ``name=value`` pairs;
+- a system call event's line, which has no ``NAME: ``: ``sys_NAME(ARG: HEX, ...)``
+  (the event ``sys_enter_NAME``) or ``sys_NAME -> 0xRET`` (``sys_exit_NAME``);
 - the ``function`` tracer's ``FUNC <-PARENT``;
 - a ``print`` record (``trace_marker``, ``trace_printk``): ``SYM: TEXT``;
 - a ``<stack trace>`` and its ``=> FUNC`` lines;
@@ -50,8 +51,8 @@ _GRAPH_SWITCH = re.compile(r"^\s*(?:-{20,}|\d+\)\s+\S.*?\s=>\s+\S.*?)\s*$")
 _NAMED = re.compile(r"^(?P<name>[\w.]+): (?P<rest>.*)$", re.S)
 _FUNCTION = re.compile(r"^(?P<ip>\S+) <-(?P<parent>\S+)$")
 _KEY = re.compile(r"(?:^|(?<=\s))(?P<key>\w+)=")
-_SYS_ENTER = re.compile(r"^sys_\w+\((?P<args>.*)\)$", re.S)
-_SYS_EXIT = re.compile(r"^sys_\w+ -> (?P<ret>\S+)$")
+_SYS_ENTER = re.compile(r"^sys_(?P<call>\w+)\((?P<args>.*)\)$", re.S)
+_SYS_EXIT = re.compile(r"^sys_(?P<call>\w+) -> (?P<ret>\S+)$")
 _PROBE_AT = re.compile(r"^\((?P<at>[^)]*)\)\s?(?P<args>.*)$", re.S)
 
 
@@ -193,6 +194,9 @@ def _parse_body(body: str, formats: FormatLookup | None) -> tuple[str, dict]:
         frames = [ln.strip()[3:] for ln in body.split("\n")[1:] if ln.strip().startswith("=>")]
         kind = "user_stack" if body.startswith("<user") else "kernel_stack"
         return kind, {"caller": frames}
+    syscall = _syscall_event(body, formats)
+    if syscall is not None:
+        return syscall
     named = _NAMED.match(body)
     fmt = formats(named["name"]) if named and formats is not None else None
     if named and (fmt is not None or formats is None):
@@ -205,6 +209,26 @@ def _parse_body(body: str, formats: FormatLookup | None) -> tuple[str, dict]:
     return "print", {"ip": None, "buf": body}
 
 
+def _syscall_event(body: str, formats: FormatLookup | None) -> tuple[str, dict] | None:
+    """A system call event's name and fields from its line (6.1's print_syscall_enter
+    and print_syscall_exit print no event name), or None when the body is not one
+    (with formats: there is no such event)."""
+    enter, leave = _SYS_ENTER.match(body), _SYS_EXIT.match(body)
+    if not (enter or leave):
+        return None
+    name = f"sys_enter_{enter['call']}" if enter else f"sys_exit_{leave['call']}"
+    fmt = formats(name) if formats is not None else None
+    if formats is not None and _has(fmt, "__syscall_nr") is not True:
+        return None
+    if leave:
+        return name, {"ret": _typed(fmt, "ret", leave["ret"])}
+    fields: dict[str, Any] = {}
+    for arg in _split_args(enter["args"]):
+        key, _, value = arg.partition(": ")
+        fields[key.strip()] = _typed(fmt, key.strip(), value, hex_ints=True)
+    return name, fields
+
+
 def _has(fmt: EventFormat | None, field: str) -> bool | None:
     """Whether the event's format has the field; None when there is no format."""
     return None if fmt is None else fmt.field(field) is not None
@@ -212,12 +236,11 @@ def _has(fmt: EventFormat | None, field: str) -> bool | None:
 
 def _event_fields(rest: str, fmt: EventFormat | None) -> dict[str, Any]:
     """An event's fields from its text after ``NAME: ``: by the format's fields when
-    there is one (a kprobe has ``__probe_ip``, a return probe ``__probe_func``, a
-    system call ``__syscall_nr``), by the text's shape otherwise."""
+    there is one (a kprobe has ``__probe_ip``, a return probe ``__probe_func``), by
+    the text's shape otherwise."""
     fields: dict[str, Any] = {}
     at = _PROBE_AT.match(rest)
     location = at["at"] if at else ""
-    enter, leave = _SYS_ENTER.match(rest), _SYS_EXIT.match(rest)
     if at and _has(fmt, "__probe_func") in (True, None) and " <- " in location:
         ret_ip, _, func = location.partition(" <- ")
         fields["__probe_ret_ip"], fields["__probe_func"] = ret_ip, func
@@ -225,13 +248,6 @@ def _event_fields(rest: str, fmt: EventFormat | None) -> dict[str, Any]:
     elif at and _has(fmt, "__probe_ip") in (True, None):
         fields["__probe_ip"] = location
         rest = at["args"]
-    elif enter and _has(fmt, "__syscall_nr") in (True, None):
-        for arg in _split_args(enter["args"]):
-            name, _, value = arg.partition(": ")
-            fields[name.strip()] = _typed(fmt, name.strip(), value, hex_ints=True)
-        return fields
-    elif leave and _has(fmt, "__syscall_nr") in (True, None):
-        return {"ret": _typed(fmt, "ret", leave["ret"])}
     names = [f.name for f in fmt.fields] if fmt is not None else None
     for key, value in _pairs(rest, names):
         fields[key] = _typed(fmt, key, value)

@@ -130,7 +130,9 @@ class StaticEvent:
 @dataclass(eq=False)
 class SyscallEvent(StaticEvent):
     """``syscalls/sys_enter_NAME`` or ``sys_exit_NAME``: printed as 6.1's
-    print_syscall_enter/exit print them, not through the print fmt."""
+    print_syscall_enter/exit print them, not through the print fmt and without the
+    event's name: ``sys_openat(dfd: ffffffffffffff9c, filename: 7ffc..., ...)`` (each
+    argument in hex without 0x) and ``sys_openat -> 0x3``."""
 
     syscall: str = ""                   # "sys_openat"
     args: tuple[str, ...] = ()          # the argument names (enter)
@@ -138,9 +140,9 @@ class SyscallEvent(StaticEvent):
     def render(self, record: tuple, tracer, options) -> str:
         values = self.values(record[6])
         if self.name.startswith("sys_exit_"):
-            return f"{self.name}: {self.syscall} -> 0x{values['ret'] & _U64:x}\n"
+            return f"{self.syscall} -> 0x{values['ret'] & _U64:x}\n"
         args = ", ".join(f"{a}: {values[a] & _U64:x}" for a in self.args)
-        return f"{self.name}: {self.syscall}({args})\n"
+        return f"{self.syscall}({args})\n"
 
 
 def _syscall_events(name: str, types: Sequence[str], args: Sequence[str]):
