@@ -74,7 +74,7 @@ def in_process(echos: int, served: bool) -> tuple[float, dict[str, float]]:
 
 def _null_fs(mountpoint: str) -> None:
     """A filesystem with the mount's options that answers every request at once (run in
-    a child process)."""
+    a child process): /tracing, its kprobe_events, and tracing_on, which reads 1."""
     import fuse
 
     from kprobefs.fs.fuse_ops import fuse_options
@@ -85,13 +85,16 @@ def _null_fs(mountpoint: str) -> None:
         def getattr(self, path, fh=None):
             if path in ("/", "/tracing"):
                 return {"st_mode": stat.S_IFDIR | 0o750, "st_nlink": 1}
-            if path == "/tracing/kprobe_events":
+            if path in ("/tracing/kprobe_events", "/tracing/tracing_on"):
                 return {"st_mode": stat.S_IFREG | 0o640, "st_nlink": 1}
             raise fuse.FuseOSError(errno.ENOENT)
 
         def open(self, path, fi):
             fi.direct_io, fi.fh = 1, 1
             return 0
+
+        def read(self, path, size, offset, fi):
+            return b"1\n"[offset:offset + size]
 
         def write(self, path, data, offset, fi):
             return len(data)
