@@ -5,11 +5,13 @@
 # umount(2).  It must not be installed: it Breaks fuse3, and apt would remove fuse3 and
 # what depends on it.  libfuse2 and fuse3 install side by side.
 # trace-cmd, linux-perf and perf-tools-unstable: the unmodified tools tests/test_exec.py
-# runs through `kprobefs exec`.
+# runs through `kprobefs exec`; gawk: perf-tools' opensnoop and funcslower read
+# trace_pipe with gawk (Debian's default awk, mawk, lacks what their scripts use).
 # iputils-ping: the ftracetest inter-event cases ping 127.0.0.1 to make a task sleep and
 # wake on the host (its wakeups are mirrored into the emulated kernel).
 set -euo pipefail
-PACKAGES=(gcc make binutils libfuse2 systemd trace-cmd linux-perf perf-tools-unstable iputils-ping)
+PACKAGES=(gcc make binutils libfuse2 systemd trace-cmd linux-perf perf-tools-unstable gawk
+          iputils-ping)
 if [ "${1:-}" = "--list" ]; then
     echo "${PACKAGES[*]}"
     exit 0

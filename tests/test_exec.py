@@ -5,15 +5,18 @@ The view itself (the first tracefs line of /proc/mounts, /sys/kernel/debug, the
 emulated kernel's /proc files, the host left alone), the command's exit status and
 signals, then Debian's own tools: trace-cmd (``list -e/-t/-o``, ``stat``, ``show``,
 ``reset``, ``extract`` and ``report`` compared record by record with ``trace``,
-``record``, ``report --stat``, the ftrace_enabled sysctl), perf (``perf probe -a/-l/-d``), perf-tools' ``kprobe`` script, and
-ftracetest itself.  The FUSE tests are skipped without /dev/fuse, a missing tool is
-skipped, except under CI=true (tests/run.sh installs them).
+``record``, ``report --stat``, the ftrace_enabled sysctl), perf (``perf probe -a/-l/-d``,
+``perf ftrace -T/-G``, which poll ``trace_pipe``), perf-tools' ``kprobe``, ``opensnoop``
+and ``funcslower`` scripts, and ftracetest itself.  The FUSE tests are skipped without
+/dev/fuse, a missing tool is skipped, except under CI=true (tests/run.sh installs them).
 """
 
 from __future__ import annotations
 
 import os
+import pty
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -25,13 +28,15 @@ import pytest
 
 import conformance_runner as runner
 from kprobefs.cli import build_parser, _parse
+from kprobefs.testing import TracefsReset
 from robust_mount import need_fuse
 
 CI = os.environ.get("CI") == "true"
 EXEC = [sys.executable, "-m", "kprobefs", "exec"]
 #: Debian packages of the tools tested here (tests/run.sh installs them).
 PACKAGES = {"trace-cmd": "trace-cmd", "perf": "linux-perf",
-            "kprobe-perf": "perf-tools-unstable"}
+            "kprobe-perf": "perf-tools-unstable", "opensnoop-perf": "perf-tools-unstable",
+            "funcslower-perf": "perf-tools-unstable", "gawk": "gawk"}
 
 
 def _default_sigint():
@@ -59,8 +64,10 @@ def mnt() -> Path:
 
 @pytest.fixture
 def tracing(mnt) -> Path:
-    """MNT/tracing, with no event enabled, no probe and an empty buffer afterwards."""
+    """MNT/tracing, with no event enabled, no probe, an empty buffer and buffer_percent
+    at its default afterwards."""
     yield mnt / "tracing"
+    (mnt / "tracing" / "buffer_percent").write_text("50\n")
     (mnt / "tracing" / "events" / "enable").write_text("0\n")
     (mnt / "tracing" / "kprobe_events").write_text("")
     (mnt / "tracing" / "trace").write_text("")
@@ -514,8 +521,11 @@ def test_trace_cmd_stream_prints_the_events_as_they_come(mnt, tracing, tmp_path)
     (tracing / "kprobe_events").write_text("p:myprobe vfs_read count=%dx:u32\n")
     # The command runs once stream has started (it turns tracing_on off, enables the
     # event, starts its recorders, turns tracing_on on); its events must be printed
-    # while stream runs, within 8 s (less than one: the recorders splice each page as it
-    # comes), before stream is stopped as a user would (SIGINT).
+    # while stream runs, within 8 s, before stream is stopped as a user would (SIGINT).
+    # The recorders wait in select(2) on trace_pipe_raw, which waits for buffer_percent
+    # of the CPU's buffer (6.1's default 50), or for stream's flush every half second
+    # (a page a CPU); at 0 they read each record as it comes, as on Linux.
+    (tracing / "buffer_percent").write_text("0\n")
     script = r"""
         cd "$0" || exit
         trace-cmd stream -e kprobes:myprobe > out 2> err & stream=$!
@@ -675,6 +685,146 @@ def test_perf_probe_on_a_function_the_kernel_lacks_fails(mnt, tracing):
     done = run_exec(mnt, "perf", "probe", "-a", "no_such_function_in_kprobefs")
     assert done.returncode != 0
     assert (tracing / "kprobe_events").read_text() == ""
+
+
+# ---- perf ftrace: it polls trace_pipe -------------------------------------------------------
+@pytest.fixture
+def ftrace_reset(mnt):
+    """The tracefs as ftracetest leaves it afterwards (perf ftrace leaves tracing off,
+    funcslower its tracing_thresh on a failure)."""
+    yield
+    reset = TracefsReset(mnt)
+    try:
+        reset.reset(full=True)
+    finally:
+        reset.close()
+
+
+def _traced_dd(mnt: Path, *perf_args: str) -> tuple[str, int, int]:
+    """``perf ftrace ARGS -- dd`` reading tracing/README through the mount in blocks
+    of 1000 bytes: (perf's output, dd's pid, how many read(2)s dd made: its whole
+    and partial records and the read that found the end)."""
+    need_tool("perf")
+    done = run_exec(mnt, "perf", "ftrace", *perf_args, "--", "dd",
+                    "if=/sys/kernel/tracing/README", "of=/dev/null", "bs=1000")
+    assert done.returncode == 0, done.stderr
+    full, partial = map(int, re.search(r"^(\d+)\+(\d+) records in$", done.stderr,
+                                       re.M).groups())
+    pids = set(re.findall(r"\bdd-(\d+)\b", done.stdout))
+    return done.stdout, int(pids.pop()) if len(pids) == 1 else None, full + partial + 1
+
+
+def test_perf_ftrace_shows_every_vfs_read_of_the_command(mnt, ftrace_reset):
+    out, pid, reads = _traced_dd(mnt, "-T", "vfs_read")
+    assert pid is not None, out
+    calls = re.findall(rf"^ +dd-{pid} +\[\d+\] +[\d.]+: vfs_read <-ksys_read$", out, re.M)
+    assert len(calls) == reads, out
+
+
+@pytest.mark.parametrize("depth", [None, 2])
+def test_perf_ftrace_graph_shows_every_vfs_read_of_the_command(mnt, ftrace_reset, depth):
+    opts = ("--graph-opts", f"depth={depth}") if depth else ()
+    out, _pid, reads = _traced_dd(mnt, "-G", "vfs_read", *opts)
+    lines = [line for line in out.splitlines() if re.match(r" *\d+\) ", line)]
+    assert sum(line.endswith("|  vfs_read() {") for line in lines) == reads, out
+    # two spaces of indent a level: depth=2 stops at vfs_read's callees (hostfs_read)
+    levels = {len(m[1]) // 2 for line in lines if (m := re.search(r"\|( +)\S", line))}
+    assert "|    hostfs_read" in out
+    assert max(levels) == 2 if depth else max(levels) > 2, out
+
+
+# ---- perf-tools: kprobe, opensnoop, funcslower -----------------------------------------------
+def _at_a_terminal(mnt: Path, argv: list[str], started: str, action, shown: str) -> str:
+    """argv under ``kprobefs exec``, in a session of its own, writing to a terminal
+    (gawk then writes each line as it comes, as for a user): once its output matches
+    ``started``, ``action()`` runs; once it matches ``shown`` (regular expressions,
+    line by line), the session gets a user's Ctrl-C (SIGINT), and the whole output is
+    returned when the command has ended."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen(EXEC + [str(mnt), "--", *argv], stdin=subprocess.DEVNULL,
+                         stdout=slave, stderr=slave, env=runner._cli_env(), cwd="/",
+                         start_new_session=True, preexec_fn=_default_sigint)
+    os.close(slave)
+    out = bytearray()
+
+    def read_until(done, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([master], [], [], left)[0]:
+                return False
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:         # EIO: the terminal's last writer has gone
+                return done()
+            if not chunk:
+                return done()
+            out.extend(chunk)
+        return True
+
+    def text() -> str:
+        return out.decode("utf-8", "replace").replace("\r\n", "\n")
+
+    try:
+        assert read_until(lambda: re.search(started, text(), re.M), 60), text()
+        action()
+        found = read_until(lambda: re.search(shown, text(), re.M), 60)
+        os.killpg(p.pid, signal.SIGINT)
+        read_until(lambda: p.poll() is not None, 60)
+        assert p.wait(60) == 0 and found, text()
+        return text()
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        os.close(master)
+
+
+def test_perf_tools_opensnoop_shows_the_traced_command(mnt, tracing, ftrace_reset):
+    """opensnoop reads each open as sys_exit_openat's line, ``sys_openat -> 0xFD`` at
+    its fourth field (6.1 prints no event name), after a kretprobe on getname."""
+    need_tool("opensnoop-perf")
+    need_tool("gawk")
+    cat = []
+
+    def open_a_file():
+        cat.append(subprocess.run(["sh", "-c", f"echo $$; exec cat {mnt}/tracing/README"],
+                                  capture_output=True, text=True, timeout=60))
+
+    # its own cat of trace_pipe shows once it has emptied the buffer and reads it
+    out = _at_a_terminal(mnt, ["opensnoop-perf"],
+                         r"^cat +\d+ +\S+ /sys/kernel/tracing/trace_pipe$", open_a_file,
+                         r"^cat +\d+ +\S+ /sys/kernel/tracing/README$")
+    pid = cat[0].stdout.split("\n", 1)[0]
+    assert re.search(rf"^cat +{pid} +\S+ /sys/kernel/tracing/README$", out, re.M), out
+    assert "Ending tracing..." in out
+    assert (tracing / "kprobe_events").read_text() == ""
+
+
+def test_perf_tools_funcslower_shows_the_traced_command(mnt, ftrace_reset):
+    """funcslower: function_graph with tracing_thresh, read through trace_pipe; 6.1
+    records only the returns that took longer, each ``} /* vfs_read */`` with its
+    duration (and with -P the task)."""
+    need_tool("funcslower-perf")
+    need_tool("gawk")
+    dd = []
+
+    def read_a_file():
+        dd.append(subprocess.run(["sh", "-c", f"echo $$; exec dd if={mnt}/tracing/README "
+                                  "of=/dev/null bs=1000"], capture_output=True, text=True,
+                                 timeout=60))
+
+    # it prints its first line before it starts; its own reads of trace_pipe come next
+    out = _at_a_terminal(mnt, ["funcslower-perf", "-P", "vfs_read", "1"],
+                         r"^ *\d+\) +gawk-\d+ +\|", read_a_file, r"^ *\d+\) +dd-\d+ +\|")
+    pid = dd[0].stdout.split("\n", 1)[0]
+    mine = [line for line in out.splitlines() if f" dd-{pid} " in line]
+    assert mine, out
+    for line in mine:
+        assert re.fullmatch(rf" *\d+\) +dd-{pid} +\| +[+!#*@$]? *[\d.]+ us +\| +"
+                            r"\} /\* vfs_read \*/", line), line
+    assert "vfs_read();" not in out and "vfs_read() {" not in out
+    assert "Ending tracing..." in out
 
 
 # ---- perf-tools' kprobe ------------------------------------------------------------------
