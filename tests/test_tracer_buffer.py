@@ -169,3 +169,32 @@ def test_per_cpu_trace_pipe_only_reads_its_cpu():
     data = node(t.root, "per_cpu/cpu1/trace_pipe").open(os.O_RDONLY, 1, "cat").read(4096, 0)
     assert b"one" in data and b"zero" not in data
     assert "zero" in cat(t.root, "trace")
+
+
+def test_poll_readiness_follows_buffer_percent_on_a_cpus_pipes():
+    """6.1's trace_poll: a per-CPU pipe is ready once buffer_percent of the CPU's pages
+    are filled, the page being written counted (full_hit); 0 asks for a record; the
+    top trace_pipe asks for a record whatever buffer_percent says."""
+    t = make_tracer()
+    echo(t.root, "buffer_size_kb", "8")                 # 3 pages a CPU
+    t.kernel.cpu.index = 1
+    raw = node(t.root, "per_cpu/cpu1/trace_pipe_raw").open(os.O_RDONLY, 1, "cat")
+    pipe = node(t.root, "per_cpu/cpu1/trace_pipe").open(os.O_RDONLY, 1, "cat")
+    top = node(t.root, "trace_pipe").open(os.O_RDONLY, 1, "cat")
+    assert not raw.poll_wait(0) and not pipe.poll_wait(0) and not top.poll_wait(0)
+    echo(t.root, "trace_marker", "x" * 1000)
+    assert top.poll_wait(0) and not raw.poll_wait(0) and not pipe.poll_wait(0)
+    echo(t.root, "trace_marker", "x" * 1000)
+    echo(t.root, "trace_marker", "x" * 1000)
+    assert not raw.poll_wait(0)                 # three fill the page being written
+    timer = threading.Timer(0.05, lambda: echo(t.root, "trace_marker", "y" * 1000))
+    timer.start()
+    assert raw.poll_wait(5.0) and pipe.poll_wait(0)     # the fourth opens a second of 3
+    timer.join()
+    echo(t.root, "buffer_percent", "100")
+    assert not raw.poll_wait(0)
+    echo(t.root, "buffer_percent", "0")
+    assert raw.poll_wait(0)
+    assert not node(t.root, "per_cpu/cpu0/trace_pipe_raw").open(
+        os.O_RDONLY, 1, "cat").poll_wait(0)
+    assert write_errno(t.root, "buffer_percent", "101") == errno.EINVAL
