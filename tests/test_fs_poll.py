@@ -99,6 +99,45 @@ def test_epoll_on_an_empty_trace_pipe_waits_for_each_record(t):
         os.close(fd)
 
 
+@pytest.fixture
+def raw_pipes(t):
+    """Every CPU's trace_pipe_raw, with buffer_percent 0 (a record makes a CPU's
+    pipe readable; a marker lands on whichever CPU runs its write)."""
+    assert sh(f"echo 0 > {t}/buffer_percent").returncode == 0
+    fds = [opened(f"{t}/per_cpu/{cpu}/trace_pipe_raw") for cpu in os.listdir(f"{t}/per_cpu")]
+    yield fds
+    for fd in fds:
+        os.close(fd)
+
+
+def test_select_on_empty_trace_pipe_raws_waits_for_a_record(t, raw_pipes):
+    assert select.select(raw_pipes, [], [], QUIET_MS / 1000) == ([], [], [])
+    writer = mark_later(t, "raw hello")
+    ready, _, _ = select.select(raw_pipes, [], [], WAKE_MS / 1000)
+    writer.join()
+    assert len(ready) == 1
+    page = os.read(ready[0], 4096)
+    assert len(page) == 4096 and b"raw hello" in page
+    assert select.select(raw_pipes, [], [], 0) == ([], [], [])
+
+
+def test_epoll_on_empty_trace_pipe_raws_waits_for_each_record(t, raw_pipes):
+    ep = select.epoll()
+    try:
+        for fd in raw_pipes:
+            ep.register(fd, select.EPOLLIN)
+        assert ep.poll(QUIET_MS / 1000) == []
+        for word in (b"first", b"second"):
+            writer = mark_later(t, word.decode())
+            ready = ep.poll(WAKE_MS / 1000)
+            writer.join()
+            assert [events for _fd, events in ready] == [select.EPOLLIN]
+            assert word in os.read(ready[0][0], 4096)
+            assert ep.poll(0) == []
+    finally:
+        ep.close()
+
+
 def test_poll_on_an_instances_trace_pipe_waits_for_its_own_records(t):
     inst = f"{t}/instances/polled"
     os.mkdir(inst)
