@@ -164,7 +164,7 @@ def test_a_spawned_task_is_forked_under_its_own_name_without_a_rename(traced):
     kernel.run_until_idle()
     (fork,) = [l for l in lines_of(root, "sched_process_fork") if f"={child.pid}" in l]
     assert fork.endswith(f"child_comm=named child_pid={child.pid}")
-    assert lines_of(root, "sys_enter_prctl") == []
+    assert syscall_lines(root, "prctl") == []
 
 
 def test_fork_exit_wait_free_and_wakeups_are_recorded(traced):
@@ -318,7 +318,7 @@ def test_pid_filter_and_event_fork_in_the_kernel(traced):
     write(root, "events/syscalls/sys_enter_getpid/enable", "1")
     for t in (watched, other):
         kernel.syscall(t, "getpid")
-    pids = {int(re.search(r"-(\d+) ", l).group(1)) for l in lines_of(root, "sys_enter_getpid")}
+    pids = {int(re.search(r"-(\d+) ", l).group(1)) for l in syscall_lines(root, "getpid")}
     assert pids == {watched.pid}
     # event-fork off: the child is not followed; on: it is, until it exits.
     child = kernel.syscall(watched, "fork")
@@ -332,12 +332,12 @@ def test_pid_filter_and_event_fork_in_the_kernel(traced):
     assert static.pid_filter() == ({watched.pid, child2}, {watched.pid})
     write(root, "trace", "", flags=os.O_WRONLY | os.O_TRUNC)
     kernel.syscall(watched, "getpid")
-    assert lines_of(root, "sys_enter_getpid") == []
+    assert syscall_lines(root, "getpid") == []
     write(root, "set_event_pid", "", flags=os.O_WRONLY | os.O_TRUNC)
     write(root, "set_event_notrace_pid", "", flags=os.O_WRONLY | os.O_TRUNC)
     assert static.pid_filter() == (set(), set())
     kernel.syscall(other, "getpid")
-    assert len(lines_of(root, "sys_enter_getpid")) == 1
+    assert len(syscall_lines(root, "getpid")) == 1
     assert child != child2
     with pytest.raises(OSError):
         static.set_pid_filter({40000}, None)
