@@ -295,6 +295,21 @@ class FakeKernel:
         f["pos"] += n
         return n
 
+    def sys_pread64(self, task, fd, buf: UserBuffer, count, pos):
+        return self._at(task, fd, pos, self.sys_read, buf, count)
+
+    def sys_pwrite64(self, task, fd, data, count, pos):
+        return self._at(task, fd, pos, self.sys_write, data, count)
+
+    def _at(self, task, fd, pos, call, *args):
+        """call at pos, the file's position left where it was."""
+        f = self._file(task, fd)
+        kept, f["pos"] = f["pos"], pos
+        try:
+            return call(task, fd, *args)
+        finally:
+            f["pos"] = kept
+
     def sys_lseek(self, task, fd, offset, whence):
         f = self._file(task, fd)
         f["pos"] = offset

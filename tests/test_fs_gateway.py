@@ -376,6 +376,47 @@ def test_real_kernel_serves_proc(real):
     assert e.value.errno == errno.ENOENT
 
 
+def test_reads_at_offsets_are_one_system_call_each(real):
+    """A read where the file's position is is a read(2); one anywhere else (a host
+    pread, as the benchmark's of tracing_on at offset 0) is one pread64, which leaves
+    the position alone: a later read at the position reads on from there."""
+    kernel, gateway = real
+    text = kernel.proc_version().encode()
+    fh = gateway.open("/proc/version", O_RDONLY, ME)
+    try:
+        calls = gateway.stats["calls"]
+        assert gateway.read(fh, 10, 0, ME) == text[:10]
+        for _ in range(3):
+            assert gateway.read(fh, 4096, 0, ME) == text
+        assert gateway.read(fh, 7, 5, ME) == text[5:12]
+        assert gateway.read(fh, 4096, len(text) + 10, ME) == b""
+        assert gateway.stats["calls"] - calls == 6
+        assert gateway.read(fh, 5, 10, ME) == text[10:15]     # where read(2) left it
+        assert gateway.read(fh, 4096, 15, ME) == text[15:]
+        assert gateway.read(fh, 4096, len(text), ME) == b""
+    finally:
+        gateway.release(fh)
+
+
+def test_reads_and_writes_at_offsets_through_the_fake_kernel(setup):
+    """The same against the fake kernel, by name: read, pread64 for another offset,
+    write where the position is, pwrite64 elsewhere; no lseek."""
+    kernel, _, gateway = setup
+    fh = gateway.open("/tracing/kprobe_events", O_RDWR, ME)
+    try:
+        assert gateway.write(fh, b"p:a vfs_read\n", 0, ME) == 13
+        assert gateway.write(fh, b"p:b vfs_read\n", 0, ME) == 13
+        before = len(kernel.syscalls)
+        assert gateway.read(fh, 4096, 0, ME).startswith(b"p:")
+        assert gateway.read(fh, 4096, 0, ME).startswith(b"p:")
+        names = [call[2] for call in kernel.syscalls[before:]]
+    finally:
+        gateway.release(fh)
+    assert [call[2] for call in kernel.syscalls[before - 2:before]] == ["write", "pwrite64"]
+    assert names == ["pread64", "pread64"]
+    assert "lseek" not in {call[2] for call in kernel.syscalls}
+
+
 def test_real_kernel_runs_requests_as_the_callers_task(real, sleeper):
     kernel, gateway = real
     gateway.getattr("/proc/version", Caller(sleeper.pid))

@@ -127,6 +127,27 @@ def test_append_trunc_and_sparse_write(sc):
     sc("close", fd)
 
 
+def test_pread64_and_pwrite64_leave_the_position(sc):
+    fd = sc("open", "/tmp/p", O_CREAT | O_RDWR, 0o644)
+    sc("write", fd, b"abcdef", 6)
+    assert sc("lseek", fd, 1, 0) == 1
+    buf = UserBuffer(3)
+    assert sc("pread64", fd, buf, 3, 2) == 3 and buf.data == b"cde"
+    assert sc("pwrite64", fd, b"XY", 2, 4) == 2
+    assert sc("pread64", fd, buf, 3, 5) == 1 and buf.data[:1] == b"Y"
+    assert sc("lseek", fd, 0, 1) == 1           # SEEK_CUR: where it was
+    buf = UserBuffer(8)
+    assert sc("read", fd, buf, 8) == 5 and buf.data[:5] == b"bcdXY"
+    assert sc("pread64", fd, buf, 8, -1) == -errno.EINVAL
+    assert sc("pwrite64", fd, b"x", 1, -1) == -errno.EINVAL
+    assert sc("pread64", 99, buf, 8, 0) == -errno.EBADF
+    sc("close", fd)
+    fd = sc("open", "/tmp/p", O_RDONLY, 0)
+    assert sc("pwrite64", fd, b"no", 2, 0) == -errno.EBADF
+    sc("close", fd)
+    assert open_read(sc, "/tmp/p") == b"abcdXY"
+
+
 def test_open_flag_errors(sc):
     assert sc("open", "/tmp/nope", O_RDONLY, 0) == -errno.ENOENT
     fd = sc("open", "/tmp/e", O_CREAT | O_EXCL | O_WRONLY, 0o600)

@@ -2,8 +2,9 @@
 the emulated kernel, made by a task with that process's pid and comm.  No FUSE here.
 
 The processes and their tasks (made at a process's first request, forks, execs and
-exits mirrored) are :mod:`.callers`'.  open is ``openat``, read is ``lseek`` + ``read``,
-write is ``lseek`` + ``write``, release is ``close``, readdir is ``getdents64``;
+exits mirrored) are :mod:`.callers`'.  open is ``openat``; read is ``read`` where the
+file's position is, else ``pread64`` (a host ``pread``), and write ``write`` or
+``pwrite64`` alike; release is ``close``, readdir is ``getdents64``;
 getattr of a debugfs or tracefs name is answered from the host tree the kernel's hostfs
 serves, of a ``proc``, ``dev`` or ``tmp`` name by ``newfstatat``.  Tasks whose host
 process has gone exit through the ``exit`` system call (do_exit) when
@@ -54,7 +55,6 @@ __all__ = ["Gateway", "Caller", "Attributes"]
 log = logging.getLogger("kprobefs.fs.gateway")
 
 AT_FDCWD = -100
-SEEK_SET = 0
 O_ACCMODE = 0o3
 O_CREAT, O_EXCL, O_TRUNC, O_APPEND = 0o100, 0o200, 0o1000, 0o2000
 O_NONBLOCK, O_DIRECTORY = 0o4000, 0o200000
@@ -113,6 +113,8 @@ class _Fd:
     pos: int = 0
     handle: object = None  # the host handle behind it, for wait()
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: False once pread64 or pwrite64 said ESPIPE: the file has no positions.
+    positioned: bool = True
 
 
 @dataclass(eq=False)
@@ -393,14 +395,23 @@ class Gateway(HostCallers):
             of.fds[pid] = fd
         return of, fd
 
-    def _seek(self, fd: _Fd, offset: int) -> None:
-        if offset == fd.pos:
-            return
-        try:
-            fd.pos = self._sys(fd.caller, "lseek", fd.fd, offset, SEEK_SET)
-        except OSError as e:
-            if e.errno != errno.ESPIPE:
-                raise
+    def _io(self, fd: _Fd, name: str, data, size: int, offset: int) -> int:
+        """One ``read`` or ``write`` (name) of fd at offset: the plain call where the
+        emulated file's position is offset (a host process's sequential reads, as it
+        made them), else ``pread64`` or ``pwrite64``, which leave the position where it
+        is (one call where lseek and the call were two); the plain call on a file
+        without positions (ESPIPE: a stream reads on where it is).  Caller holds
+        fd.lock."""
+        if offset != fd.pos and fd.positioned:
+            try:
+                return self._sys(fd.caller, "p" + name + "64", fd.fd, data, size, offset)
+            except OSError as e:
+                if e.errno != errno.ESPIPE:
+                    raise
+                fd.positioned = False
+        n = self._sys(fd.caller, name, fd.fd, data, size)
+        fd.pos += n
+        return n
 
     def read(self, fh: int, size: int, offset: int, ctx: Caller,
              flags: int | None = None) -> bytes:
@@ -415,17 +426,15 @@ class Gateway(HostCallers):
         nonblock = bool((of.flags if flags is None else flags) & O_NONBLOCK)
         waitable = callable(getattr(fd.handle, "wait", None))
         with fd.lock:
-            self._seek(fd, offset)
             while True:
                 buf = UserBuffer(size)
                 try:
-                    n = self._sys(fd.caller, "read", fd.fd, buf, size)
+                    n = self._io(fd, "read", buf, size, offset)
                 except OSError as e:
                     if e.errno != errno.EAGAIN or not waitable or nonblock:
                         raise
                     n = 0
                 if n > 0 or not waitable:
-                    fd.pos += n
                     return buf.data[:n]
                 if nonblock:
                     raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
@@ -507,11 +516,10 @@ class Gateway(HostCallers):
         if len(data) > MAX_IO:
             data = data[:MAX_IO]
         with fd.lock:
-            if not of.flags & O_APPEND:
-                self._seek(fd, offset)
-            n = self._sys(fd.caller, "write", fd.fd, bytes(data), len(data))
-            fd.pos += n
-            return n
+            # An O_APPEND write goes to the end whatever the offset (as pwrite's does on
+            # Linux, so the plain call says what the process did).
+            return self._io(fd, "write", bytes(data), len(data),
+                            fd.pos if of.flags & O_APPEND else offset)
 
     def release(self, fh: int) -> None:
         """Closes every emulated fd behind fh (each in its own task), waiting for each

@@ -11,7 +11,8 @@ __all__ = [
 #: x86_64 system call numbers the kernel implements.
 SYSCALLS = {
     "read": 0, "write": 1, "open": 2, "close": 3, "stat": 4, "lseek": 8,
-    "rt_sigaction": 13, "getpid": 39, "socket": 41, "accept": 43, "bind": 49,
+    "pread64": 17, "pwrite64": 18, "rt_sigaction": 13, "getpid": 39, "socket": 41,
+    "accept": 43, "bind": 49,
     "listen": 50, "clone": 56, "fork": 57, "execve": 59, "exit": 60, "wait4": 61,
     "kill": 62, "uname": 63, "getcwd": 79, "chdir": 80, "mkdir": 83, "rmdir": 84,
     "unlink": 87, "symlink": 88, "readlink": 89, "rename": 82, "getppid": 110,

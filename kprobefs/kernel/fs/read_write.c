@@ -1,4 +1,4 @@
-/* read(), write() and lseek(). */
+/* read(), write(), pread64(), pwrite64() and lseek(). */
 #include "fs.h"
 #include "syscalls.h"
 #include "uaccess.h"
@@ -216,4 +216,51 @@ SYSCALL_DECL(write)
 {
 	return ksys_write((unsigned int)regs->di, (const char __user *)regs->si,
 			  (size_t)regs->dx);
+}
+
+/* At pos, leaving the file's position alone; ESPIPE for a file without positions. */
+ssize_t ksys_pread64(unsigned int fd, char __user *buf, size_t count, loff_t pos)
+{
+	struct file *f;
+	ssize_t ret = -EBADF;
+
+	if (pos < 0)
+		return -EINVAL;
+	f = fget(fd);
+	if (f) {
+		ret = -ESPIPE;
+		if (f->f_mode & FMODE_PREAD)
+			ret = vfs_read(f, buf, count, &pos);
+		fput(f);
+	}
+	return ret;
+}
+
+ssize_t ksys_pwrite64(unsigned int fd, const char __user *buf, size_t count, loff_t pos)
+{
+	struct file *f;
+	ssize_t ret = -EBADF;
+
+	if (pos < 0)
+		return -EINVAL;
+	f = fget(fd);
+	if (f) {
+		ret = -ESPIPE;
+		if (f->f_mode & FMODE_PWRITE)
+			ret = vfs_write(f, buf, count, &pos);
+		fput(f);
+	}
+	return ret;
+}
+
+SYSCALL_DECL(pread64)
+{
+	return ksys_pread64((unsigned int)regs->di, (char __user *)regs->si, (size_t)regs->dx,
+			    (loff_t)regs->r10);
+}
+
+SYSCALL_DECL(pwrite64)
+{
+	return ksys_pwrite64((unsigned int)regs->di, (const char __user *)regs->si,
+			     (size_t)regs->dx, (loff_t)regs->r10);
 }

@@ -439,6 +439,8 @@ ssize_t ksys_write(unsigned int fd, const char __user *buf, size_t count);
 int rw_verify_area(int read_write, struct file *file, const loff_t *ppos, size_t count);
 loff_t vfs_llseek(struct file *file, loff_t offset, int whence);
 off_t ksys_lseek(unsigned int fd, off_t offset, unsigned int whence);
+ssize_t ksys_pread64(unsigned int fd, char __user *buf, size_t count, loff_t pos);
+ssize_t ksys_pwrite64(unsigned int fd, const char __user *buf, size_t count, loff_t pos);
 loff_t generic_file_llseek(struct file *file, loff_t offset, int whence);
 loff_t no_llseek(struct file *file, loff_t offset, int whence);
 ssize_t generic_read_dir(struct file *filp, char __user *buf, size_t siz, loff_t *ppos);

@@ -9,6 +9,8 @@
 #define __NR_close 3
 #define __NR_stat 4
 #define __NR_lseek 8
+#define __NR_pread64 17
+#define __NR_pwrite64 18
 #define __NR_rt_sigaction 13
 #define __NR_getpid 39
 #define __NR_socket 41

@@ -51,6 +51,10 @@ SYSCALL_METADATA(__NR_stat, newstat, 2, const char __user *, filename,
 		 struct stat __user *, statbuf)
 SYSCALL_METADATA(__NR_lseek, lseek, 3, unsigned int, fd, off_t, offset,
 		 unsigned int, whence)
+SYSCALL_METADATA(__NR_pread64, pread64, 4, unsigned int, fd, char __user *, buf,
+		 size_t, count, loff_t, pos)
+SYSCALL_METADATA(__NR_pwrite64, pwrite64, 4, unsigned int, fd, const char __user *, buf,
+		 size_t, count, loff_t, pos)
 SYSCALL_METADATA(__NR_getpid, getpid, 0)
 SYSCALL_METADATA(__NR_socket, socket, 3, int, family, int, type, int, protocol)
 SYSCALL_METADATA(__NR_accept, accept, 3, int, fd, struct sockaddr __user *, upeer_sockaddr,
