@@ -488,3 +488,58 @@ def test_an_open_file_used_by_another_process_meanwhile_is_still_checked(monkeyp
         return iter(())
     monkeypatch.setattr(gw_module, "open_mount_paths", paths)
     assert not gw_module._held(of)
+
+
+def test_flush_closes_the_callers_last_descriptor_on_its_threads(setup, monkeypatch):
+    """FLUSH closes the caller's emulated fd before it returns when the caller holds no
+    other descriptor on the file, and leaves it open when it does; the looks are made
+    by threads that stay (one for looks one after another, not one per close), and a
+    look held up (a process in execve) holds up neither its FLUSH past FLUSH_WAIT nor
+    the FLUSHes after it."""
+    from kprobefs.fs import gateway as gw_module
+    kernel, _, gateway = setup
+    held: dict[int, list[str]] = {}
+    monkeypatch.setattr(gw_module, "open_mount_paths", lambda pid: iter(held.get(pid, ())))
+
+    def flushed(holding: bool) -> bool:
+        """Whether a FLUSH closed the fd of an open file the caller holds or not."""
+        fh = gateway.open("/tracing/tracing_on", O_RDONLY, ME)
+        held[ME.pid] = ["/tracing/tracing_on"] if holding else []
+        before = len(kernel.syscalls)
+        gateway.flush(fh, ME)
+        closed = [c[2] for c in kernel.syscalls[before:]] == ["close"]
+        gateway.release(fh)
+        return closed
+
+    for _ in range(5):
+        assert flushed(holding=False)
+        assert not flushed(holding=True)
+    lookers = [t for t in threading.enumerate() if t.name == "kprobefs-flush"]
+    assert len(lookers) == 1
+
+    stuck, go = threading.Event(), threading.Event()
+
+    def in_execve(pid):
+        stuck.set()
+        go.wait(10)
+        return iter(())
+    monkeypatch.setattr(gw_module, "open_mount_paths", in_execve)
+    fh = gateway.open("/tracing/tracing_on", O_RDONLY, ME)
+    t = time.monotonic()
+    gateway.flush(fh, ME)
+    assert stuck.is_set() and time.monotonic() - t >= gateway.FLUSH_WAIT * 0.9
+    monkeypatch.setattr(gw_module, "open_mount_paths", lambda pid: iter(()))
+    other = gateway.open("/tracing/tracing_on", O_RDONLY, ME)
+    t = time.monotonic()
+    before = len(kernel.syscalls)
+    gateway.flush(other, ME)
+    assert time.monotonic() - t < gateway.FLUSH_WAIT
+    assert [c[2] for c in kernel.syscalls[before:]] == ["close"]
+    go.set()
+    gateway.release(other)
+    gateway.release(fh)
+    gateway.close()
+    deadline = time.monotonic() + 5
+    while any(t.name == "kprobefs-flush" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "flush threads left after close()"
+        time.sleep(0.01)

@@ -36,6 +36,7 @@ import contextlib
 import errno
 import logging
 import os
+import queue
 import stat
 import struct
 import threading
@@ -129,6 +130,16 @@ class _OpenFile:
     text: bytes | None = None                # the daemon's own file: its contents
 
 
+@dataclass(eq=False)
+class _FlushLook:
+    """A look flush() asked for: whether pid still holds ``of`` (see _flush_close)."""
+
+    of: _OpenFile
+    pid: int
+    fd: _Fd
+    done: threading.Event = field(default_factory=threading.Event)
+
+
 class Gateway(HostCallers):
     """Runs filesystem requests as system calls of the emulated kernel.
 
@@ -171,6 +182,9 @@ class Gateway(HostCallers):
         self._programs: set[str] = set()
         #: Open files (fh) a poll watch waits on (see poll()).
         self._polled: set[int] = set()
+        #: flush()'s looks for its threads, and how many of those wait for one.
+        self._looks: queue.SimpleQueue = queue.SimpleQueue()
+        self._lookers = self._lookers_free = 0
 
     def watch_host_processes(self, events: ProcessEvents | None) -> None:
         """Mirror the host's process events from now on (None: stop)."""
@@ -554,20 +568,56 @@ class Gateway(HostCallers):
         of the instance, or a fork (whose mirror copies the task's fds), never finds it
         open.  A file another process still holds stays open until its RELEASE.
 
-        Whether the caller holds another descriptor is read from /proc, on a thread of
-        its own, waited for at most FLUSH_WAIT: the close may come from an execve's
-        close-on-exec, and while the host holds that process's exec lock its /proc
-        links do not answer until the FLUSH does.  Past the wait the FLUSH is answered
-        and the look finishes afterwards (or RELEASE closes the fd)."""
+        Whether the caller holds another descriptor is read from /proc, on another
+        thread (one of the gateway's, a new one when each has a look to make), waited
+        for at most FLUSH_WAIT: the close may come from an execve's close-on-exec, and
+        while the host holds that process's exec lock its /proc links do not answer
+        until the FLUSH does.  Past the wait the FLUSH is answered and the look
+        finishes afterwards (or RELEASE closes the fd)."""
         with self._lock:
             of = self._files.get(fh)
             fd = of.fds.get(ctx.pid) if of is not None and ctx.pid > 0 else None
-        if fd is None:
-            return
-        look = threading.Thread(target=self._flush_close, args=(of, ctx.pid, fd),
-                                name="kprobefs-flush", daemon=True)
-        look.start()
-        look.join(self.FLUSH_WAIT)
+            if fd is None:
+                return
+            # A look waiting on a process in execve holds its thread: a new one starts
+            # when every thread has a look to make.
+            start = not self._lookers_free
+            if start:
+                self._lookers += 1
+                self._lookers_free += 1
+            self._lookers_free -= 1
+        if start:
+            threading.Thread(target=self._flush_looker, name="kprobefs-flush",
+                             daemon=True).start()
+        look = _FlushLook(of, ctx.pid, fd)
+        self._looks.put(look)
+        look.done.wait(self.FLUSH_WAIT)
+
+    def _flush_looker(self) -> None:
+        """A thread of flush()'s looks: takes them one at a time, and stays for the next
+        (a thread started for each close cost a FLUSH more than its look); ends at
+        close()."""
+        while True:
+            look = self._looks.get()
+            if look is None:
+                return
+            try:
+                self._flush_close(look.of, look.pid, look.fd)
+            except Exception:
+                log.exception("the look of a FLUSH for pid %d failed", look.pid)
+            finally:
+                look.done.set()
+                with self._lock:
+                    self._lookers_free += 1
+
+    def close(self) -> None:
+        """Ends every task (HostCallers.close) and flush()'s threads, each once its
+        look is made."""
+        super().close()
+        with self._lock:
+            lookers, self._lookers = self._lookers, 0
+        for _ in range(lookers):
+            self._looks.put(None)
 
     def _flush_close(self, of: "_OpenFile", pid: int, fd) -> None:
         """flush()'s look: close pid's emulated fd of ``of`` unless pid holds another
