@@ -12,9 +12,10 @@ from tracer_fakes import VFS_READ, cat, echo, make_tracer, node, write_errno
 
 # What instance_mkdir gives an instance here: the per-array files of the top level.
 INSTANCE_FILES = {
-    "trace", "trace_pipe", "tracing_on", "trace_marker", "buffer_size_kb",
-    "buffer_total_size_kb", "trace_clock", "current_tracer", "available_tracers",
-    "available_events", "set_event", "error_log", "options", "per_cpu", "events",
+    "trace", "trace_pipe", "tracing_on", "trace_marker", "trace_marker_raw",
+    "buffer_size_kb", "buffer_total_size_kb", "trace_clock", "current_tracer",
+    "available_tracers", "available_events", "set_event", "error_log", "options",
+    "per_cpu", "events",
     # init_tracer_tracefs and create_event_toplevel_files give every instance these too
     "trace_options", "tracing_cpumask", "timestamp_mode", "tracing_max_latency",
     "set_event_pid", "set_event_notrace_pid", "snapshot", "buffer_percent",

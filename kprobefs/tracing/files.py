@@ -314,6 +314,8 @@ README_TEXT = (
     "  trace_clock\t\t- the clock that stamps records: local global counter\n"
     "\t\t\t  uptime perf mono mono_raw boot tai x86-tsc\n"
     "  trace_marker\t\t- text written here is recorded as a trace line\n"
+    "  trace_marker_raw\t- a 4-byte id and binary data written here are recorded as\n"
+    "\t\t\t  one raw_data record\n"
     "  snapshot\t\t- Like 'trace' but shows the content of the static\n"
     "\t\t\t  snapshot buffer. Read the contents for more\n"
     "\t\t\t  information\n"
@@ -368,6 +370,7 @@ class _Root:
                                 write=self._write_tracing_on),
             "trace_marker": _File(MODE_WRITE_ONLY,
                                   write=lambda d, p, c: tr.write_marker(d, p, c)),
+            "trace_marker_raw": _File(MODE_WRITE_ONLY, write=tr.write_marker_raw),
             "buffer_size_kb": _File(MODE_WRITE, read=lambda: self._size_text(None),
                                     write=lambda d, p, c: self._write_size(d, None)),
             "buffer_total_size_kb": _text_file(self._total_size_text),

@@ -30,6 +30,7 @@ from kprobefs.tracing.filter import (
 )
 from kprobefs.tracing.ftrace_events import FTRACE_EVENTS
 from kprobefs.tracing.gcpause import gc_paused
+from kprobefs.tracing.marker import write_marker_raw
 from kprobefs.tracing.output import (
     FLAGS_NONE, KeptTrace, TraceFormatter, TraceOptions, format_header, format_ip_sym,
 )
@@ -844,6 +845,16 @@ class TraceArray:
                             self.clocks[self.trace_clock].in_ns)
 
     # ================================================================ trace_marker
+    def writer_cpu(self) -> int:
+        """The CPU a marker write is recorded on: the one the writing task's system
+        call runs on (0 where nothing is emulating)."""
+        cpu = getattr(self.registry.kernel, "cpu", None)
+        return cpu.index if cpu is not None else 0
+
+    def write_marker_raw(self, data: bytes, pid: int, comm: str) -> int:
+        """A ``trace_marker_raw`` write (marker.write_marker_raw)."""
+        return write_marker_raw(self, data, pid, comm)
+
     def write_marker(self, data: bytes, pid: int, comm: str) -> int:
         """Record a ``tracing_mark_write`` line; return the bytes taken (at most 1024)."""
         if not self.options["markers"]:
@@ -856,8 +867,7 @@ class TraceArray:
             text += b"\n"
         if self.options["record-cmd"]:
             self.comm_cache.save(pid, comm[:15])
-        cpu_obj = getattr(self.registry.kernel, "cpu", None)
-        cpu = cpu_obj.index if cpu_obj is not None else 0
+        cpu = self.writer_cpu()
         ts = self.now()
         ef = self.files.get(("ftrace", "print"))
         triggers = ef.triggers if ef is not None and ef.event is PRINT_EVENT else None
