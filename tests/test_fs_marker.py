@@ -100,3 +100,28 @@ def test_an_instance_has_its_own_raw_marker(t):
     assert write_raw(f"{t}/instances/raw/trace_marker_raw", b"\x05\x00\x00\x00ab") == 6
     assert lines_of(f"{t}/instances/raw", "# 5 buf:") == ["# 5 buf: 61 62" + " 00" * 14]
     assert lines_of(t, "# 5 buf:") == []
+
+
+# ---- the writer's CPU ---------------------------------------------------------------------
+def test_a_pinned_writers_markers_are_on_its_cpus_buffer(t):
+    """A request runs on the emulated CPU of the host CPU its caller is on (modulo the
+    machine's CPUs): a writer pinned to host CPU N leaves its markers in cpuN's."""
+    nr_cpus = len(os.listdir(f"{t}/per_cpu"))
+    host_cpus = sorted(os.sched_getaffinity(0))
+    if len(host_cpus) < 2:
+        pytest.skip("one host CPU")
+    for host in host_cpus:
+        for i in range(3):
+            r = sh(f"exec taskset -c {host} sh -c 'echo pinned-{host}-{i} > {t}/trace_marker; "
+                   f"printf \"\\{host:03o}\\0\\0\\0raw\" > {t}/trace_marker_raw'")
+            assert r.returncode == 0, r.stderr
+    for host in host_cpus:
+        cpu = host % nr_cpus
+        mine = open(f"{t}/per_cpu/cpu{cpu}/trace").read()
+        others = "".join(open(f"{t}/per_cpu/cpu{c}/trace").read()
+                         for c in range(nr_cpus) if c != cpu)
+        for i in range(3):
+            assert f"tracing_mark_write: pinned-{host}-{i}" in mine
+            assert f"pinned-{host}-{i}" not in others
+        assert mine.count(f"# {host:x} buf: 72 61 77") == 3
+        assert f"# {host:x} buf: 72 61 77" not in others

@@ -47,7 +47,7 @@ from typing import Callable, NamedTuple
 from ..errors import KernelError, KernelOops, KernelStuck, KernelWedged, MachineError
 from ..machine.kernel import ProcessExited, UserBuffer
 from .callers import Caller, HostCaller, HostCallers
-from .hostproc import host_signal_pending, host_start_time, open_mount_paths
+from .hostproc import host_cpu, host_signal_pending, host_start_time, open_mount_paths
 from .procwatch import ProcessEvents
 from .tree import DEBUGFS_ROOT, HostFS
 
@@ -207,8 +207,14 @@ class Gateway(HostCallers):
         """Runs one system call for task and returns its raw result; OSError(EIO) when the
         machine fails, is stuck, or does not finish it within the timeout (then the
         machine is told to kill the task, see Kernel.abandon).  ProcessExited and
-        KernelOops pass through."""
+        KernelOops pass through.  The call runs on the emulated CPU of the host CPU
+        the task's process is on (modulo the machine's CPUs)."""
         kernel = self.kernel
+        nr_cpus = getattr(kernel, "nr_cpus", 1)
+        if nr_cpus > 1:
+            cpu = host_cpu(task.pid)
+            if cpu is not None:
+                task.wake_cpu = cpu % nr_cpus
         try:
             req = kernel.submit(task, name, *args, on_done=on_done, wake=False)
         except ProcessExited:

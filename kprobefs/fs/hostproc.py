@@ -19,7 +19,7 @@ import time
 from typing import Iterable, NamedTuple
 
 __all__ = ["HostProcess", "KPROBEFS_FSTYPE", "Mount", "MountTables", "host_comm",
-           "host_process", "host_start_time", "host_signal_pending", "mount_relative",
+           "host_cpu", "host_process", "host_start_time", "host_signal_pending", "mount_relative",
            "mount_relative_of", "own_mounts", "open_mount_paths", "parse_mountinfo",
            "read_proc"]
 
@@ -66,6 +66,24 @@ def host_process(pid: int) -> HostProcess | None:
         fields = data[close + 2:].split()
         return HostProcess(comm, int(fields[1]), int(fields[19]))
     except (ValueError, IndexError):
+        return None
+
+
+def host_cpu(pid: int) -> int | None:
+    """The host CPU the thread ``pid`` is on: the one CPU it may run on when it has one
+    (taskset; a sched_getaffinity, no /proc read), else the CPU it last ran on
+    (``/proc/PID/stat`` field 39: for a thread waiting in a request of ours, the one it
+    made it on).  None when it is gone."""
+    try:
+        allowed = os.sched_getaffinity(pid)
+    except OSError:
+        return None
+    if len(allowed) == 1:
+        return next(iter(allowed))
+    try:
+        data = read_proc(f"/proc/{pid}/stat")
+        return int(data[data.rindex(b")") + 2:].split()[36])
+    except (OSError, ValueError, IndexError):
         return None
 
 

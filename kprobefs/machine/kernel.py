@@ -157,6 +157,8 @@ class Kernel(MachineDriver, SystemCalls):
         self._stale_windows: set[int] = set()
         self._next_window = 0
         self._wakeups: collections.deque = collections.deque()  # idle-loop words
+        #: Wake-up word -> the index of the CPU that must take it (_queue_wakeup).
+        self._wakeup_cpus: dict[int, int] = {}
         self._trap_handlers: dict[int, list] = collections.defaultdict(list)
         self.exit_listeners: list[Callable[[int], None]] = []
         #: Called with the pid of a task as it is reaped (release_task: after its
@@ -348,21 +350,54 @@ class Kernel(MachineDriver, SystemCalls):
         while self._inbox:
             self._inbox.popleft()()
 
+    def _queue_wakeup(self, word: int, cpu: int | None = None) -> None:
+        """Queue an idle-loop wake-up word; given ``cpu`` (an index), only that CPU
+        takes it, so the task wakes on its run queue (try_to_wake_up enqueues on the
+        CPU that runs it), unless that CPU is out of service."""
+        self._wakeups.append(word)
+        if cpu is not None and 0 <= cpu < len(self.cpus):
+            self._wakeup_cpus[word] = cpu
+
+    def _take_wakeup(self, cpu: Cpu, any_cpu: bool = True) -> int | None:
+        """The first queued wake-up word ``cpu`` may take: one bound to it, or (with
+        ``any_cpu``) one bound to no CPU in service.  None when there is none.  A bound
+        one waits while another CPU's task has gone back to user mode and not yet
+        switched out (Cpu.idling): woken meanwhile, that task would go on there
+        (try_to_wake_up leaves a task still on a CPU where it is)."""
+        bound = self._wakeup_cpus
+        if not bound:
+            return self._wakeups.popleft() if any_cpu and self._wakeups else None
+        switching = any(c.idling and c.state == "running" and c is not cpu
+                        for c in self.cpus)
+        for i, word in enumerate(self._wakeups):
+            want = bound.get(word)
+            if want is not None and self.cpus[want].state not in ("running", "idle"):
+                want = None
+            if want == cpu.index and switching:
+                continue
+            if want == cpu.index or (want is None and any_cpu):
+                del self._wakeups[i]
+                bound.pop(word, None)
+                return word
+        return None
+
     def _dispatch_wakeups(self) -> None:
         """Hand queued work to idle CPUs.  A task's wake-up is left queued while a CPU
         whose task just went back to user mode runs: it takes the wake-up at its idle
         loop in the same turn, as Linux's sync wake-ups stay on the waker's CPU about
-        to go idle; woken elsewhere, that CPU would take one more turn only to idle."""
+        to go idle; woken elsewhere, that CPU would take one more turn only to idle.
+        A wake-up bound to a CPU (_queue_wakeup) waits for that one."""
         syncing = any(c.idling and c.state == "running" for c in self.cpus)
         for cpu in self.cpus:
-            if not ((self._wakeups and not syncing) or self._upcalls or self.irq.has_work()):
+            if not ((self._wakeups and (not syncing or self._wakeup_cpus))
+                    or self._upcalls or self.irq.has_work()):
                 return
             if cpu.state != "idle":
                 continue
             if self.irq.wake_idle(cpu):
                 cpu.resume_rax = 0      # HC_IDLE returns nothing: the interrupt is the work
-            elif self._wakeups and not syncing:
-                cpu.resume_rax = self._wakeups.popleft()
+            elif self._wakeups and (word := self._take_wakeup(cpu, not syncing)) is not None:
+                cpu.resume_rax = word
             elif self._upcalls:
                 self._start_upcall(cpu, self._upcalls.popleft())
             else:
@@ -585,7 +620,9 @@ class Kernel(MachineDriver, SystemCalls):
 
     def _hc_idle(self):
         if self._wakeups:
-            return self._wakeups.popleft()
+            word = self._take_wakeup(self.cpu)
+            if word is not None:
+                return word
         if self.irq.pending(self.cpu) or self.irq.wake_idle(self.cpu):
             self.uc.emu_stop()      # sti; hlt: the interrupt comes at the next turn
             return 0

@@ -264,7 +264,7 @@ class SystemCalls:
             self._finish(req)
         elif task.state == "user" and task.active is None and not task.pending:
             if self._load_request(task, req):
-                self._wakeups.append(abi.IDLE_WAKE_TASK | (task.pid << 8))
+                self._queue_wakeup(abi.IDLE_WAKE_TASK | (task.pid << 8), task.wake_cpu)
         else:
             task.pending.append(req)
 

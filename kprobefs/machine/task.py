@@ -46,6 +46,9 @@ class Task:
     #: Released at exit, no wait4 in the kernel: the task of a host process, which its
     #: parent waits for on the host (see SystemCalls.start_spawn).
     autoreap: bool = False
+    #: The CPU its wake-ups go to (its host process's, mapped onto the machine's);
+    #: None: the first idle CPU.
+    wake_cpu: int | None = None
 
 
 @dataclass(eq=False)
