@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kprobefs.tracing import ProbeSpec, parse_command
+from kprobefs.tracing.ring_buffer import MAX_TOTAL_BUFFER_KB
 
 from robust_mount import InProcessMount, need_fuse, read, write
 
@@ -255,9 +256,10 @@ def test_limits_as_linux_sets_them(mnt):
     assert write(ev, "r4097:ma vfs_read") == errno.EINVAL             # maxactive bound
     assert "Maxactive is too big" in read(f"{t}/error_log")
     assert write(ev, "r4096:ma vfs_read") == 0
-    assert write(f"{t}/buffer_size_kb", b"99999999") == errno.ENOMEM
-    assert write(f"{t}/buffer_size_kb", b"16384") == 0
-    assert write(f"{t}/per_cpu/cpu0/buffer_size_kb", b"16385") == errno.ENOMEM
+    half = MAX_TOTAL_BUFFER_KB // 2            # with two CPUs: the bound, all in the top
+    assert write(f"{t}/buffer_size_kb", b"%d" % (MAX_TOTAL_BUFFER_KB * 4)) == errno.ENOMEM
+    assert write(f"{t}/buffer_size_kb", b"%d" % half) == 0
+    assert write(f"{t}/per_cpu/cpu0/buffer_size_kb", b"%d" % (half + 16)) == errno.ENOMEM
     assert write(f"{t}/buffer_size_kb", b"1408") == 0
     log = read(f"{t}/error_log")
     assert log.count("trace_kprobe: error:") <= 8

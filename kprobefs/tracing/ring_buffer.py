@@ -46,10 +46,28 @@ __all__ = [
 PAGE_DATA_SIZE = 4080              # data bytes per 4 KiB ring-buffer page
 MIN_PAGES = 2                      # the boot-time (unexpanded) size per CPU
 DEFAULT_BUFFER_BYTES = 1441792     # trace_buf_size: 1408 KiB per CPU once expanded
-#: Daemon-wide bound on buffer_size_kb summed over the CPUs (a record costs a Python
-#: tuple, several times its accounted bytes): a resize past it fails with ENOMEM, as
-#: Linux's does when the pages cannot be allocated.
-MAX_TOTAL_BUFFER_KB = 32768
+
+
+def _total_buffer_bound_kb(meminfo: str = "/proc/meminfo") -> int:
+    """An eighth of the host's memory, in KiB, and at least 32 MiB (see
+    MAX_TOTAL_BUFFER_KB)."""
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return max(32768, int(line.split()[1]) // 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 32768
+
+
+#: Daemon-wide bound on buffer_size_kb summed over the CPUs and the trace arrays: a
+#: resize past it fails with ENOMEM, as Linux's does when the pages cannot be had
+#: (6.1 refuses pages past si_mem_available()).  Only pages that fill take memory
+#: here, a record a Python tuple several times its accounted bytes, so the bound is
+#: an eighth of the host's memory: 100 instances at the default size take 275 MiB of
+#: it, and hold nothing until they record.
+MAX_TOTAL_BUFFER_KB = _total_buffer_bound_kb()
 _EVENT_HEADER = 4
 _MAX_SMALL_DATA = 112
 _TIME_EXTEND = 8
