@@ -208,6 +208,21 @@ def prepare_mountpoint(path: str) -> str:
 
 
 # ==== the daemon ==========================================================================
+def trim_host_heap() -> bool:
+    """Gives the free pages of the C heap's arenas back to the host (glibc's
+    malloc_trim); whether any went.  Unicorn's allocations under probe churn (code
+    bitmaps, the translation hash table, which a full code buffer's flush makes anew)
+    leave free holes that malloc keeps: without this a daemon's RSS creeps up for
+    hours.  Elsewhere than glibc there is nothing to do."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    return bool(trim(0)) if trim is not None else False
+
+
+def _libc():
+    import ctypes
+    return ctypes.CDLL(None)
+
+
 def _boot_kernel(cpus: int, seed: int):
     """The bundled kernel with its kprobes engine (kprobefs.system)."""
     from .system import Kernel
@@ -263,6 +278,8 @@ class Daemon:
     """
 
     REAP_INTERVAL = 2.0
+    #: How often the host heap's free pages are given back (see trim_host_heap).
+    TRIM_INTERVAL = 60.0
     READY_TIMEOUT = 60.0
 
     def __init__(self, mountpoint: str = DEFAULT_MOUNTPOINT, cpus: int = 2, seed: int = 0,
@@ -425,6 +442,9 @@ class Daemon:
         self.kernel.periodic.append(self.workload.pump)
 
     def _reap(self) -> None:
+        """Every REAP_INTERVAL, the tasks of exited host processes go; every
+        TRIM_INTERVAL, the host heap's free pages go back to the host."""
+        trim_at = time.monotonic() + self.TRIM_INTERVAL
         while not self._stop.wait(self.REAP_INTERVAL):
             try:
                 n = self.gateway.reap()
@@ -432,6 +452,9 @@ class Daemon:
                     log.debug("reaped %d task(s) of exited host processes", n)
             except Exception:
                 log.exception("reaping failed")
+            if time.monotonic() >= trim_at:
+                trim_host_heap()
+                trim_at = time.monotonic() + self.TRIM_INTERVAL
 
     def _probe_ready(self) -> None:
         """Announces readiness once the mount answers: its root and every top-level

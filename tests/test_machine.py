@@ -779,7 +779,7 @@ def test_the_translated_code_a_machine_keeps_is_bounded():
     """Under probe churn the code buffer fills with retranslations until it is flushed,
     so its size is what the daemon's RSS grows by (docs/architecture.md): at 128 MiB a
     soak's RSS was still growing after ten minutes."""
-    assert Kernel.TCG_BUFFER_SIZE <= 32 << 20
+    assert Kernel.TCG_BUFFER_SIZE <= 16 << 20
     k = Kernel(cpus=1, seed=0)
     try:
         assert k.uc.ctl_get_tcg_buffer_size() == Kernel.TCG_BUFFER_SIZE

@@ -108,7 +108,7 @@ class Kernel(MachineDriver, SystemCalls):
     #: disarmed, a module loaded) is translated anew further on, and the old space is
     #: reused only when the buffer is full and flushed.  So its size is what a daemon's
     #: RSS grows by under probe churn before it levels off.
-    TCG_BUFFER_SIZE = 32 << 20
+    TCG_BUFFER_SIZE = 16 << 20
 
     def __init__(self, cpus: int = 2, seed: int = 0, image: str | None = None,
                  ram_mb: int = 512, pid_auto_base: int = 300, hz: int = HZ,
