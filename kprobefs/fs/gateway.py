@@ -203,16 +203,17 @@ class Gateway(HostCallers):
         return "/".join([DEBUGFS_PATH] + parts)
 
     # ==== machine calls ======================================================================
-    def _call(self, task, name: str, *args, on_done=None) -> int:
+    def _call(self, task, name: str, *args, on_done=None, host_pid: int = 0) -> int:
         """Runs one system call for task and returns its raw result; OSError(EIO) when the
         machine fails, is stuck, or does not finish it within the timeout (then the
         machine is told to kill the task, see Kernel.abandon).  ProcessExited and
-        KernelOops pass through.  The call runs on the emulated CPU of the host CPU
-        the task's process is on (modulo the machine's CPUs)."""
+        KernelOops pass through.  A call made for host thread ``host_pid`` runs on the
+        emulated CPU of the host CPU that thread is on (modulo the machine's CPUs): the
+        task's own pid may be one the kernel chose, when the host's was taken."""
         kernel = self.kernel
         nr_cpus = getattr(kernel, "nr_cpus", 1)
-        if nr_cpus > 1:
-            cpu = host_cpu(task.pid)
+        if nr_cpus > 1 and host_pid > 0:
+            cpu = host_cpu(host_pid)
             if cpu is not None:
                 task.wake_cpu = cpu % nr_cpus
         try:
@@ -255,7 +256,8 @@ class Gateway(HostCallers):
             sched.enter(caller.pid)
         try:
             try:
-                ret = self._call(caller.task, name, *args, on_done=on_done)
+                ret = self._call(caller.task, name, *args, on_done=on_done,
+                                 host_pid=caller.pid)
             finally:
                 if sched is not None:
                     sched.leave(caller.pid)
