@@ -145,8 +145,12 @@ class InProcessMount:
     def stop(self, timeout: float = 30.0) -> None:
         if self._thread is None:
             return
-        if is_mounted(self.path):
-            unmount(str(self.path))
+        # As SIGTERM stops it: unmounted lazily, the connection aborted after a short
+        # grace if the mount stays in use.  A copy of the mount in another mount
+        # namespace (any made on the machine while it was up, as kprobefs exec makes
+        # them) keeps it in use: a plain umount here left the thread waiting the whole
+        # timeout (35 s of teardown).
+        self.daemon.stop()
         self._thread.join(timeout)
         if self._thread.is_alive() or is_mounted(self.path):
             # Busy (a file left open): abort the connection, so no thread of this
