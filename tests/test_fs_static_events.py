@@ -213,3 +213,28 @@ def test_killsnoop_sees_the_workloads_kills(mnt):
                      rf"comm=\S+ pid={target} grp=1 res=0$", trace, re.M), trace
     assert re.search(rf"^\s*\S+-{target} .* signal_deliver: sig=15 errno=0 code=0 "
                      r"sa_handler=0 sa_flags=0$", trace, re.M), trace
+
+
+def test_openat2_has_its_syscall_events_with_6_1s_format(real):
+    """libtracefs's examples use sys_enter_openat2: its fields are those of 6.1's
+    SYSCALL_DEFINE4(openat2, ...), laid out as every syscall event's are, and the exit
+    event has the return value; both can be enabled."""
+    e = f"{real}/tracing/events/syscalls"
+    enter = Path(f"{e}/sys_enter_openat2/format").read_text()
+    fields = [l.strip() for l in enter.splitlines() if "field:" in l][4:]
+    assert fields == [
+        "field:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;",
+        "field:int dfd;\toffset:16;\tsize:8;\tsigned:0;",
+        "field:const char * filename;\toffset:24;\tsize:8;\tsigned:0;",
+        "field:struct open_how * how;\toffset:32;\tsize:8;\tsigned:0;",
+        "field:size_t usize;\toffset:40;\tsize:8;\tsigned:0;",
+    ], enter
+    assert enter.splitlines()[-1] == (
+        'print fmt: "dfd: 0x%08lx, filename: 0x%08lx, how: 0x%08lx, usize: 0x%08lx", '
+        "((unsigned long)(REC->dfd)), ((unsigned long)(REC->filename)), "
+        "((unsigned long)(REC->how)), ((unsigned long)(REC->usize))")
+    leave = Path(f"{e}/sys_exit_openat2/format").read_text()
+    assert "\tfield:long ret;\toffset:16;\tsize:8;\tsigned:1;\n" in leave, leave
+    r = sh(f"echo 1 > {e}/sys_enter_openat2/enable && cat {e}/sys_enter_openat2/enable"
+           f" && echo 0 > {e}/sys_enter_openat2/enable")
+    assert r.returncode == 0 and r.stdout == "1\n", r.stderr

@@ -165,6 +165,40 @@ def test_open_flag_errors(sc):
     assert sc("read", fd2, UserBuffer(8), 8) == -errno.EISDIR
 
 
+def test_openat2_checks_open_how_as_6_1_does(sc):
+    """openat2(dfd, name, &how, size): a struct open_how {flags, mode, resolve} of at
+    least 24 bytes, a longer one zero past them (copy_struct_from_user), every flag
+    known and a mode only with O_CREAT or O_TMPFILE (build_open_flags)."""
+    O_TMPFILE = 0o20000000 | O_DIRECTORY
+
+    def how(flags, mode=0, resolve=0, tail=b""):
+        return struct.pack("<3Q", flags, mode, resolve) + tail
+
+    def openat2(path, h, size=None):
+        return sc("openat2", AT_FDCWD, path, h, len(h) if size is None else size)
+
+    fd = openat2("/tmp/o2", how(O_CREAT | O_WRONLY, 0o600))
+    assert fd >= 0
+    assert sc("write", fd, b"hi", 2) == 2 and sc("close", fd) == 0
+    fd = openat2("/tmp/o2", how(O_RDONLY, tail=bytes(16)))   # a longer struct, zeros
+    assert fd >= 0 and read_all(sc, fd) == b"hi"
+    sc("close", fd)
+    assert openat2("/tmp/o2", how(O_RDONLY), size=16) == -errno.EINVAL
+    assert openat2("/tmp/o2", how(O_RDONLY, tail=b"\0\0\1")) == -errno.E2BIG
+    assert openat2("/tmp/o2", how(O_RDONLY), size=4097) == -errno.E2BIG
+    assert openat2("/tmp/o2", how(O_RDONLY | 0o40000000000)) == -errno.EINVAL
+    assert openat2("/tmp/o2", how(O_RDONLY, 0o600)) == -errno.EINVAL
+    assert openat2("/tmp/o2", how(O_CREAT | O_RDWR, 0o10000)) == -errno.EINVAL
+    assert openat2("/tmp/o2", how(O_RDONLY, resolve=0x40)) == -errno.EINVAL
+    assert openat2("/tmp/o2", how(O_RDONLY, resolve=0x18)) == -errno.EINVAL
+    assert openat2("/tmp", how(O_TMPFILE | O_RDONLY)) == -errno.EINVAL
+    assert openat2("/tmp", how(O_TMPFILE | O_RDWR, 0o600)) == -errno.EOPNOTSUPP
+    assert openat2("/tmp/o2", how(O_RDONLY), size=BAD) == -errno.E2BIG
+    assert sc("openat2", AT_FDCWD, "/tmp/o2", BAD, 24) == -errno.EFAULT
+    # The same mode open() would mask off.
+    assert sc("open", "/tmp/o2", O_RDONLY, 0o600) >= 0
+
+
 def test_descriptor_table_fills_up(sc):
     fds = [sc("open", "/dev/null", O_RDONLY, 0) for _ in range(64)]
     assert fds[:3] == [0, 1, 2] and all(f >= 0 for f in fds[:64])

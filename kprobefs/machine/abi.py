@@ -20,7 +20,7 @@ SYSCALLS = {
     "gettid": 186, "getdents64": 217, "exit_group": 231, "tgkill": 234, "openat": 257,
     "mkdirat": 258, "newfstatat": 262, "unlinkat": 263, "symlinkat": 266,
     "readlinkat": 267, "renameat": 264, "accept4": 288, "renameat2": 316,
-    "execveat": 322, "clone3": 435,
+    "execveat": 322, "clone3": 435, "openat2": 437,
 }
 
 AT_FDCWD = -100

@@ -1,4 +1,4 @@
-/* open(), close(), chdir() and truncation. */
+/* open(), openat2(), close(), chdir() and truncation. */
 #include "fs.h"
 #include "syscalls.h"
 #include "uaccess.h"
@@ -6,7 +6,9 @@
 #define VALID_OPEN_FLAGS (O_RDONLY | O_WRONLY | O_RDWR | O_CREAT | O_EXCL | O_NOCTTY | \
 			  O_TRUNC | O_APPEND | O_NONBLOCK | O_DIRECTORY | O_NOFOLLOW | \
 			  O_CLOEXEC | O_LARGEFILE | O_PATH | 010000 | 020000 | 040000 | \
-			  01000000 | 04000000)
+			  01000000 | 04000000 | __O_TMPFILE)
+#define O_PATH_FLAGS (O_DIRECTORY | O_NOFOLLOW | O_PATH | O_CLOEXEC)
+#define WILL_CREATE(flags) ((flags) & (O_CREAT | __O_TMPFILE))
 #define S_IALLUGO 07777
 
 int do_truncate(struct user_namespace *mnt_userns, struct dentry *dentry, loff_t length,
@@ -77,16 +79,35 @@ static inline int build_open_flags(const struct open_how *how, struct open_flags
 	int lookup_flags = 0;
 	int acc_mode;
 
+	flags &= ~(u64)O_CLOEXEC;
+	/* open() and openat() cleared what is not valid; openat2() checks it all. */
 	if (flags & ~(u64)VALID_OPEN_FLAGS)
 		return -EINVAL;
-	if (flags & O_CREAT)
-		op->mode = (how->mode & S_IALLUGO) | S_IFREG;
-	else if (how->mode)
+	if (how->resolve & ~(u64)VALID_RESOLVE_FLAGS)
 		return -EINVAL;
-	else
+	if ((how->resolve & RESOLVE_BENEATH) && (how->resolve & RESOLVE_IN_ROOT))
+		return -EINVAL;
+	/* Lookups here do not implement the RESOLVE_ scopes and restrictions: a request for
+	 * one fails as on a kernel that does not know it, rather than resolve unrestricted. */
+	if (how->resolve)
+		return -EINVAL;
+	if (WILL_CREATE(flags)) {
+		if (how->mode & ~(u64)S_IALLUGO)
+			return -EINVAL;
+		op->mode = how->mode | S_IFREG;
+	} else if (how->mode) {
+		return -EINVAL;
+	} else {
 		op->mode = 0;
+	}
+	if ((flags & (O_DIRECTORY | O_CREAT)) == (O_DIRECTORY | O_CREAT))
+		return -EINVAL;
 
 	acc_mode = "\004\002\006\006"[flags & O_ACCMODE];
+	if ((flags & __O_TMPFILE) && (!(flags & O_DIRECTORY) || !(acc_mode & 0x2)))
+		return -EINVAL;
+	if ((flags & O_PATH) && (flags & ~(u64)O_PATH_FLAGS))
+		return -EINVAL;
 	if (flags & O_TRUNC)
 		acc_mode |= 0x2;
 	if (flags & O_APPEND)
@@ -141,7 +162,9 @@ noinline long do_sys_openat2(int dfd, const char __user *filename, struct open_h
 		return PTR_ERR(tmp);
 	fd = get_unused_fd_flags(how->flags);
 	if (fd >= 0) {
-		struct file *f = do_filp_open(dfd, tmp, &op);
+		/* No filesystem here makes unnamed files (->tmpfile). */
+		struct file *f = how->flags & __O_TMPFILE ? ERR_PTR(-EOPNOTSUPP) :
+				 do_filp_open(dfd, tmp, &op);
 
 		if (IS_ERR(f)) {
 			put_unused_fd(fd);
@@ -161,7 +184,7 @@ static inline struct open_how build_open_how(int flags, umode_t mode)
 		.mode = mode & S_IALLUGO,
 	};
 
-	if (!(how.flags & O_CREAT))
+	if (!WILL_CREATE(how.flags))
 		how.mode = 0;
 	return how;
 }
@@ -183,6 +206,25 @@ SYSCALL_DECL(openat)
 {
 	return do_sys_open((int)regs->di, (const char __user *)regs->si,
 			   (int)regs->dx | O_LARGEFILE, (umode_t)regs->r10);
+}
+
+SYSCALL_DECL(openat2)
+{
+	const struct open_how __user *uhow = (const struct open_how __user *)regs->dx;
+	size_t usize = (size_t)regs->r10;
+	struct open_how how;
+	int err;
+
+	if (unlikely(usize < OPEN_HOW_SIZE_VER0))
+		return -EINVAL;
+	if (unlikely(usize > PAGE_SIZE))
+		return -E2BIG;
+	err = copy_struct_from_user(&how, sizeof(how), uhow, usize);
+	if (err)
+		return err;
+	if (!(how.flags & O_PATH))
+		how.flags |= O_LARGEFILE;
+	return do_sys_openat2((int)regs->di, (const char __user *)regs->si, &how);
 }
 
 SYSCALL_DECL(close)

@@ -236,6 +236,7 @@ struct dentry_operations {
 #define O_NOCTTY 00000400
 #define O_LARGEFILE 00100000
 #define O_PATH 010000000
+#define __O_TMPFILE 020000000
 
 /* lookup flags */
 #define LOOKUP_FOLLOW 0x0001
@@ -282,6 +283,15 @@ struct open_how {
 	u64 mode;
 	u64 resolve;
 };
+#define OPEN_HOW_SIZE_VER0 24
+#define RESOLVE_NO_XDEV 0x01
+#define RESOLVE_NO_MAGICLINKS 0x02
+#define RESOLVE_NO_SYMLINKS 0x04
+#define RESOLVE_BENEATH 0x08
+#define RESOLVE_IN_ROOT 0x10
+#define RESOLVE_CACHED 0x20
+#define VALID_RESOLVE_FLAGS (RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS | \
+			     RESOLVE_BENEATH | RESOLVE_IN_ROOT | RESOLVE_CACHED)
 
 struct cred;
 typedef struct files_struct *fl_owner_t;

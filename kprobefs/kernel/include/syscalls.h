@@ -51,7 +51,8 @@
 #define __NR_renameat2 316
 #define __NR_execveat 322
 #define __NR_clone3 435
-#define NR_syscalls 436
+#define __NR_openat2 437
+#define NR_syscalls 438
 
 typedef long (*sys_call_ptr_t)(const struct pt_regs *);
 extern const sys_call_ptr_t sys_call_table[NR_syscalls];

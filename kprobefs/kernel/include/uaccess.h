@@ -29,6 +29,28 @@ int __get_user_8(u64 *val, const void __user *ptr);
 int __put_user_4(u32 val, void __user *ptr);
 int __put_user_8(u64 val, void __user *ptr);
 long copy_from_kernel_nofault(void *dst, const void *src, size_t size);
+int check_zeroed_user(const void __user *from, size_t size);
+
+/* A struct of ksize bytes from one of usize: a shorter one is zero-filled, a longer one
+ * must be zero past ksize (-E2BIG if not); 0 or -errno. */
+static inline int copy_struct_from_user(void *dst, size_t ksize, const void __user *src,
+					size_t usize)
+{
+	size_t size = usize < ksize ? usize : ksize;
+	size_t rest = usize < ksize ? ksize - usize : usize - ksize;
+
+	if (usize < ksize) {
+		memset((char *)dst + size, 0, rest);
+	} else if (usize > ksize) {
+		int ret = check_zeroed_user((const char __user *)src + size, rest);
+
+		if (ret <= 0)
+			return ret ?: -E2BIG;
+	}
+	if (copy_from_user(dst, src, size))
+		return -EFAULT;
+	return 0;
+}
 
 #define put_user(x, ptr) \
 	(sizeof(*(ptr)) == 8 ? __put_user_8((u64)(x), (ptr)) : __put_user_4((u32)(x), (ptr)))

@@ -97,6 +97,8 @@ SYSCALL_METADATA(__NR_exit_group, exit_group, 1, int, error_code)
 SYSCALL_METADATA(__NR_tgkill, tgkill, 3, pid_t, tgid, pid_t, pid, int, sig)
 SYSCALL_METADATA(__NR_openat, openat, 4, int, dfd, const char __user *, filename, int, flags,
 		 umode_t, mode)
+SYSCALL_METADATA(__NR_openat2, openat2, 4, int, dfd, const char __user *, filename,
+		 struct open_how __user *, how, size_t, usize)
 SYSCALL_METADATA(__NR_mkdirat, mkdirat, 3, int, dfd, const char __user *, pathname,
 		 umode_t, mode)
 SYSCALL_METADATA(__NR_newfstatat, newfstatat, 4, int, dfd, const char __user *, filename,

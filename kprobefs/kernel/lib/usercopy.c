@@ -115,6 +115,25 @@ long strncpy_from_user(char *dst, const char __user *src, long count)
 	return res;
 }
 
+/* 1 if the size bytes at from are all zero, 0 if one is not, -EFAULT. */
+int check_zeroed_user(const void __user *from, size_t size)
+{
+	const char __user *p = from;
+	size_t i;
+
+	if (!access_ok(from, size))
+		return -EFAULT;
+	for (i = 0; i < size; i++) {
+		char c;
+
+		if (get_user_byte(&c, p + i))
+			return -EFAULT;
+		if (c)
+			return 0;
+	}
+	return 1;
+}
+
 long strnlen_user(const char __user *str, long count)
 {
 	long n;
