@@ -339,6 +339,7 @@ class Daemon:
         self.gateway = Gateway(self.kernel, self.hostfs, timeout=self.request_timeout,
                                status=lambda: status_text(self.kernel, engine, tracer,
                                                           self.gateway, self._started))
+        self.gateway.open_init_stdio()     # before any request: none of them pays it
 
     @staticmethod
     def keep_boot_objects() -> None:

@@ -238,3 +238,21 @@ def test_openat2_has_its_syscall_events_with_6_1s_format(real):
     r = sh(f"echo 1 > {e}/sys_enter_openat2/enable && cat {e}/sys_enter_openat2/enable"
            f" && echo 0 > {e}/sys_enter_openat2/enable")
     assert r.returncode == 0 and r.stdout == "1\n", r.stderr
+
+
+def test_a_host_processs_open_has_the_fd_it_got_on_the_host(real):
+    """A host process has 0, 1 and 2 open: its task has them too (inherited from init,
+    which holds them on /dev/null), so opensnoop's FD is the one the process got, 3 for
+    the first open of a shell's child, and not 0."""
+    t = f"{real}/tracing"
+    events = "syscalls:sys_exit_openat"
+    assert sh(f"echo > {t}/trace; echo '{events}' > {t}/set_event").returncode == 0
+    try:
+        r = sh(f"echo hi > {real}/tmp/fds; (exec cat {real}/tmp/fds) & echo $! ; wait")
+        assert r.returncode == 0, r.stderr
+        child = int(r.stdout.split()[0])
+        trace = _trace(t)
+    finally:
+        sh(f"echo > {t}/set_event")
+    exits = [l for l in trace.splitlines() if f"-{child} " in l and "sys_openat -> " in l]
+    assert exits and all(re.search(r": sys_openat -> 0x3$", l) for l in exits), trace

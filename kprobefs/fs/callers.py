@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from ..errors import KernelError, KernelOops, MachineError
+from ..machine.abi import AT_FDCWD, O_RDWR
 from ..machine.kernel import ProcessExited
 from .hostproc import (HostProcess, forget_process, host_comm, host_process,
                        host_start_time, mount_relative_of)
@@ -131,6 +132,9 @@ class _MirroredCall(NamedTuple):
 
 class HostCallers:
     """Callers and their tasks: made, followed, mirrored, ended."""
+
+    #: init's descriptors 0, 1 and 2 are open (:meth:`open_init_stdio`).
+    _stdio_ready = False
 
     def _caller(self, ctx: Caller) -> HostCaller:
         """The caller's task, made on first sight (or when its pid was reused), after the
@@ -536,6 +540,8 @@ class HostCallers:
         start = getattr(self.kernel, "start_spawn", None)
         if start is None:
             return self._spawn(comm, pid, parent)
+        if parent is None:
+            self.open_init_stdio()
         forked_from = {} if parent is None else {"parent": parent}
         try:
             req = start(comm, pid=pid, wake=False, autoreap=True, **forked_from)
@@ -556,6 +562,29 @@ class HostCallers:
                 return self._spawn(comm, pid, None)
 
         return Spawning(resolve)
+
+    def open_init_stdio(self) -> None:
+        """Opens init's descriptors 0, 1 and 2 on /dev/null, once (6.1's init has the
+        console on them): every task forked from init inherits them, as a host process
+        has its standard ones, so the first file a process opens is fd 3 in the
+        emulated kernel as it was on the host (opensnoop's FD), at no cost per task.
+        The daemon calls it at boot; else the first task made from init does (under
+        the spawn lock)."""
+        if self._stdio_ready:
+            return
+        init = self.kernel.init_task
+        while True:
+            fd = self.kernel.syscall(init, "openat", AT_FDCWD, "/dev/null", O_RDWR, 0,
+                                     timeout=self.timeout)
+            if fd < 0:
+                log.warning("init's standard descriptors: /dev/null: %s",
+                            os.strerror(-fd))
+                break
+            if fd > 2:
+                self.kernel.syscall(init, "close", fd, timeout=self.timeout)
+            if fd >= 2:
+                break
+        self._stdio_ready = True
 
     def _spawn(self, comm: str, pid: int, parent=None, with_pid: bool = True):
         """The task for host pid, made now: with that pid when the kernel has it free
