@@ -42,3 +42,32 @@ def test_trace_printk_from_a_loaded_module(real):
     assert "This is a %s that will use trace_bprintk" in formats
     assert re.search(r'^0x[0-9a-f]+ : "\(irq\) This is a static string that will use '
                      r'trace_bputs\\n"$', formats, re.M), formats
+
+
+def test_funcgraph_irqs_off_drops_the_functions_interrupts_run(real):
+    """function_graph on irq_exit (set_graph_function), which interrupts call in
+    hardirq context: with funcgraph-irqs on (the default) it is recorded; off, 6.1's
+    trace_graph_entry ignores every function called in hardirq context, and the same
+    load records none."""
+    t = f"{real}/tracing"
+    load = f"for i in $(seq 200); do cat {t}/tracing_on > /dev/null; done"
+
+    def graph_under_load():
+        assert sh(f"echo > {t}/trace").returncode == 0
+        for _ in range(10):
+            assert sh(load).returncode == 0
+            trace = Path(f"{t}/trace").read_text()
+            if "irq_exit" in trace:
+                break
+        return trace
+
+    r = sh(f"echo irq_exit > {t}/set_graph_function && "
+           f"echo function_graph > {t}/current_tracer")
+    assert r.returncode == 0, r.stderr
+    try:
+        assert "irq_exit" in graph_under_load()
+        assert sh(f"echo 0 > {t}/options/funcgraph-irqs").returncode == 0
+        assert "irq_exit" not in graph_under_load()
+    finally:
+        sh(f"echo nop > {t}/current_tracer; echo > {t}/set_graph_function; "
+           f"echo 1 > {t}/options/funcgraph-irqs")

@@ -278,8 +278,15 @@ class Tracer(DynamicEvents):
             return None
         registry.graph_tracer = FunctionGraphTracer(
             tr, registry._fgraph, tr.function_tracer, registry.symbols.ftrace_site_names,
-            registry._hit_context, lambda: registry.tracing_thresh_ns, registry.clock)
+            registry._hit_context, lambda: registry.tracing_thresh_ns, registry.clock,
+            registry._in_hardirq)
         return registry.graph_tracer
+
+    def _in_hardirq(self) -> bool:
+        """Whether the code the current CPU runs (inside a hook) is in hardirq context
+        (6.1's in_hardirq: the preempt count's hardirq bits)."""
+        irq, cpu = getattr(self.kernel, "irq", None), self.kernel.cpu
+        return irq is not None and cpu is not None and bool(irq.context_flags(cpu) & 0x08)
 
     def _new_function_tracer(self, tr: TraceArray) -> FunctionTracer:
         from kprobefs.kprobes import FtraceOps

@@ -155,7 +155,7 @@ class FunctionGraphTracer(TracerPlugin):
 
     def __init__(self, tr, fgraph, functions, sites: Callable[[], Iterable[tuple[int, str]]],
                  context: Callable[[], tuple[int, int]], thresh: Callable[[], int],
-                 clock: Callable[[], int]):
+                 clock: Callable[[], int], in_hardirq: Callable[[], bool] = lambda: False):
         from kprobefs.kprobes import FgraphOps
         self._tr = tr
         self._fgraph = fgraph
@@ -163,6 +163,7 @@ class FunctionGraphTracer(TracerPlugin):
         self._context = context
         self._thresh = thresh
         self._clock = clock
+        self._in_hardirq = in_hardirq
         self.flags = dict(GRAPH_FLAG_DEFAULTS)
         self.graph_filter = _GraphFilter(sites, "#### all functions enabled ####\n")
         self.graph_notrace = _GraphFilter(sites, "#### no functions disabled ####\n")
@@ -184,7 +185,8 @@ class FunctionGraphTracer(TracerPlugin):
 
     def set_flag(self, tr, name: str, on: bool) -> None:
         """func_graph_set_flag: sleep-time is the function graph's (the profiler's
-        too); graph-time the profiler's; the rest change the text."""
+        too); graph-time the profiler's; funcgraph-irqs what is recorded (_entry);
+        the rest change the text."""
         self.flags[name] = on
         if name == "sleep-time":
             self._fgraph.set_sleep_time(on)
@@ -205,6 +207,10 @@ class FunctionGraphTracer(TracerPlugin):
         if task is None:
             task = self._tasks[pid] = _TaskState()
         if task.notrace:
+            return False
+        # ftrace_graph_ignore_irqs: with funcgraph-irqs off, no entry (so no return)
+        # of a function called in hardirq context
+        if not self.flags["funcgraph-irqs"] and self._in_hardirq():
             return False
         if ent.func in self.graph_notrace.selected:
             task.notrace = True
