@@ -932,7 +932,7 @@ class _TraceFile:
         buffer = t.trace_buffer()
         header = t.trace_header(options, self.cpu, buffer)
         with gc_paused():
-            runs = buffer.runs(self.cpu)
+            runs = t.trace_runs(buffer, self.cpu)
         return _Handle(lambda: header + t.render_runs(runs, options, buffer),
                        lambda data: len(data),
                        t.unpause if paused else None)

@@ -77,6 +77,8 @@ _RAW_LONG_HEAD = struct.Struct("<IIHBBi")        # type_len 0: a length word fol
 _RAW_EXTEND = struct.Struct("<II")
 _DELTA_MASK = (1 << 27) - 1
 _PADS = (b"", b"\0\0\0", b"\0\0", b"\0")         # by data length % 4
+#: (layout, argument codes, entry size) -> the struct of a whole entry (_rows)
+_ROWS: dict = {}
 
 
 def _signed(value: int) -> int:
@@ -426,7 +428,7 @@ class NativeRecorder:
         _U32.pack_into(view, self._batch_at + 4, 0)        # closed = 0
         pages, at, seen = [], 0, 0
         for end, upto in zip(ends + [staged], counts + [count]):
-            pages.append(Chunk(data[at:end], upto - seen, self._decode, self._raw)
+            pages.append(Chunk(data[at:end], upto - seen, self._decode, self._raw, self._rows)
                          if upto > seen else None)
             at, seen = end, upto
         return pages, used, last_ts if has_last else None
@@ -468,6 +470,56 @@ class NativeRecorder:
                 append((ts, pid, flags, event, 0, 0, data[start:start + length]))
             offset += size
         return out
+
+    def _rows(self, data: bytes, codes_of: Callable, types: dict) -> tuple | None:
+        """Staged entries as flat rows, for ``trace`` text made without record tuples
+        (output.TraceFormatter): (the rows, their timestamps, the events by type).  A
+        row is an entry's header (ts, size, length, type, flags, pid), then its probed
+        address (a kretprobe's function and return address) and its arguments unpacked
+        with ``codes_of(event)`` (struct codes; ``None``: the event's text is not
+        compiled); the rows come from one ``iter_unpack``, read once.  ``None`` unless
+        every entry is a kprobe's or every entry a kretprobe's, all of one size, of
+        events that unpack alike and are not gone (then the caller decodes the chunk).
+        ``types`` is the caller's, kept over the chunks of one read: type -> (event,
+        layout, its codes)."""
+        if not data:
+            return (), [], {}
+        _ts, size, length, type_, _flags, _pid = _ENTRY.unpack_from(data, 0)
+        known = types.get(type_)
+        if known is None:
+            event, layout = self._layout(type_)
+            known = types[type_] = (event, layout, None if event is None or layout == _FIELDS
+                                    else codes_of(event))
+        event, layout, codes = known
+        if codes is None or size % 8 or len(data) % size:
+            return None
+        fixed = (8 if layout == _KPROBE else 16) + struct.calcsize("<" + codes)
+        if fixed != length or _ENTRY_SIZE + length > size:
+            return None
+        # Every entry's size (a u32 at 8) and type (a u16 at 16), read in place: an
+        # entry of another size would be read at its own offset with the wrong size,
+        # so every size checked is every entry read where it is.
+        view = memoryview(data)
+        sizes = view.cast("I")[2::size // 4]
+        if sizes.tobytes() != _U32.pack(size) * len(sizes):
+            return None
+        events = {type_: event}
+        for other in set(view.cast("H")[8::size // 2]) - {type_}:
+            known = types.get(other)
+            if known is None:
+                ev, lay = self._layout(other)
+                known = types[other] = (ev, lay, None if ev is None or lay == _FIELDS
+                                        else codes_of(ev))
+            if known[1] != layout or known[2] != codes:
+                return None
+            events[other] = known[0]
+        key = (layout, codes, size)
+        rows_layout = _ROWS.get(key)
+        if rows_layout is None:
+            rows_layout = _ROWS[key] = struct.Struct(
+                f"<QIIHBxi{'Q' if layout == _KPROBE else 'QQ'}{codes}"
+                f"{size - _ENTRY_SIZE - length}x")
+        return rows_layout.iter_unpack(data), view.cast("Q")[::size // 8].tolist(), events
 
     def _raw(self, data: bytes, last: int | None):
         """Staged entries as trace_pipe_raw events (raw_page.py's layout): the bytes,

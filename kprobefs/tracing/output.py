@@ -9,10 +9,11 @@ hit path.
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left
-from itertools import chain, compress, repeat
+from itertools import compress, groupby, repeat
 from operator import add, call, floordiv, getitem, is_, itemgetter, mod
 from typing import Callable, Iterable, NamedTuple, Sequence
+
+from kprobefs.tracing.ring_buffer import Chunk
 
 __all__ = [
     "TraceOptions",
@@ -221,6 +222,9 @@ class CompiledText(NamedTuple):
     is_return: bool
     unpack: Callable[[bytes], tuple]
     fold: Callable[[object], str]
+    #: ``unpack``'s struct codes, without the byte order (the same for events whose
+    #: arguments unpack alike: NativeRecorder._rows reads their records at once)
+    codes: str = ""
 
     def key(self, rec: tuple):
         return (rec[5], rec[4]) if self.is_return else rec[4]
@@ -248,7 +252,8 @@ def compile_probe_text(name: str, is_return: bool, args: Sequence,
         codes.append((_SIGNED_CODES if signed else _UNSIGNED_CODES)[ftype.size])
         texts.append(f" {arg.name}=".replace("%", "%%")
                      + ("0x%x" if ftype.name[0] == "x" else "%d"))
-    unpack = struct.Struct("<" + "".join(codes)).unpack_from
+    codes = "".join(codes)
+    unpack = struct.Struct("<" + codes).unpack_from
     name = name.replace("%", "%%")
     tail = "".join(texts) + "\n"
     folded: dict = {}
@@ -266,7 +271,7 @@ def compile_probe_text(name: str, is_return: bool, args: Sequence,
             fmt = folded[key] = f"{name}: ({head}){tail}"
         return fmt
 
-    return CompiledText(is_return, unpack, fold)
+    return CompiledText(is_return, unpack, fold, codes)
 
 
 class _Made(dict):
@@ -293,8 +298,9 @@ _LINE_KEY = slice(1, 6)                   # (pid, flags, event, ip, return ip)
 
 class KeptLines(NamedTuple):
     """What one CPU's records printed as, kept for the next read of the same buffer
-    (TraceFormatter.render_runs): the key the lines were made under, the records,
-    their lines, and the comm each pid of them printed with."""
+    (TraceFormatter.render_runs): the key the lines were made under, the records
+    (and chunks: :class:`~kprobefs.tracing.ring_buffer.Chunk`), their lines and the
+    lines' timestamps, and the comm each pid of them printed with."""
 
     key: object
     records: list
@@ -302,6 +308,9 @@ class KeptLines(NamedTuple):
     comms: dict
     #: how many of the lines, from the first, were the last call's, unchanged
     reused: int = 0
+    stamps: list | None = None
+    #: the lines of each item of ``records``; ``None`` when each is one record's
+    counts: list | None = None
 
 
 class KeptTrace(dict):
@@ -314,20 +323,67 @@ class KeptTrace(dict):
 
 def _overlap(old: list, new: list) -> int | None:
     """The index in ``old`` where ``new`` starts, when ``new`` is ``old`` (the same
-    record objects) with records gone from the front and added at the back, as a
-    CPU's buffer changes between reads; ``None`` otherwise."""
+    record and chunk objects) with items gone from the front and added at the back, as
+    a CPU's buffer changes between reads; ``None`` otherwise."""
     if not old or not new:
         return None
     first = new[0]
-    at = bisect_left(old, first[0], key=_TS)
+    try:
+        # by value for records (the timestamp first); the identity is checked below
+        at = old.index(first)
+    except ValueError:
+        return None
     while at < len(old) and old[at] is not first:
-        if old[at][0] != first[0]:
-            return None
         at += 1
+        try:
+            at = old.index(first, at)
+        except ValueError:
+            return None
     both = len(old) - at
     if both == 0 or both > len(new) or not all(map(is_, old[at:], new[:both])):
         return None
     return at
+
+
+_STAGED_LINES: dict = {}
+
+
+def _staged_lines_function(nargs: int, is_return: bool, context_info: bool,
+                           in_ns: bool) -> Callable:
+    """``lines(rows, formats, make, append)``: append the line of each of
+    NativeRecorder._rows' rows (``nargs`` arguments, a return probe's when
+    ``is_return``), its format looked up in ``formats`` by (type, pid, flags, ip[,
+    return ip]) and made by ``make(type, pid, flags, ip, return ip)`` when missing.
+    Generated once per shape, so that a row is unpacked into names and formatted with
+    one ``%`` and no call."""
+    shape = (nargs, is_return, context_info, in_ns)
+    fn = _STAGED_LINES.get(shape)
+    if fn is not None:
+        return fn
+    args = [f"a{i}" for i in range(nargs)]
+    ret = "ret_ip" if is_return else "0"
+    key = "(type_, pid, flags, ip, ret_ip)" if is_return else "(type_, pid, flags, ip)"
+    stamp, values = "", args
+    if context_info and in_ns:
+        stamp = "us = (ts + 500) // 1000"
+        values = ["us // 1000000", "us % 1000000"] + args
+    elif context_info:
+        values = ["ts"] + args
+    source = (
+        "def lines(rows, formats, make, append):\n"
+        "    get = formats.get\n"
+        f"    for ts, _size, _length, type_, flags, pid, ip, "
+        f"{'ret_ip, ' if is_return else ''}{''.join(a + ', ' for a in args)}in rows:\n"
+        f"        key = {key}\n"
+        "        fmt = get(key)\n"
+        "        if fmt is None:\n"
+        f"            fmt = formats[key] = make(type_, pid, flags, ip, {ret})\n"
+        f"        {stamp}\n"
+        f"        append(fmt % ({''.join(v + ', ' for v in values)}))\n")
+    namespace: dict = {}
+    exec(compile(source, f"<trace lines {shape}>", "exec"), namespace)
+    fn = _STAGED_LINES[shape] = namespace["lines"]
+    return fn
 
 
 class TraceFormatter:
@@ -340,6 +396,11 @@ class TraceFormatter:
     conversions and allocations (1.4 µs a line where the per-record loop took 1.7, on
     this project's machine).  Other events take that loop, their text
     ``general(record)``.
+
+    Records the kernel recorded may come as chunks of staged bytes (RingBuffer.runs
+    with ``staged``): a chunk whose records unpack alike (``chunk.rows``) is formatted
+    from its rows without record tuples, by a loop generated for its shape; another is
+    decoded and formatted as records are.
     """
 
     def __init__(self, find_comm: Callable[[int], str], options: TraceOptions,
@@ -349,6 +410,9 @@ class TraceFormatter:
         self._compile = compile
         self._texts: dict = {}
         self._formats = _Made(self._line_format)
+        self._staged_formats: dict = {}         # cpu -> (type, pid, flags, ip…) -> format
+        self._heads: dict = {}
+        self._types: dict = {}                  # chunk.rows' cache of the types seen
 
     def render(self, pairs: Sequence[tuple[int, tuple]],
                general: Callable[[tuple], str]) -> str:
@@ -358,9 +422,9 @@ class TraceFormatter:
 
     def render_runs(self, runs: Sequence[tuple[int, list]], general: Callable[[tuple], str],
                     kept: KeptTrace | None = None, key: object = None) -> str:
-        """The lines of each CPU's records (``(cpu, records)``, each in time order),
-        merged by timestamp, a tie going to the earlier run (as
-        :meth:`RingBuffer.snapshot` merges them).
+        """The lines of each CPU's records (``(cpu, records)``, each in time order;
+        records and chunks, see the class), merged by timestamp, a tie going to the
+        earlier run (as :meth:`RingBuffer.snapshot` merges them).
 
         With ``kept`` (a :class:`KeptTrace`, updated here), the lines made for a
         CPU's records at the last call are used again for the same records when
@@ -369,50 +433,143 @@ class TraceFormatter:
         same CPUs (the same records: none gone, none new), the text is the last call's
         (``kept.whole``): a stopped buffer read again is neither formatted nor merged."""
         lines: list[str] = []
+        stamps: list[int] = []
+        merge = len(runs) > 1
         whole = kept is not None
         for cpu, records in runs:
             if kept is None:
-                lines += self._lines(repeat(cpu), records, general)
+                made, made_stamps, _keep, _counts = self._run_lines(cpu, records, general,
+                                                                    merge)
             else:
-                made = self._kept_lines(cpu, records, general, kept, key)
-                lines += made
+                made, made_stamps = self._kept_lines(cpu, records, general, kept, key)
                 entry = kept.get(cpu)
                 whole = whole and entry is not None and entry.reused == len(made)
+            lines += made
+            if merge:
+                stamps += made_stamps
         cpus = tuple(cpu for cpu, _records in runs)
         if whole and kept.whole is not None and kept.whole[0] == cpus:
             return kept.whole[1]
-        if len(runs) < 2:
+        if not merge:
             text = "".join(lines)
         else:
-            stamps = list(chain.from_iterable(map(_TS, records) for _cpu, records in runs))
             text = "".join(map(lines.__getitem__, sorted(range(len(stamps)),
                                                          key=stamps.__getitem__)))
         if kept is not None:
             kept.whole = (cpus, text)
         return text
 
+    def _run_lines(self, cpu: int, items: list, general: Callable[[tuple], str],
+                   with_stamps: bool = True) -> tuple[list, list | None, bool, list | None]:
+        """The lines of one CPU's records and chunks, in their order: (the lines, their
+        timestamps (``None`` unless ``with_stamps``), whether every line is of a
+        compiled event (may be kept), the lines of each item (``None`` when there is
+        no chunk: one line a record))."""
+        if Chunk not in set(map(type, items)):
+            unpack = self._unpackers(items, general)
+            return (self._lines(repeat(cpu), items, general, unpack),
+                    list(map(_TS, items)) if with_stamps else None, unpack is not None,
+                    None)
+        lines: list[str] = []
+        stamps: list[int] = []
+        counts: list[int] = []
+        keep = True
+        for kind, group in groupby(items, type):
+            if kind is not Chunk:
+                records = list(group)
+                unpack = self._unpackers(records, general)
+                keep = keep and unpack is not None
+                lines += self._lines(repeat(cpu), records, general, unpack)
+                stamps += map(_TS, records)
+                counts += repeat(1, len(records))
+                continue
+            for chunk in group:
+                got = None if chunk.rows is None else chunk.rows(
+                    chunk.data, lambda ev: self._codes_of(ev, general), self._types)
+                if got is None:
+                    records = chunk.decode(chunk.data)
+                    unpack = self._unpackers(records, general)
+                    keep = keep and unpack is not None
+                    lines += self._lines(repeat(cpu), records, general, unpack)
+                    stamps += map(_TS, records)
+                    counts.append(len(records))
+                else:
+                    rows, row_stamps, events = got
+                    self._staged_lines(cpu, rows, events, lines.append)
+                    stamps += row_stamps
+                    counts.append(len(row_stamps))
+        return lines, stamps, keep, counts
+
+    def _codes_of(self, ev, general: Callable[[tuple], str]) -> str | None:
+        """The struct codes of ``ev``'s compiled text's arguments, ``None`` when its
+        text is not compiled."""
+        key = id(ev)
+        text = self._texts.get(key)
+        if text is None:
+            text = self._texts[key] = self._compile(ev) or general
+        return text.codes if type(text) is CompiledText else None
+
+    def _staged_lines(self, cpu: int, rows: list, events: dict,
+                      append: Callable[[str], None]) -> None:
+        """Append the lines of NativeRecorder._rows' ``rows`` of ``events`` (by type;
+        each compiled, all unpacking alike)."""
+        if not events:
+            return
+        text = self._texts[id(next(iter(events.values())))]
+        nargs = len(text.codes)
+        options = self._options
+        lines = _staged_lines_function(nargs, text.is_return, options.context_info,
+                                       options.in_ns)
+        formats = self._staged_formats.get(cpu)
+        if formats is None:
+            formats = self._staged_formats[cpu] = {}
+        texts, head = self._texts, self._head
+
+        def make(type_: int, pid: int, flags: int, ip: int, ret_ip: int) -> str:
+            text = texts[id(events[type_])]
+            return head(cpu, pid, flags) + text.fold((ret_ip, ip) if text.is_return else ip)
+        lines(rows, formats, make, append)
+
     def _kept_lines(self, cpu: int, records: list, general: Callable[[tuple], str],
-                    kept: dict[int, KeptLines], key: object) -> list[str]:
-        """_lines, taking the lines of the records ``kept[cpu]`` has too from there
-        (made again for a pid whose comm is not the one printed); only lines of
-        compiled events are kept (another event's text may depend on more than the
-        key)."""
+                    kept: dict[int, KeptLines], key: object) -> tuple[list[str], list[int]]:
+        """_run_lines' lines and timestamps, taking the lines of the records (and
+        chunks) ``kept[cpu]`` has too from there (made again for a pid whose comm is
+        not the one printed: a record's line, or every line when the kept lines came
+        from chunks); only lines of compiled events are kept (another event's text may
+        depend on more than the key)."""
         last = kept.pop(cpu, None)
         find_comm = self._find_comm
         lines: list[str] = []
+        stamps: list[int] = []
+        counts: list[int] | None = None
         renamed: set = set()
-        reused = 0
-        if last is not None and last.key == key:
+        reused = done = 0
+        if last is not None and last.key == key and last.stamps is not None:
             start = _overlap(last.records, records)
             if start is not None:
-                lines = last.lines[start:]
                 renamed = {pid for pid, comm in last.comms.items() if find_comm(pid) != comm}
-                # from the first line: none gone from the front, none made again
-                reused = 0 if start or renamed else len(lines)
-        fresh = records[len(lines):]
-        unpack = self._unpackers(fresh, general)
-        if unpack is None:
-            return self._lines(repeat(cpu), records, general)
+                if not renamed or last.counts is None:
+                    at = start if last.counts is None else sum(last.counts[:start])
+                    lines, stamps = last.lines[at:], last.stamps[at:]
+                    counts = None if last.counts is None else last.counts[start:]
+                    done = len(last.records) - start
+                    # from the first line: none gone from the front, none made again
+                    reused = 0 if start or renamed else len(lines)
+                else:
+                    renamed = set()
+        fresh = records[done:]
+        if Chunk not in set(map(type, fresh)):
+            unpack = self._unpackers(fresh, general)
+            if unpack is None:
+                made, made_stamps, _keep, _counts = self._run_lines(cpu, records, general)
+                return made, made_stamps
+            new_lines = self._lines(repeat(cpu), fresh, general, unpack)
+            new_stamps, new_counts = list(map(_TS, fresh)), None
+        else:
+            new_lines, new_stamps, keep, new_counts = self._run_lines(cpu, fresh, general)
+            if not keep:
+                made, made_stamps, _keep, _counts = self._run_lines(cpu, records, general)
+                return made, made_stamps
         if renamed:
             # the records of a renamed pid (saved_cmdlines changed since), made again
             again = list(compress(range(len(lines)), map(renamed.__contains__,
@@ -420,14 +577,24 @@ class TraceFormatter:
             for at, line in zip(again, self._lines(repeat(cpu), list(map(
                     records.__getitem__, again)), general)):
                 lines[at] = line
-        lines += self._lines(repeat(cpu), fresh, general, unpack)
+        if counts is not None or new_counts is not None:
+            counts = (counts if counts is not None else [1] * done) + (
+                new_counts if new_counts is not None else [1] * len(fresh))
+        lines += new_lines
+        stamps += new_stamps
         if reused and not fresh:
             comms = last.comms      # the same records, each pid's comm as printed
         else:
-            # the pids of these records only (a live trace sees ever new pids)
-            comms = {pid: find_comm(pid) for pid in set(map(_PID, records))}
-        kept[cpu] = KeptLines(key, records, lines, comms, reused)
-        return lines
+            # the pids of these lines only (a live trace sees ever new pids)
+            pids = set(map(_PID, (item for item in records if type(item) is not Chunk))) \
+                if counts is not None else set(map(_PID, records))
+            for formats in self._staged_formats.values():
+                pids.update(map(_PID, formats))
+            if counts is not None and last is not None:
+                pids.update(last.comms)
+            comms = {pid: find_comm(pid) for pid in pids}
+        kept[cpu] = KeptLines(key, records, lines, comms, reused, stamps, counts)
+        return lines, stamps
 
     def _unpackers(self, records: list, general: Callable[[tuple], str]) -> dict | None:
         """event -> its compiled text's ``unpack`` when every event of records has a
@@ -465,10 +632,18 @@ class TraceFormatter:
         ip))``): its ``%`` takes the timestamp's numbers, then the arguments."""
         cpu, (pid, flags, ev, ip, ret_ip) = key
         text = self._texts[id(ev)]
-        body = text.fold((ret_ip, ip) if text.is_return else ip)
-        if not self._options.context_info:
-            return body
-        return self._context(cpu, pid, flags).replace("%", "%%") + self._stamp_format() + body
+        return self._head(cpu, pid, flags) + text.fold(
+            (ret_ip, ip) if text.is_return else ip)
+
+    def _head(self, cpu: int, pid: int, flags: int) -> str:
+        """The part of a line's format before the event text: the context columns and
+        the timestamp's conversions, made once per (cpu, pid, flags)."""
+        head = self._heads.get((cpu, pid, flags))
+        if head is None:
+            head = "" if not self._options.context_info else (
+                self._context(cpu, pid, flags).replace("%", "%%") + self._stamp_format())
+            self._heads[(cpu, pid, flags)] = head
+        return head
 
     def _context(self, cpu: int, pid: int, flags: int) -> str:
         return f"{self._find_comm(pid):>16s}-{pid:<7d} [{cpu:03d}] " + (

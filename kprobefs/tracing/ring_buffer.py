@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_BUFFER_BYTES",
     "pages_for_kb",
     "merge_runs",
+    "decode_runs",
     "event_size",
     "MAX_TOTAL_BUFFER_KB",
 ]
@@ -103,6 +104,24 @@ def merge_runs(runs: Sequence[tuple[int, list]]) -> list[tuple[int, tuple]]:
     return pairs
 
 
+def decode_runs(runs: Sequence[tuple[int, list]]) -> list[tuple[int, list]]:
+    """:meth:`RingBuffer.runs` with ``staged``, every chunk decoded (the buffer's
+    pages left as they are)."""
+    out = []
+    for cpu, items in runs:
+        if any(type(item) is Chunk for item in items):
+            records = []
+            for item in items:
+                if type(item) is Chunk:
+                    records.extend(item.decode(item.data))
+                else:
+                    records.append(item)
+            items = records
+        if items:
+            out.append((cpu, items))
+    return out
+
+
 class Chunk:
     """Records staged elsewhere, taken into a page as they were written: ``count``
     records in ``data``, which ``decode(data)`` turns into record tuples when a reader
@@ -111,14 +130,18 @@ class Chunk:
     one's time, the last one's), each event's delta from ``last_ts`` (``None``: the
     first starts a page), or ``None`` when no record is left."""
 
-    __slots__ = ("data", "count", "decode", "raw")
+    __slots__ = ("data", "count", "decode", "raw", "rows")
 
     def __init__(self, data: bytes, count: int, decode: Callable[[bytes], list],
-                 raw: Callable[[bytes, int | None], tuple | None] | None = None):
+                 raw: Callable[[bytes, int | None], tuple | None] | None = None,
+                 rows: Callable[[bytes, Callable, dict], tuple | None] | None = None):
         self.data = data
         self.count = count
         self.decode = decode
         self.raw = raw
+        #: ``rows(data, codes_of, types)``, when given: the records as flat rows for ``trace``
+        #: text without their tuples (NativeRecorder._rows), or ``None``.
+        self.rows = rows
 
 
 class Stage(Protocol):
@@ -289,6 +312,14 @@ class CpuBuffer:
                 return None
             pages.popleft()
         return None
+
+    def items(self) -> list:
+        """Return the records and the chunks not decoded yet, oldest first, decoding
+        nothing (a reader that formats chunks itself: TraceFormatter)."""
+        out = []
+        for page in self.pages:
+            out.extend(page)
+        return out
 
     def records(self) -> list:
         """Return a copy of the records, oldest first (decoding every chunk, once)."""
@@ -550,10 +581,14 @@ class RingBuffer:
             for buf in self._bufs(None):
                 buf.decode_all()
 
-    def runs(self, cpu: int | None = None) -> list[tuple[int, list]]:
+    def runs(self, cpu: int | None = None, staged: bool = False) -> list[tuple[int, list]]:
         """Return (cpu, its records oldest first) for each CPU that has records, in CPU
-        order, without consuming them: what :meth:`snapshot` merges."""
+        order, without consuming them: what :meth:`snapshot` merges.  With ``staged``
+        the chunks not decoded yet stay :class:`Chunk` objects among the records
+        (:func:`decode_runs` decodes them)."""
         with self.lock:
+            if staged:
+                return [(b.cpu, items) for b in self._bufs(cpu) if (items := b.items())]
             return [(b.cpu, recs) for b in self._bufs(cpu) if (recs := b.records())]
 
     def snapshot(self, cpu: int | None = None) -> list[tuple[int, tuple]]:

@@ -37,7 +37,7 @@ from kprobefs.tracing.output import (
 from kprobefs.tracing.pid_filter import PidFilter
 from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.ring_buffer import (
-    DEFAULT_BUFFER_BYTES, MAX_TOTAL_BUFFER_KB, RingBuffer, merge_runs,
+    DEFAULT_BUFFER_BYTES, MAX_TOTAL_BUFFER_KB, RingBuffer, decode_runs, merge_runs,
 )
 from kprobefs.tracing.snapshot import MaxTrace, snapshot_help
 from kprobefs.tracing.tracers import NopTracer, TracerPlugin
@@ -828,7 +828,14 @@ class TraceArray:
         """The header and lines of ``buffer`` (default: the buffer ``trace`` shows)."""
         buffer = buffer or self.trace_buffer()
         header = self.trace_header(options, cpu, buffer)
-        return header + self.render_runs(buffer.runs(cpu), options, buffer)
+        return header + self.render_runs(self.trace_runs(buffer, cpu), options, buffer)
+
+    def trace_runs(self, buffer: RingBuffer, cpu: int | None = None) -> list[tuple[int, list]]:
+        """What :meth:`render_runs` takes: ``buffer.runs(cpu)``, the chunks the kernel
+        recorded left undecoded when the formatter makes their text from their bytes
+        (not for a tracer that prints records its own way)."""
+        staged = type(self.current_tracer).print_trace is TracerPlugin.print_trace
+        return buffer.runs(cpu, staged=staged)
 
     def trace_buffer(self) -> RingBuffer:
         """What ``trace`` shows: the main buffer, or the snapshot where the current
@@ -905,7 +912,7 @@ class TraceArray:
         reading ``trace`` again formats only what is new).  A tracer that prints
         records its own way gets them merged by time."""
         if type(self.current_tracer).print_trace is not TracerPlugin.print_trace:
-            return self.render(merge_runs(runs), options)
+            return self.render(merge_runs(decode_runs(runs)), options)
         kept = None
         if buffer is not None:
             kept = self._kept_lines.get(buffer)
