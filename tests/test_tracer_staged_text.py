@@ -160,3 +160,31 @@ def test_an_instance():
     check(tr, want_fast=None, staged=False)
     first = read(root, f"{where}trace")
     assert first == read(root, f"{where}trace")
+
+
+def lines_of(text):
+    return "".join(line + "\n" for line in text.splitlines() if not line.startswith("#"))
+
+
+def test_rereads_keep_the_lines_of_chunks_and_make_what_changed():
+    kernel, tracer, root = traced("p:k kprobe_target_traced+5 a=%di b=%si\n",
+                                  setup=(("buffer_size_kb", "16"),), loops=300)
+    first = read(root, "trace")
+    assert first == read(root, "trace")
+    # more records: the oldest pages overwritten, the kept lines of the rest used
+    write(root, "events/kprobes/enable", "1")
+    kernel.upcall("kprobe_bench_loop", 200, 1)
+    write(root, "events/kprobes/enable", "0")
+    second = read(root, "trace")
+    options = tracer.trace_options()
+    tr = tracer.top
+    assert second != first
+    # (per_record decodes copies: the pages keep their chunks for the next read)
+    assert lines_of(second) == per_record(tr, tr.buffer.runs(staged=True), options)
+    # a comm saved since: the chunks' lines are made again
+    tracer.comm_cache.save(0, "renamed")
+    third = read(root, "trace")
+    assert "renamed-0" in third and "<idle>-0" not in third
+    assert lines_of(third) == per_record(tr, tr.buffer.runs(staged=True), options)
+    assert any(type(item) is Chunk for _cpu, items in tr.buffer.runs(staged=True)
+               for item in items)

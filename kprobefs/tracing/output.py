@@ -590,7 +590,9 @@ class TraceFormatter:
                 if counts is not None else set(map(_PID, records))
             for formats in self._staged_formats.values():
                 pids.update(map(_PID, formats))
-            if counts is not None and last is not None:
+            if counts is not None and done:
+                # the pids of the chunks' lines kept: not known line by line, those of
+                # the last call (a pid gone from them stays until no line is kept)
                 pids.update(last.comms)
             comms = {pid: find_comm(pid) for pid in pids}
         kept[cpu] = KeptLines(key, records, lines, comms, reused, stamps, counts)
