@@ -285,7 +285,7 @@ def main(argv=None) -> int:
         for loop in loops:
             loop.proc.wait(timeout=120)
             loop.thread.join(timeout=10)
-        reader.send_signal(signal.SIGINT)
+        reader.terminate()      # SIGTERM: a background job may hold SIGINT ignored
         reader.wait(timeout=30)
         left = cleanup(mnt)
         end_used = settle(mnt)
