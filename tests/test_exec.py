@@ -29,6 +29,7 @@ import pytest
 import conformance_runner as runner
 from kprobefs.cli import build_parser, _parse
 from kprobefs.testing import TracefsReset
+from kprobefs.testing.records import parse_trace
 from robust_mount import need_fuse
 
 CI = os.environ.get("CI") == "true"
@@ -580,12 +581,12 @@ def test_set_event_pid_keeps_only_the_listed_tasks_events(mnt, tracing):
 
 
 # ---- the tool's own system calls ---------------------------------------------------------
-_RECORD = re.compile(r"^\s*.+?-(?P<pid>\d+)\s+\[\d+\]\s+\S+\s+[\d.]+: (?P<event>\w+):", re.M)
 
 
 def _records(trace: str) -> list[tuple[str, str]]:
-    """(pid, event name) of each record of a trace file's text."""
-    return [(m["pid"], m["event"]) for m in _RECORD.finditer(trace)]
+    """(pid, event name) of each record of a trace file's text (a system call's line
+    names its call, not its event: the reader knows which event that is)."""
+    return [(str(r.pid), r.event) for r in parse_trace(trace)]
 
 
 @pytest.fixture
