@@ -68,10 +68,12 @@ def test_kernel_and_host_records_decode(t):
                     if line.split()[2] == "vfs_read")
     marker_id = int(open(f"{t}/events/ftrace/print/id").read()) if os.path.exists(
         f"{t}/events/ftrace/print/id") else 5
-    r = sh(f"echo $$; exec dd if={t}/README of=/dev/null bs=123 count=2 2>/dev/null")
+    # both on host CPU 0, so on one emulated CPU (a request runs on its host CPU's)
+    r = sh(f"echo $$; exec taskset -c 0 dd if={t}/README of=/dev/null bs=123 count=2 "
+           "2>/dev/null")
     reader = int(r.stdout.split()[0])
     time.sleep(0.3)                       # over 2^27 ns: the next record needs a time extend
-    assert sh(f"echo raw-marker > {t}/trace_marker").returncode == 0
+    assert sh(f"exec taskset -c 0 sh -c 'echo raw-marker > {t}/trace_marker'").returncode == 0
     stop_probe(t)
     cpus = decode_all(t)
     events = [ev for pages in cpus for page in pages for ev in page.events]
