@@ -85,7 +85,8 @@ LEAVE_THEN_CLEAN = '''
     #: content is a history (saved_cmdlines, kprobe_profile, printk_formats, stats).
     SKIP = {"trace_pipe", "trace", "saved_cmdlines", "saved_tgids", "kprobe_profile",
             "printk_formats", "stack_trace", "snapshot", "README", "per_cpu",
-            "available_filter_functions", "trace_marker", "trace_stat", "hist"}
+            "available_filter_functions", "trace_marker", "trace_marker_raw", "trace_stat",
+            "hist"}
 
     def state(root):
         t = root / "tracing"
