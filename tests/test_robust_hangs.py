@@ -227,7 +227,8 @@ def test_a_livelock_that_keeps_yielding_fails_the_request_and_kills_its_task(mnt
         restore()
     assert r.returncode != 0 and "Input/output error" in r.stderr
     assert TIMEOUT - 0.5 < took < TIMEOUT + MARGIN
-    assert served.times and not served.errors and max(served.times) < 2.0
+    # answered all along: a read held up behind the livelock would be the only one
+    assert len(served.times) >= 5 and not served.errors, served.times
     assert "watchdog: BUG: soft lockup - CPU#" in kernel.dmesg()
     assert all(c.state != "wedged" for c in kernel.cpus)
     assert _sh(f"mkdir {mnt.p('tmp/after')}").returncode == 0

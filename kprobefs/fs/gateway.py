@@ -208,14 +208,16 @@ class Gateway(HostCallers):
         machine fails, is stuck, or does not finish it within the timeout (then the
         machine is told to kill the task, see Kernel.abandon).  ProcessExited and
         KernelOops pass through.  A call made for host thread ``host_pid`` runs on the
-        emulated CPU of the host CPU that thread is on (modulo the machine's CPUs): the
+        emulated CPU of the host CPU that thread is on (modulo the machine's CPUs): only
+        there when the thread is pinned to that CPU, else there when that CPU is free
+        (as Linux wakes a task on its previous CPU when idle, else on an idle one).  The
         task's own pid may be one the kernel chose, when the host's was taken."""
         kernel = self.kernel
         nr_cpus = getattr(kernel, "nr_cpus", 1)
         if nr_cpus > 1 and host_pid > 0:
-            cpu = host_cpu(host_pid)
-            if cpu is not None:
-                task.wake_cpu = cpu % nr_cpus
+            placed = host_cpu(host_pid)
+            if placed is not None:
+                task.wake_cpu, task.wake_cpu_only = placed[0] % nr_cpus, placed[1]
         try:
             req = kernel.submit(task, name, *args, on_done=on_done, wake=False)
         except ProcessExited:

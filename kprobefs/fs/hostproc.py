@@ -69,20 +69,20 @@ def host_process(pid: int) -> HostProcess | None:
         return None
 
 
-def host_cpu(pid: int) -> int | None:
-    """The host CPU the thread ``pid`` is on: the one CPU it may run on when it has one
-    (taskset; a sched_getaffinity, no /proc read), else the CPU it last ran on
-    (``/proc/PID/stat`` field 39: for a thread waiting in a request of ours, the one it
-    made it on).  None when it is gone."""
+def host_cpu(pid: int) -> tuple[int, bool] | None:
+    """The host CPU the thread ``pid`` is on, and whether it is pinned there: the one
+    CPU it may run on when it has one (taskset; a sched_getaffinity, no /proc read),
+    else the CPU it last ran on (``/proc/PID/stat`` field 39: for a thread waiting in a
+    request of ours, the one it made it on).  None when it is gone."""
     try:
         allowed = os.sched_getaffinity(pid)
     except OSError:
         return None
     if len(allowed) == 1:
-        return next(iter(allowed))
+        return next(iter(allowed)), True
     try:
         data = read_proc(f"/proc/{pid}/stat")
-        return int(data[data.rindex(b")") + 2:].split()[36])
+        return int(data[data.rindex(b")") + 2:].split()[36]), False
     except (OSError, ValueError, IndexError):
         return None
 

@@ -157,8 +157,9 @@ class Kernel(MachineDriver, SystemCalls):
         self._stale_windows: set[int] = set()
         self._next_window = 0
         self._wakeups: collections.deque = collections.deque()  # idle-loop words
-        #: Wake-up word -> the index of the CPU that must take it (_queue_wakeup).
-        self._wakeup_cpus: dict[int, int] = {}
+        #: Wake-up word -> (the index of the CPU to take it, whether only that one may);
+        #: see _queue_wakeup.
+        self._wakeup_cpus: dict[int, tuple[int, bool]] = {}
         self._trap_handlers: dict[int, list] = collections.defaultdict(list)
         self.exit_listeners: list[Callable[[int], None]] = []
         #: Called with the pid of a task as it is reaped (release_task: after its
@@ -350,13 +351,15 @@ class Kernel(MachineDriver, SystemCalls):
         while self._inbox:
             self._inbox.popleft()()
 
-    def _queue_wakeup(self, word: int, cpu: int | None = None) -> None:
-        """Queue an idle-loop wake-up word; given ``cpu`` (an index), only that CPU
-        takes it, so the task wakes on its run queue (try_to_wake_up enqueues on the
-        CPU that runs it), unless that CPU is out of service."""
+    def _queue_wakeup(self, word: int, cpu: int | None = None, only: bool = False) -> None:
+        """Queue an idle-loop wake-up word; given ``cpu`` (an index), that CPU takes
+        it, so the task wakes on its run queue (try_to_wake_up enqueues on the CPU that
+        runs it): with ``only``, that CPU alone (a task whose affinity is that CPU),
+        else another idle CPU while that one is busy (select_idle_sibling's choice);
+        any CPU once that one is out of service."""
         self._wakeups.append(word)
         if cpu is not None and 0 <= cpu < len(self.cpus):
-            self._wakeup_cpus[word] = cpu
+            self._wakeup_cpus[word] = (cpu, only)
 
     def _take_wakeup(self, cpu: Cpu, any_cpu: bool = True) -> int | None:
         """The first queued wake-up word ``cpu`` may take: one bound to it, or (with
@@ -370,8 +373,9 @@ class Kernel(MachineDriver, SystemCalls):
         switching = any(c.idling and c.state == "running" and c is not cpu
                         for c in self.cpus)
         for i, word in enumerate(self._wakeups):
-            want = bound.get(word)
-            if want is not None and self.cpus[want].state not in ("running", "idle"):
+            want, only = bound.get(word, (None, False))
+            if want is not None and (self.cpus[want].state not in ("running", "idle")
+                                     or not only and self.cpus[want].state != "idle"):
                 want = None
             if want == cpu.index and switching:
                 continue

@@ -264,7 +264,8 @@ class SystemCalls:
             self._finish(req)
         elif task.state == "user" and task.active is None and not task.pending:
             if self._load_request(task, req):
-                self._queue_wakeup(abi.IDLE_WAKE_TASK | (task.pid << 8), task.wake_cpu)
+                self._queue_wakeup(abi.IDLE_WAKE_TASK | (task.pid << 8), task.wake_cpu,
+                                   task.wake_cpu_only)
         else:
             task.pending.append(req)
 

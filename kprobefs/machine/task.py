@@ -49,6 +49,9 @@ class Task:
     #: The CPU its wake-ups go to (its host process's, mapped onto the machine's);
     #: None: the first idle CPU.
     wake_cpu: int | None = None
+    #: Whether only wake_cpu may take them (the host thread is pinned there); else
+    #: another idle CPU does while wake_cpu is busy.
+    wake_cpu_only: bool = False
 
 
 @dataclass(eq=False)
