@@ -218,6 +218,22 @@ def trim_host_heap() -> bool:
     return bool(trim(0)) if trim is not None else False
 
 
+#: Blocks this big or bigger are mapped on their own and unmapped when freed (glibc's
+#: M_MMAP_THRESHOLD, its default; -3 is the parameter's number).
+MMAP_THRESHOLD = 128 << 10
+_M_MMAP_THRESHOLD = -3
+
+
+def fix_host_heap_threshold() -> bool:
+    """Keeps glibc's threshold for mapping a block on its own at MMAP_THRESHOLD; whether
+    it took.  glibc raises the threshold to the size of each mapped block freed, after
+    which Unicorn's large tables (the translation hash table, resized at each flush of
+    the code buffer) come from the heap and leave holes there: a soak's RSS jumped by
+    megabytes at some of the flushes."""
+    mallopt = getattr(_libc(), "mallopt", None)
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) if mallopt is not None else False
+
+
 def _libc():
     import ctypes
     return ctypes.CDLL(None)
@@ -319,6 +335,7 @@ class Daemon:
     # ---- setup ----------------------------------------------------------------------
     def boot(self) -> None:
         """Boots the kernel and builds the layers.  No threads start here."""
+        fix_host_heap_threshold()
         try:
             self.kernel = self._kernel_factory(self.cpus, self.seed)
         except Exception as e:

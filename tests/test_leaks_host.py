@@ -4,6 +4,8 @@ allocations leave under probe churn."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 
 from kprobefs import daemon as daemon_module
@@ -54,3 +56,35 @@ def test_the_daemons_housekeeping_trims_the_heap_now_and_then(monkeypatch):
     assert len(reaps) == 300                   # 600 s of reaps
     assert len(trims) == 10                    # one a minute
     assert all(b - a == 60.0 for a, b in zip(trims, trims[1:]))
+
+
+_THRESHOLD_CHECK = r"""
+import ctypes, sys
+from kprobefs.daemon import fix_host_heap_threshold
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks",
+                "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+if sys.argv[1] == "fixed":
+    assert fix_host_heap_threshold()
+libc.free(libc.malloc(8 << 20))          # a mapped block freed: glibc's threshold rises
+block = libc.malloc(1 << 20)
+print(libc.mallinfo2().hblkhd >= 1 << 20)  # the next big block mapped on its own?
+"""
+
+
+def test_big_blocks_stay_mapped_on_their_own_after_one_is_freed():
+    """With glibc's sliding threshold a 1 MiB block after a freed 8 MiB one comes from
+    the heap (and leaves a hole there when freed); with the threshold fixed it is
+    mapped on its own, and unmapped when freed."""
+    def run(mode):
+        return subprocess.run([sys.executable, "-c", _THRESHOLD_CHECK, mode], check=True,
+                              capture_output=True, text=True, timeout=60).stdout.strip()
+
+    assert run("sliding") == "False"
+    assert run("fixed") == "True"
