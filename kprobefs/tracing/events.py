@@ -55,7 +55,7 @@ from kprobefs.tracing.trace_dynevent import (
 from kprobefs.tracing.trace_eprobe import EprobeEvent
 from kprobefs.tracing.trace_events import StaticEvents
 from kprobefs.tracing.trace_printk import TracePrintk
-from kprobefs.tracing.trace_array import OPTION_DEFAULTS, EventFile, TraceArray
+from kprobefs.tracing.trace_array import OPTION_DEFAULTS, STACK_EVENT, EventFile, TraceArray
 from kprobefs.tracing.tracers import TracerFactory
 from kprobefs.tracing.trace_kprobe import (
     TraceEvent, TraceProbe, is_call_return, make_recorder, unwind,
@@ -159,6 +159,8 @@ class Tracer(DynamicEvents):
         #: What current_tracer offers besides nop (tracers.py), in registration order.
         self.tracer_factories: list[TracerFactory] = []
         self.stack_tracer: StackTracer | None = None
+        #: 6.1's func_flags: the function tracer's options, shared by every array's
+        self._func_flags = {"func_stack_trace": False}
         self._ftrace = getattr(engine, "ftrace", None)
         self._fgraph = getattr(engine, "fgraph", None)
         #: The top array's function_graph tracer, and the function profiler.
@@ -293,12 +295,24 @@ class Tracer(DynamicEvents):
         tracer = FunctionTracer(
             self._ftrace, FtraceOps, self.symbols.ftrace_site_names,
             record=tr.buffer.write, context=self._hit_context,
-            recording=lambda: tr.recording, now=lambda: tr.now())
+            recording=lambda: tr.recording, now=lambda: tr.now(), flags=self._func_flags,
+            record_stack=self._function_stack_recorder(tr))
         tr.func_probes = self._new_function_probes(tr, FtraceOps)
         tr.func_probes.hashes = {True: tracer.filter, False: tracer.notrace}
         tracer.filter.commands = tracer.notrace.commands = tr.func_probes
         tracer.notrace.enable = False
         return tracer
+
+    def _function_stack_recorder(self, tr: TraceArray) -> Callable:
+        """``record_stack`` of ``tr``'s function tracer: the entry, then the kernel
+        stack at the site (the traced function first, as 6.1's STACK_SKIP leaves it)."""
+        kernel, symbols, buffer = self.kernel, self.symbols, tr.buffer
+
+        def record_stack(cpu: int, rec: tuple, size: int, regs) -> None:
+            stack = unwind(kernel, symbols, regs, rec[4])
+            buffer.write_many(cpu, ((rec, size), ((rec[0], rec[1], rec[2], STACK_EVENT,
+                                                   stack), 16 + 8 * len(stack))))
+        return record_stack
 
     def _new_function_probes(self, tr: TraceArray, ops_factory) -> FunctionProbes:
         """``tr``'s set_ftrace_filter commands (tracing/ftrace_probes.py)."""

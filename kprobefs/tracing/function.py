@@ -7,7 +7,8 @@
 * :class:`FunctionTracer` is ``current_tracer`` = ``function``: one ``ftrace_ops`` on the
   sites of the filter minus the notrace set, wanting the parent ip; each call records a
   ``TRACE_FN`` entry printed as ``func <-parent``, unless ``set_ftrace_pid`` /
-  ``set_ftrace_notrace_pid`` exclude the task.
+  ``set_ftrace_notrace_pid`` exclude the task; with its option ``func_stack_trace``, each
+  entry is followed by a kernel stack record.
 * :class:`StackTracer` is kernel/trace/trace_stack.c: while enabled
   (``/proc/sys/kernel/stack_tracer_enabled``), every call of a function in
   ``stack_trace_filter`` measures the kernel stack in use; a new maximum saves the call
@@ -218,12 +219,23 @@ class FunctionTracer(TracerPlugin):
     """``current_tracer`` = ``function`` for one trace array: ``record`` is
     ``record(cpu, record_tuple, size)`` into its ring buffer, ``context()`` gives the
     ``(pid, cpu)`` of the current task and caches its comm, ``recording()`` says whether
-    tracing is on."""
+    tracing is on.
+
+    ``flags`` is 6.1's func_flags, one dict that every array's function tracer shares
+    (``func_stack_trace``); ``record_stack(cpu, record_tuple, size, regs)`` records the
+    entry followed by the kernel stack at the hit.  As 6.1's func_set_flag, a change
+    takes effect in the array whose option was written if the tracer is current there,
+    elsewhere when the tracer next starts."""
 
     def __init__(self, ftrace, ops_factory, sites: _SiteNames,
                  record: Callable, context: Callable, recording: Callable[[], bool],
-                 now: Callable[[], int]):
+                 now: Callable[[], int], flags: dict[str, bool] | None = None,
+                 record_stack: Callable | None = None):
         self._record = record
+        self._record_stack = record_stack
+        self.flags = flags if flags is not None and record_stack is not None else {}
+        #: the ops' handler records stacks (6.1's function_stack_trace_call)
+        self._stack = False
         self._context = context
         self._recording = recording
         self._now = now
@@ -242,10 +254,16 @@ class FunctionTracer(TracerPlugin):
     name = "function"
 
     def init(self, tr) -> None:
+        self._stack = self.flags.get("func_stack_trace", False)
         self.start()
 
     def reset(self, tr) -> None:
         self.stop()
+
+    def set_flag(self, tr, name: str, on: bool) -> None:
+        self.flags[name] = on
+        if tr.current_tracer is self:
+            self._stack = self.flags["func_stack_trace"]
 
     def start(self) -> None:
         self._ops.start(self._wanted())
@@ -260,14 +278,17 @@ class FunctionTracer(TracerPlugin):
     def _retarget(self) -> None:
         self._ops.retarget(self._wanted())
 
-    def _hit(self, ip: int, parent_ip: int, _ops, _regs) -> None:
+    def _hit(self, ip: int, parent_ip: int, _ops, regs) -> None:
         if not self._recording():
             return
         pid, cpu = self._context()
         if self.pids.active and self.pids.ignores(pid):
             return
-        self._record(cpu, (self._now(), pid, FLAGS_NONE, FUNCTION_EVENT, ip, parent_ip),
-                     _FTRACE_ENTRY_SIZE)
+        rec = (self._now(), pid, FLAGS_NONE, FUNCTION_EVENT, ip, parent_ip)
+        if self._stack:
+            self._record_stack(cpu, rec, _FTRACE_ENTRY_SIZE, regs)
+        else:
+            self._record(cpu, rec, _FTRACE_ENTRY_SIZE)
 
 
 class StackTracer:
