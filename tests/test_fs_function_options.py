@@ -72,3 +72,41 @@ def test_func_stack_trace_is_one_value_for_every_instance(t):
     """)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "1\n0\n"
+
+
+LAT_HEADER = re.compile(
+    r"# tracer: function\n#\n"
+    r"# function latency trace v1\.1\.5 on \S+\n"
+    r"# -{68}\n"
+    r"# latency: 0 us, #(\d+)/\1, CPU#0 \| \(M:desktop VP:0, KP:0, SP:0 HP:0 #P:\d+\)\n"
+    r"#    -----------------\n"
+    r"#    \| task: -0 \(uid:0 nice:0 policy:0 rt_prio:0\)\n"
+    r"#    -----------------\n"
+    r"#\n"
+    r"#                    _------=> CPU#            \n")
+
+
+def test_latency_format_prints_the_latency_header_and_columns(t):
+    r = sh(f"""
+        set -e
+        cat {t}/options/latency-format
+        grep latency-format {t}/trace_options
+        echo vfs_read > {t}/set_ftrace_filter
+        echo function > {t}/current_tracer
+        echo 1 > {t}/options/latency-format
+        cat {t}/trace
+        echo ===
+        cat {t}/README > /dev/null
+        echo 0 > {t}/tracing_on
+        cat {t}/trace
+    """)
+    assert r.returncode == 0, r.stderr
+    head, _, rest = r.stdout.partition("===\n")
+    # an empty buffer: the tracer line only, as trace_default_header
+    assert head == "0\nnolatency-format\n# tracer: function\n#\n"
+    assert LAT_HEADER.match(rest), rest
+    lines = [line for line in rest.splitlines() if not line.startswith("#")]
+    assert lines and all(re.fullmatch(
+        r" *\S+-\d+ +\d+[.dNnhHs0-9]{5} +\d+us[ +!#*@$]: vfs_read <-ksys_read", line)
+        for line in lines), lines
+    assert re.search(r"\s0us[ +!#*@$]: ", lines[0]), lines[0]     # from the first record

@@ -23,7 +23,7 @@ from kprobefs.tracing.raw_page import raw_common
 
 __all__ = ["CTX_EVENT", "WAKE_EVENT", "lat_flags", "lat_flags_text", "task_state_char",
            "latency_header", "render_latency", "report_latency", "caller_addrs",
-           "CTX_SIZE", "FUNCTION_SIZE", "stack_size"]
+           "CTX_SIZE", "FUNCTION_SIZE", "stack_size", "kernel_release"]
 
 TRACE_FLAG_IRQS_OFF = 0x01
 TRACE_FLAG_NEED_RESCHED = 0x04
@@ -140,6 +140,18 @@ def latency_header(tracer: str, release: str, entries: int, total: int, nr_cpus:
         out += (f"#  => started at: {_ip_sym(d.critical_start, symbolize, options)}\n"
                 f"#  => ended at:   {_ip_sym(d.critical_end, symbolize, options)}\n#\n")
     return out + "#\n" + _LAT_HELP
+
+
+def kernel_release(kernel) -> str:
+    """UTS_RELEASE of the emulated kernel (its /proc/version's third word), 6.1.0 when
+    the kernel cannot say."""
+    version = getattr(kernel, "proc_version", None)
+    if callable(version):
+        try:
+            return version().split()[2]
+        except Exception:
+            pass
+    return "6.1.0"
 
 
 def _ip_sym(addr: int, symbolize, options: TraceOptions) -> str:

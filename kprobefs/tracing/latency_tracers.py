@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from kprobefs.tracing.function import FUNCTION_EVENT
 from kprobefs.tracing.latency import (
-    CTX_EVENT, CTX_SIZE, FUNCTION_SIZE, WAKE_EVENT, caller_addrs, lat_flags,
-    latency_header, render_latency, report_latency, stack_size,
+    CTX_EVENT, CTX_SIZE, FUNCTION_SIZE, WAKE_EVENT, caller_addrs, kernel_release,
+    lat_flags, latency_header, render_latency, report_latency, stack_size,
 )
 from kprobefs.tracing.trace_array import STACK_EVENT
 from kprobefs.tracing.tracers import TracerPlugin
@@ -92,13 +92,7 @@ class _Machine:
         return caller_addrs(self.kernel.read, regs.sp, regs.bp, count)
 
     def release(self) -> str:
-        version = getattr(self.kernel, "proc_version", None)
-        if callable(version):
-            try:
-                return version().split()[2]
-            except Exception:
-                pass
-        return "6.1.0"
+        return kernel_release(self.kernel)
 
 
 class _LatencyTracer(TracerPlugin):

@@ -30,6 +30,7 @@ from kprobefs.tracing.filter import (
 )
 from kprobefs.tracing.ftrace_events import FTRACE_EVENTS
 from kprobefs.tracing.gcpause import gc_paused
+from kprobefs.tracing.latency import kernel_release, latency_header, render_latency
 from kprobefs.tracing.marker import write_marker_raw
 from kprobefs.tracing.output import (
     FLAGS_NONE, KeptTrace, TraceFormatter, TraceOptions, format_header, format_ip_sym,
@@ -39,7 +40,7 @@ from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.ring_buffer import (
     DEFAULT_BUFFER_BYTES, MAX_TOTAL_BUFFER_KB, RingBuffer, decode_runs, merge_runs,
 )
-from kprobefs.tracing.snapshot import MaxTrace, snapshot_help
+from kprobefs.tracing.snapshot import MaxData, MaxTrace, snapshot_help
 from kprobefs.tracing.tracers import NopTracer, TracerPlugin
 from kprobefs.tracing.trigger import TriggerHit
 from kprobefs.tracing.trigger_host import TracerTriggerHost
@@ -58,6 +59,7 @@ OPTION_DEFAULTS = {
     "event-fork": False,
     "function-fork": False,
     "irq-info": True,
+    "latency-format": False,
     "markers": True,
     "overwrite": True,
     "pause-on-trace": False,
@@ -913,6 +915,8 @@ class TraceArray:
         records its own way gets them merged by time."""
         if type(self.current_tracer).print_trace is not TracerPlugin.print_trace:
             return self.render(merge_runs(decode_runs(runs)), options)
+        if self.options["latency-format"]:
+            return self._render_latency(merge_runs(decode_runs(runs)), options)
         kept = None
         if buffer is not None:
             kept = self._kept_lines.get(buffer)
@@ -922,6 +926,20 @@ class TraceArray:
             return self._formatter(options).render_runs(
                 runs, lambda rec: rec[3].render(rec, self, options), kept,
                 (options, self.symbols.modules_token()))
+
+    def _render_latency(self, pairs: list[tuple[int, tuple]], options: TraceOptions) -> str:
+        """``trace`` with options/latency-format: each record's text after the latency
+        format's context (trace_print_lat_context), its time counted from the first
+        record's (6.1: from the buffer's last reset, which is not kept here)."""
+        text_only = options._replace(context_info=False)
+        formatter = self._formatter(text_only)
+
+        def general(rec: tuple) -> str:
+            return rec[3].render(rec, self, text_only)
+        with gc_paused():
+            return render_latency(pairs, pairs[0][1][0] if pairs else 0,
+                                  self.comm_cache.find,
+                                  lambda rec: formatter.render(((0, rec),), general), options)
 
     def _formatter(self, options: TraceOptions) -> TraceFormatter:
         symbolize = self.symbols.symbolize
@@ -938,4 +956,9 @@ class TraceArray:
         if header is not None:
             return header
         entries, written = buffer.counts(None)
+        if self.options["latency-format"]:
+            # print_trace_header of the main buffer: no maximum saved, CPU 0's data
+            return latency_header(self.tracer_name, kernel_release(self.registry.kernel),
+                                  entries, written, self.nr_cpus, MaxData(),
+                                  self.symbols.symbolize, options)
         return format_header(self.tracer_name, entries, written, self.nr_cpus, options)
