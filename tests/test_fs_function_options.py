@@ -110,3 +110,21 @@ def test_latency_format_prints_the_latency_header_and_columns(t):
         r" *\S+-\d+ +\d+[.dNnhHs0-9]{5} +\d+us[ +!#*@$]: vfs_read <-ksys_read", line)
         for line in lines), lines
     assert re.search(r"\s0us[ +!#*@$]: ", lines[0]), lines[0]     # from the first record
+
+
+def test_set_graph_function_of_an_untraceable_function_is_einval(t):
+    # asm_common_interrupt is in kallsyms but has no ftrace site (noinstr), as 6.1's;
+    # bash prints the errno (dash's echo says "I/O error" for any)
+    r = sh(f"""
+        grep -c ' asm_common_interrupt$' {t}/../proc/kallsyms
+        grep -c '^asm_common_interrupt$' {t}/available_filter_functions
+        echo vfs_read > {t}/set_graph_function
+        for f in set_graph_function set_graph_notrace; do
+            bash -c "echo asm_common_interrupt >> {t}/$f" 2>&1
+            bash -c "echo 'asm_exc_*' >> {t}/$f" 2>&1
+        done
+        cat {t}/set_graph_function {t}/set_graph_notrace
+    """)
+    assert r.stdout.replace(t + "/", "") == (
+        "1\n0\n" + "bash: line 1: echo: write error: Invalid argument\n" * 4
+        + "vfs_read\n#### no functions disabled ####\n"), r.stdout
