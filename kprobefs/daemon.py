@@ -210,10 +210,9 @@ def prepare_mountpoint(path: str) -> str:
 # ==== the daemon ==========================================================================
 def trim_host_heap() -> bool:
     """Gives the free pages of the C heap's arenas back to the host (glibc's
-    malloc_trim); whether any went.  Unicorn's allocations under probe churn (code
-    bitmaps, the translation hash table, which a full code buffer's flush makes anew)
-    leave free holes that malloc keeps: without this a daemon's RSS creeps up for
-    hours.  Elsewhere than glibc there is nothing to do."""
+    malloc_trim); whether any went.  Under probe churn the heaps' free space between
+    live blocks grows (what they hold in use does not), and malloc keeps its pages
+    until told.  Elsewhere than glibc there is nothing to do."""
     trim = getattr(_libc(), "malloc_trim", None)
     return bool(trim(0)) if trim is not None else False
 
