@@ -297,6 +297,32 @@ def test_workload_is_deterministic_for_a_seed():
     assert run(7) == run(7)
 
 
+def test_the_workload_keeps_its_rate_between_pumps(monkeypatch):
+    """What the rate gives between two pumps all starts, not one call a worker: 20 ms at
+    2,000 operations a second is 40 calls from three workers, the ones whose calls
+    return going on at once while budget is left, and no more until the next pump."""
+    from kprobefs.machine import workload as workload_module
+    now = [0.0]
+    monkeypatch.setattr(workload_module.time, "monotonic", lambda: now[0])
+    k = Kernel(cpus=2, seed=0)
+    w = Workload(k, seed=0, rate=2000)
+    started = []
+    submit = w._submit
+    monkeypatch.setattr(w, "_submit", lambda task, call: (
+        started.append(call[0]), submit(task, call))[1])
+    with k.lock:
+        now[0] += 0.02
+        w.pump()
+        while k.run_slice():
+            pass
+        assert len(started) == 40
+        now[0] += 0.005
+        w.pump()
+        while k.run_slice():
+            pass
+        assert len(started) == 50
+
+
 def test_nobody_waits_for_the_workloads_calls():
     """The workload's calls, its children's included, are background work: none is
     awaited (which would end the CPUs' turns at each call while it is loaded)."""

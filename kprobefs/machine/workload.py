@@ -25,6 +25,9 @@ PROGRAMS = ("/usr/bin/true", "/usr/bin/sleep", "/bin/sh")
 SIGUSR1, SIGTERM = 10, 15
 #: Completed calls a workload records (Workload.results).
 RESULTS_KEPT = 10_000
+#: The most a workload's budget holds, in seconds of its rate: what came due between two
+#: pumps (the machine thread pumps every 20 ms), and a short burst after a busy spell.
+BURST_SECONDS = 0.1
 #: Names a worker's files take in /tmp, in turn: the files it keeps (three in ten) are
 #: written over when their name comes round again, so a workload that runs for weeks
 #: keeps at most this many files a worker.
@@ -61,10 +64,13 @@ def tcp_syn_packet(src_ip: int, dst_ip: int, sport: int, dport: int, seq: int = 
 
 
 class Workload:
-    """Workers issuing system calls; ``step()`` keeps every worker with one call in flight.
+    """Workers issuing system calls, each with at most one call in flight.
 
-    ``rate`` is the number of operations a second that :meth:`pump` lets through (0 stops
-    the workload); :meth:`run` ignores it and simply runs a number of operations.
+    ``rate`` is the number of operations a second let through (0 stops the workload):
+    :meth:`pump` adds what came due to a budget and starts the waiting workers, and a
+    worker whose call returns goes on at once while budget is left, so the rate holds
+    however seldom the pump runs (up to what the machine can do).  :meth:`run` ignores
+    it and simply runs a number of operations.
     """
 
     def __init__(self, kernel: Kernel, seed: int = 0, workers: int = 3, rate: float = 50.0):
@@ -107,6 +113,9 @@ class Workload:
             return
         if self._unlimited and (self._budget_left is None or self._budget_left > 0):
             self._submit(task, call)
+        elif not self._unlimited and self._budget >= 1:
+            self._budget -= 1
+            self._submit(task, call)
         else:
             self._ready[task.pid] = call
 
@@ -137,10 +146,12 @@ class Workload:
                 self._budget_left = None
 
     def pump(self) -> None:
-        """Let through as many operations as the rate allows since the last call.
-        Caller holds the kernel lock."""
+        """Adds the operations the rate gave since the last call to the budget (which
+        holds at most BURST_SECONDS of the rate, and at least one) and lets the waiting
+        workers through while it lasts.  Caller holds the kernel lock."""
         now = time.monotonic()
-        self._budget = min(self._budget + (now - self._last) * self.rate, 10.0)
+        burst = max(1.0, self.rate * BURST_SECONDS)
+        self._budget = min(self._budget + (now - self._last) * self.rate, burst)
         self._last = now
         self._budget -= self._release(int(self._budget))
 
