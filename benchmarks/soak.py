@@ -12,7 +12,9 @@ it; a loop that makes an instance, enables ``sched_switch`` in it, reads its ``t
 disables it and removes it; a loop that sets and removes a ``hist`` trigger on
 ``sched_switch``; a ``cat trace_pipe`` reader.  Every command that fails is counted
 (with its message).  Every interval a line gives the daemon's RSS and its parts
-(Unicorn's translated code, the emulated RAM, the rest), the kernel's free and used
+(Unicorn's translated code, the emulated RAM, the rest), where the C heap has its
+memory (MB in use, free in its arenas, mapped on their own) and the interpreter's
+blocks in thousands (the host line of ``kprobefs/status``), the kernel's free and used
 memory and slab (``MNT/proc/meminfo``), the latency of a small request (20 reads of
 ``tracing/tracing_on``: mean and max), the loops' rounds and the errors so far.
 
@@ -79,6 +81,17 @@ def rss_parts_kb(pid: int) -> tuple[int, int, int]:
     return code, ram, rest
 
 
+def host_heap_mb(mnt: str) -> tuple[float, float, float, int]:
+    """The daemon's C heap (MB in use, free in its arenas, mapped on their own) and its
+    Python blocks (thousands), from the host line of MNT/kprobefs/status."""
+    with open(f"{mnt}/kprobefs/status") as f:
+        host = next((line for line in f if line.startswith("host: ")), "")
+    kb = {name.strip(" ,;:"): int(v) for name, v in re.findall(r"([a-z ,:]+) (\d+) kB", host)}
+    blocks = re.search(r"Python blocks (\d+)", host)
+    return (kb.get("heap in use", 0) / 1024, kb.get("heap free", 0) / 1024,
+            kb.get("heap mapped", 0) / 1024, int(blocks[1]) // 1000 if blocks else 0)
+
+
 def latency_ms(mnt: str, n: int = 20) -> tuple[float, float]:
     """(mean, max) milliseconds of an open/read/close of tracing/tracing_on."""
     times = []
@@ -113,6 +126,10 @@ def usable_functions(mnt: str, wanted: int) -> list[str]:
             write(f"{t}/kprobe_events", "-:soak_try\n")
             out.append(name)
     return out
+
+
+#: The kinds of churn --loops chooses from (the loops' names less their number).
+LOOP_KINDS = {"probes", "instances", "hist", "reader"}
 
 
 def loop_scripts(mnt: str, functions: list[str], rounds: int, stop: str) -> dict[str, str]:
@@ -239,7 +256,13 @@ def main(argv=None) -> int:
                     help="exit 1 on a failed command, a leftover, or used memory past "
                          "--bound-kb after the cleanup")
     ap.add_argument("--bound-kb", type=int, default=1024)
+    ap.add_argument("--loops", default="probes,instances,hist,reader",
+                    help="which churn runs, by kind (comma-separated): probes (the four "
+                         "probe loops), instances, hist, reader (default: all)")
     args = ap.parse_args(argv)
+    kinds = set(args.loops.split(","))
+    if not kinds <= LOOP_KINDS:
+        ap.error(f"--loops: unknown {', '.join(sorted(kinds - LOOP_KINDS))}")
 
     work = tempfile.mkdtemp(prefix="kprobefs-soak-")
     mnt, stop = os.path.join(work, "mnt"), os.path.join(work, "stop")
@@ -257,11 +280,14 @@ def main(argv=None) -> int:
         print(f"mount {mnt}, daemon pid {daemon.pid}, workload {args.workload:g}/s, "
               f"{len(functions)} functions; kernel used {start_used} kB, "
               f"daemon RSS {start_rss // 1024} MB", flush=True)
-        reader = subprocess.Popen(["cat", f"{mnt}/tracing/trace_pipe"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        reader = (subprocess.Popen(["cat", f"{mnt}/tracing/trace_pipe"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                  if "reader" in kinds else None)
         loops = [Loop(name, script) for name, script in
-                 loop_scripts(mnt, functions, args.rounds, stop).items()]
+                 loop_scripts(mnt, functions, args.rounds, stop).items()
+                 if name.rstrip("0123456789") in kinds]
         print(f"{'time s':>7} {'RSS MB':>7} {'code':>5} {'RAM':>5} {'rest':>5} "
+              f"{'heap':>5} {'hfree':>5} {'hmap':>5} {'pyblk':>6} "
               f"{'free kB':>9} {'used kB':>8} {'slab kB':>8} "
               f"{'lat ms':>7} {'max ms':>7} {'rounds':>7} {'errors':>6}", flush=True)
         t0 = time.monotonic()
@@ -274,8 +300,10 @@ def main(argv=None) -> int:
                 m = meminfo(mnt)
                 mean, worst = latency_ms(mnt)
                 code, ram, rest = (kb // 1024 for kb in rss_parts_kb(daemon.pid))
+                heap, hfree, hmap, pyblk = host_heap_mb(mnt)
                 print(f"{time.monotonic() - t0:7.0f} {rss_kb(daemon.pid) / 1024:7.1f} "
                       f"{code:5} {ram:5} {rest:5} "
+                      f"{heap:5.0f} {hfree:5.0f} {hmap:5.0f} {pyblk:5}k "
                       f"{m['MemFree']:9} {m['MemTotal'] - m['MemFree']:8} {m['Slab']:8} "
                       f"{mean:7.2f} {worst:7.2f} {sum(lp.rounds for lp in loops):7} "
                       f"{sum(len(lp.errors) for lp in loops):6}", flush=True)
@@ -285,8 +313,9 @@ def main(argv=None) -> int:
         for loop in loops:
             loop.proc.wait(timeout=120)
             loop.thread.join(timeout=10)
-        reader.terminate()      # SIGTERM: a background job may hold SIGINT ignored
-        reader.wait(timeout=30)
+        if reader is not None:
+            reader.terminate()  # SIGTERM: a background job may hold SIGINT ignored
+            reader.wait(timeout=30)
         left = cleanup(mnt)
         end_used = settle(mnt)
         errors = [f"{lp.name}: {e}" for lp in loops for e in lp.errors]

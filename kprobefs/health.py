@@ -10,9 +10,12 @@ machine's or the tracer's locks, so the file answers while the machine is stuck.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
 import time
 
-__all__ = ["status_text", "RECENT", "LOW_MEMORY"]
+__all__ = ["status_text", "host_memory", "RECENT", "LOW_MEMORY"]
 
 #: Errors younger than this (seconds) make the daemon degraded.
 RECENT = 300.0
@@ -63,6 +66,10 @@ def status_text(kernel, engine=None, tracer=None, gateway=None,
     if stats.get("mirrored"):
         lines.append(f"mirrored: {stats['mirrored']} system calls of `kprobefs exec` "
                      f"processes")
+    host = host_memory()
+    if host:
+        lines.append("host: " + ", ".join(f"{name} {kb} kB" for name, kb in host.items())
+                     + f"; Python blocks {sys.getallocatedblocks()}")
     lines.append(f"errors: {len(incidents)}, {len(recent)} in the last {RECENT:.0f} s")
     for when, text in incidents[-10:]:
         lines.append(f"  {now - when:.1f} s ago: {text}")
@@ -75,3 +82,39 @@ def _buffer_use(buffer) -> str:
     total = sum(b.nr_pages for b in cpus)
     entries = sum(b.entries for b in cpus)
     return f"{used} of {total} pages, {entries} events"
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _mallinfo2():
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except AttributeError:
+        return None                     # not glibc 2.33 or later
+    fn.restype = _MallInfo2
+    return fn
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def host_memory() -> dict[str, int]:
+    """The daemon's own memory on the host, kB by name: its resident set, and where the
+    C heap (glibc's malloc, which Unicorn and the interpreter's larger blocks use) has it:
+    in use in the arenas, free in the arenas (held, not given back), and in blocks
+    mapped on their own.  Empty where /proc or glibc is not there."""
+    out = {}
+    try:
+        with open("/proc/self/statm") as f:
+            out["RSS"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+    except OSError:
+        return out
+    if _MALLINFO2 is not None:
+        m = _MALLINFO2()
+        out.update({"heap in use": m.uordblks >> 10, "heap free": m.fordblks >> 10,
+                    "heap mapped": m.hblkhd >> 10})
+    return out

@@ -4,6 +4,7 @@ allocations leave under probe churn."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import types
@@ -88,3 +89,24 @@ def test_big_blocks_stay_mapped_on_their_own_after_one_is_freed():
 
     assert run("sliding") == "False"
     assert run("fixed") == "True"
+
+
+def test_the_status_says_where_the_daemons_own_memory_is():
+    """kprobefs/status's host line: the resident set, the C heap in use, free in its
+    arenas and mapped on their own, and the interpreter's blocks; a block mapped on its
+    own shows in the mapped figure while it lives (what a soak watches for)."""
+    from kprobefs.health import host_memory, status_text
+    from kprobefs.machine import Kernel
+
+    line = next(line for line in status_text(Kernel(cpus=1, seed=0)).splitlines()
+                if line.startswith("host: "))
+    assert re.fullmatch(r"host: RSS \d+ kB, heap in use \d+ kB, heap free \d+ kB, "
+                        r"heap mapped \d+ kB; Python blocks \d+", line), line
+    before = host_memory()
+    block = bytearray(32 << 20)
+    during = host_memory()
+    del block
+    after = host_memory()
+    assert during["heap mapped"] - before["heap mapped"] >= 32 << 10
+    assert during["heap mapped"] - after["heap mapped"] >= 32 << 10
+    assert during["RSS"] > 0
