@@ -399,10 +399,13 @@ class FuseSession:
         t.start()
 
     def _worker(self) -> None:
-        size = MAX_WRITE + 4096
+        # One buffer a thread, read into: a new one a request (os.read's) is a block past
+        # the heap's mapping threshold, mapped and unmapped each time, about 30 µs.
+        into = bytearray(MAX_WRITE + 4096)
+        view = memoryview(into)
         while not self._gone.is_set():
             try:
-                buf = os.read(self._fd, size)
+                buf = bytes(view[:os.readv(self._fd, (into,))])
             except OSError as e:
                 if e.errno in (errno.ENOENT, errno.EINTR, errno.EAGAIN):
                     continue        # ENOENT: the request was interrupted before we read it
