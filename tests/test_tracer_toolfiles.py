@@ -60,6 +60,19 @@ def test_saved_cmdlines_lists_saved_tasks_and_a_resize_empties_the_table():
     assert cache.names is names and cache.find(0) == "<idle>"   # recorders hold the dict
 
 
+def test_the_comm_caches_marks_stay_within_its_size_however_many_tasks_exit():
+    """An exited task's saved name is marked for a re-read; a pid never saved, or gone
+    from the table, leaves no mark (a daemon forgets tens of thousands of tasks an hour)."""
+    cache = CommCache(size=3)
+    for pid in range(100, 10_100):
+        cache.save(pid, "sh")
+        cache.forget(pid)
+        cache.forget(pid + 50_000)          # exited without being saved
+    assert len(cache.stale) <= cache.size + 1
+    assert all(pid in cache.names for pid in cache.stale)
+    assert cache.needs(10_099) and cache.needs(60_000) and not cache.needs(0)
+
+
 def test_ftrace_formats_trace_cmd_looks_for_are_6_1s():
     """The record types beside the tracer's own (function, kernel_stack and print are
     in test_tracer_files.py): 6.1's ids, fields and dynamic arrays."""

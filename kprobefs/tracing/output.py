@@ -160,6 +160,7 @@ class CommCache:
         elif len(names) > self.size:
             oldest = next(iter(k for k in names if k != 0))
             del names[oldest]
+            self.stale.discard(oldest)
         names[pid] = comm
         self.stale.discard(pid)
         if self.record_tgid and self.tgid_of is not None:
@@ -201,8 +202,10 @@ class CommCache:
         self.stale.clear()
 
     def forget(self, pid: int) -> None:
-        """Mark ``pid`` for a re-read (its task exited; the pid may come back)."""
-        if pid:
+        """Mark ``pid``'s saved name for a re-read (its task exited; the pid may come
+        back).  Only a saved pid is marked: one not saved is read anyway, so the marks
+        stay within the table's size however many tasks come and go."""
+        if pid and pid in self.names:
             self.stale.add(pid)
 
 
