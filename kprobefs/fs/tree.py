@@ -28,6 +28,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Protocol
 
+from ..machine.abi import Mutexes
 from ..machine.memory import FaultError
 
 __all__ = [
@@ -92,6 +93,13 @@ def node_mode(node) -> int:
     if not stat.S_IFMT(mode):
         mode |= stat.S_IFDIR if is_dir(node) else stat.S_IFREG
     return mode
+
+
+def node_mutexes(node) -> int:
+    """The word of kernel mutexes (:meth:`Mutexes.word`) the node's operations hold: its
+    ``mutexes``, none when it names none."""
+    mutexes = getattr(node, "mutexes", None)
+    return 0 if mutexes is None else mutexes.word()
 
 
 def wants_write(flags: int) -> bool:
@@ -234,13 +242,16 @@ class _TextHandle:
 
 class TextFile:
     """A file whose content is computed by ``produce()`` (str or bytes) each time a reader
-    starts at offset 0.  Read-only unless ``write(data, offset) -> int`` is given."""
+    starts at offset 0.  Read-only unless ``write(data, offset) -> int`` is given;
+    ``mutexes``: the kernel mutexes its operations hold."""
 
     def __init__(self, produce: Callable[[], str | bytes], mode: int = MODE_READ,
-                 write: Callable[[bytes, int], int] | None = None):
+                 write: Callable[[bytes, int], int] | None = None,
+                 mutexes: Mutexes | None = None):
         self.mode = stat.S_IFREG | mode
         self._produce = produce
         self._write = write
+        self.mutexes = mutexes
 
     def open(self, flags: int, pid: int, comm: str) -> _TextHandle:
         if wants_write(flags) and self._write is None:
@@ -256,8 +267,8 @@ class BoolKnob(TextFile):
     MAX_WRITE = 31
 
     def __init__(self, get: Callable[[], bool], set: Callable[[bool], None],
-                 mode: int = 0o600):
-        super().__init__(lambda: "1\n" if get() else "0\n", mode, self._store)
+                 mode: int = 0o600, mutexes: Mutexes | None = None):
+        super().__init__(lambda: "1\n" if get() else "0\n", mode, self._store, mutexes)
         self._set = set
 
     def _store(self, data: bytes, offset: int) -> int:
@@ -593,10 +604,11 @@ class HostFS:
             log.exception("hostfs hypercall %d failed", nr)
             return -errno.EIO
 
-    def _hc_lookup(self, kernel, dir_id, name_ptr, mode_ptr, *_):
+    def _hc_lookup(self, kernel, dir_id, name_ptr, mode_ptr, mutexes_ptr=0, *_):
         """The child's id, and its mode written at mode_ptr, with HOSTFS_PERMANENT when
         the name stays while the kernel runs (a fixed name of a directory that stays):
-        the kernel keeps that dentry and asks no more about it."""
+        the kernel keeps that dentry and asks no more about it.  At mutexes_ptr (unless
+        0), the u32 of the kernel mutexes its operations hold (:func:`node_mutexes`)."""
         name = _read_cstring(kernel, name_ptr, DIRENT_NAME_MAX + 1)
         try:
             child_id, child = self.lookup(dir_id, name)
@@ -610,6 +622,8 @@ class HostFS:
                 self._permanent.add(child_id)
                 mode |= HOSTFS_PERMANENT
             kernel.write(mode_ptr, mode.to_bytes(4, "little"))
+        if mutexes_ptr:
+            kernel.write(mutexes_ptr, node_mutexes(child).to_bytes(4, "little"))
         return child_id
 
     def _hc_open(self, kernel, node_id, flags, pid, *_):
@@ -758,8 +772,12 @@ def kprobes_debugfs_dir(engine) -> Directory:
 
     return Directory({
         "list": TextFile(engine.list_text, mode=0o400),
-        "enabled": BoolKnob(lambda: not engine.kprobes_all_disarmed, set_enabled, 0o600),
-        "blacklist": TextFile(engine.blacklist_text, mode=0o400),
+        # 6.1's arm_all_kprobes/disarm_all_kprobes hold kprobe_mutex, and text_mutex
+        # while a probe is armed or disarmed (here across the whole write).
+        "enabled": BoolKnob(lambda: not engine.kprobes_all_disarmed, set_enabled, 0o600,
+                            Mutexes(write=("kprobe_mutex", "text_mutex"))),
+        "blacklist": TextFile(engine.blacklist_text, mode=0o400,
+                              mutexes=Mutexes(read=("kprobe_mutex",))),
     }, mode=0o755)
 
 
@@ -833,8 +851,10 @@ def modules_control_dir(modules) -> Directory:
                 modules.unload(words[1])
         return len(data)
 
-    return Directory({"modules": TextFile(modules.proc_modules, mode=0o600, write=command)},
-                     mode=0o700)
+    # load_module and delete_module hold module_mutex; init and exit run without it.
+    return Directory({"modules": TextFile(
+        modules.proc_modules, mode=0o600, write=command,
+        mutexes=Mutexes(write=("module_mutex",), work_unlocked=True))}, mode=0o700)
 
 
 def build_tree(kernel, engine=None, tracer=None) -> HostFS:

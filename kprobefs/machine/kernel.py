@@ -712,10 +712,16 @@ class Kernel(MachineDriver, SystemCalls):
             return -38  # ENOSYS
         work = self.host_work
         work.at_work_point = nr in WORK_POINTS
+        args = self._args()
         try:
-            return self.hostfs.hypercall(self, nr, self._args())
+            return self.hostfs.hypercall(self, nr, args)
         finally:
             work.at_work_point = False
+            # The kernel holds mutexes across the operation (its last argument): the
+            # other CPUs get their turn now, as on Linux they run while the work is
+            # done, and one of them may find a mutex held (fs/hostfs.c).
+            if args[4] and nr != HC.HOSTFS_LOOKUP:
+                self._end_turn()
 
     def upcall_later(self, func: int, *args: int) -> None:
         """Queue func(*args) for an idle CPU without waiting for it (its result is

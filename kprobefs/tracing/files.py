@@ -19,6 +19,7 @@ import errno
 import os
 from typing import Any, Callable, Collection, Protocol, runtime_checkable
 
+from kprobefs.machine.abi import Mutexes
 from kprobefs.tracing.cpumask import format_cpumask, parse_cpumask
 from kprobefs.tracing.events import TraceEvent, Tracer
 from kprobefs.tracing.ftrace_events import FTRACE_EVENTS, FTRACE_SYSTEM
@@ -52,6 +53,25 @@ _PAGE_SIZE = 4096
 _PID_MAX_DEFAULT = 0x8000
 _U64_MAX = (1 << 64) - 1
 _BLANKS = " \t\n\v\f\r"
+
+# The kernel mutexes 6.1's handlers of these files hold; fs/hostfs.c takes them around
+# the host's work (abi.Mutexes).
+_EV, _TT = ("event_mutex",), ("trace_types_lock",)
+#: An event's enable, filter and trigger: tracing_open_file_tr (every open), their
+#: reads and writes hold event_mutex.
+_EVENT_FILE = Mutexes(open=_EV, read=_EV, write=_EV)
+#: A group's enable and filter: subsystem_open takes event_mutex, then
+#: trace_types_lock; reads and writes hold event_mutex.
+_SYSTEM_FILE = Mutexes(open=_EV + _TT, read=_EV, write=_EV)
+#: set_event, set_event_pid, kprobe_events, dynamic_events, synthetic_events: the
+#: listing (seq_file start), the clearing open (O_TRUNC) and the commands.
+_EVENT_LIST = Mutexes(trunc=_EV, read=_EV, write=_EV)
+#: current_tracer, buffer_size_kb: tracing_set_trace_read and tracing_set_tracer,
+#: tracing_entries_read and tracing_resize_ring_buffer.
+_TRACER_FILE = Mutexes(read=_TT, write=_TT)
+#: trace_options and options/ of the core flags: trace_set_options and
+#: trace_options_core_write take event_mutex, then trace_types_lock.
+_OPTION_FILE = Mutexes(read=_TT, write=_EV + _TT)
 
 
 # ------------------------------------------------------------------------ protocol
@@ -150,13 +170,16 @@ class _Handle:
 
 class _File:
     """A file made of callables: ``read()`` → text, ``write(data, pid, comm)`` → count,
-    ``trunc()`` for open(O_TRUNC) with write access, ``opened()``/``closed()`` hooks."""
+    ``trunc()`` for open(O_TRUNC) with write access, ``opened()``/``closed()`` hooks;
+    ``mutexes``: the kernel mutexes its operations hold."""
 
     def __init__(self, mode: int, read: Callable[[], str | bytes] | None = None,
                  write: Callable[[bytes, int, str], int] | None = None,
                  trunc: Callable[[], None] | None = None,
-                 produce_at_open: bool = False):
+                 produce_at_open: bool = False, mutexes: Mutexes | None = None):
         self.mode = mode
+        #: The kernel mutexes the file's operations hold (abi.Mutexes); None: none.
+        self.mutexes = mutexes
         self._read = read
         self._write = write
         self._trunc = trunc
@@ -367,37 +390,43 @@ class _Root:
             "trace_pipe": _TracePipeFile(tr, None),
             "snapshot": _SnapshotFile(tr, None),
             "tracing_on": _File(MODE_WRITE, read=lambda: f"{int(tr.tracing_on)}\n",
-                                write=self._write_tracing_on),
+                                write=self._write_tracing_on,
+                                mutexes=Mutexes(write=_TT)),    # rb_simple_write
             "trace_marker": _File(MODE_WRITE_ONLY,
                                   write=lambda d, p, c: tr.write_marker(d, p, c)),
             "trace_marker_raw": _File(MODE_WRITE_ONLY, write=tr.write_marker_raw),
             "buffer_size_kb": _File(MODE_WRITE, read=lambda: self._size_text(None),
-                                    write=lambda d, p, c: self._write_size(d, None)),
+                                    write=lambda d, p, c: self._write_size(d, None),
+                                    mutexes=_TRACER_FILE),
             "buffer_total_size_kb": _text_file(self._total_size_text),
             "buffer_percent": _File(MODE_WRITE, read=lambda: f"{tr.buffer_percent}\n",
                                     write=self._write_buffer_percent),
             "trace_clock": _File(MODE_WRITE, read=self._clock_text,
-                                 write=self._write_clock),
+                                 write=self._write_clock,
+                                 mutexes=Mutexes(write=_TT)),    # tracing_set_clock
             "current_tracer": _File(MODE_WRITE, read=lambda: f"{tr.tracer_name}\n",
-                                    write=self._write_tracer),
+                                    write=self._write_tracer, mutexes=_TRACER_FILE),
             "available_tracers": _text_file(
                 lambda: " ".join(tr.available_tracers()) + "\n"),
             "available_events": _text_file(t.available_event_lines),
             "set_event": _File(MODE_WRITE, read=tr.enabled_event_lines,
                                write=lambda d, p, c: tr.set_event_tokens(d),
-                               trunc=lambda: tr.set_events_enabled(False, allow_none=True)),
+                               trunc=lambda: tr.set_events_enabled(False, allow_none=True),
+                               mutexes=_EVENT_LIST),
             "error_log": _File(MODE_WRITE, read=tr.error_log.text,
                                write=lambda d, p, c: len(d), trunc=tr.error_log.clear),
             "tracing_cpumask": _File(
                 MODE_WRITE, read=lambda: format_cpumask(tr.tracing_cpumask(), tr.nr_cpus),
                 write=self._write_cpumask),
             "trace_options": _File(MODE_WRITE, read=tr.trace_options_text,
-                                   write=lambda d, p, c: tr.write_trace_option(d)),
+                                   write=lambda d, p, c: tr.write_trace_option(d),
+                                   mutexes=_OPTION_FILE),
             "timestamp_mode": _text_file(lambda: "[delta] absolute\n"),
             # No latency tracer here updates it: it keeps what is written.
             "tracing_max_latency": self._usecs_file(tr, "max_latency_ns"),
-            "set_event_pid": self._pid_file(tr.event_pids, False),
-            "set_event_notrace_pid": self._pid_file(tr.event_pids, True),
+            "set_event_pid": self._pid_file(tr.event_pids, False, mutexes=_EVENT_LIST),
+            "set_event_notrace_pid": self._pid_file(tr.event_pids, True,
+                                                    mutexes=_EVENT_LIST),
             "options": Directory(self._options),
             "per_cpu": Directory(self._per_cpu),
             "events": Directory(self._events),
@@ -428,14 +457,14 @@ class _Root:
             "README": _text_file(lambda: readme),
             "kprobe_events": _File(MODE_WRITE, read=t.probe_lines,
                                    write=lambda d, p, c: t.run_commands(d),
-                                   trunc=t.release_all),
+                                   trunc=t.release_all, mutexes=_EVENT_LIST),
             "dynamic_events": _File(MODE_WRITE, read=t.dynamic_lines,
                                     write=lambda d, p, c: t.run_commands(
                                         d, dynamic_events=True),
-                                    trunc=t.release_all_dynamic),
+                                    trunc=t.release_all_dynamic, mutexes=_EVENT_LIST),
             "synthetic_events": _File(MODE_WRITE, read=t.synth_lines,
                                       write=lambda d, p, c: t.run_synth_commands(d),
-                                      trunc=t.release_all_synthetic),
+                                      trunc=t.release_all_synthetic, mutexes=_EVENT_LIST),
             "kprobe_profile": _text_file(t.profile_text),
             "available_filter_functions": _text_file(
                 lambda: "".join(f"{name}\n" for name in t.symbols.ftrace_functions())),
@@ -489,7 +518,8 @@ class _Root:
                 hash_.clear()
         return _File(MODE_WRITE, read=hash_.text, write=write, trunc=trunc)
 
-    def _pid_file(self, pids, notrace: bool, empty: str = "") -> _File:
+    def _pid_file(self, pids, notrace: bool, empty: str = "",
+                  mutexes: Mutexes | None = None) -> _File:
         """``set_event_pid``, ``set_ftrace_pid`` and their ``notrace`` kin over a
         :class:`~kprobefs.tracing.pid_filter.PidFilter`; ``empty`` is read when the set
         is."""
@@ -503,7 +533,7 @@ class _Root:
             with lock:
                 pids.clear(notrace)
         return _File(MODE_WRITE, write=write, trunc=trunc, read=lambda: pids.text(
-            pids.notrace_pids if notrace else pids.pids) or empty)
+            pids.notrace_pids if notrace else pids.pids) or empty, mutexes=mutexes)
 
     @staticmethod
     def _usecs_file(owner, attr: str) -> _File:
@@ -605,11 +635,14 @@ class _Root:
     # ------------------------------------------------------------------- options
     def _options(self) -> dict[str, Any]:
         files = {name: _File(MODE_WRITE, read=self._option_reader(name),
-                             write=self._option_writer(name))
+                             write=self._option_writer(name),
+                             mutexes=Mutexes(write=_OPTION_FILE.write))
                  for name in sorted(OPTION_DEFAULTS)}
         for name, tracer in self.tr.tracer_flags().items():
+            # trace_options_write: trace_types_lock only
             files[name] = _File(MODE_WRITE, read=lambda t=tracer, n=name: f"{int(t.flags[n])}\n",
-                                write=self._option_writer(name, tracer))
+                                write=self._option_writer(name, tracer),
+                                mutexes=Mutexes(write=_TT))
         return files
 
     def _option_reader(self, name: str):
@@ -638,7 +671,8 @@ class _Root:
             "snapshot_raw": _TracePipeRawFile(self.tr, cpu, snapshot=True),
             "stats": _text_file(self._cpu_stats(cpu)),
             "buffer_size_kb": _File(MODE_WRITE, read=self._cpu_size(cpu),
-                                    write=self._cpu_size_writer(cpu)),
+                                    write=self._cpu_size_writer(cpu),
+                                    mutexes=_TRACER_FILE),
         }) for cpu in range(self.tr.nr_cpus)}
 
     def _cpu_stats(self, cpu: int):
@@ -669,7 +703,8 @@ class _Root:
         t = self.tracer
         entries: dict[str, Any] = {
             "enable": _File(MODE_WRITE, read=lambda: self.tr.enable_state() + "\n",
-                            write=self._group_enable_writer(None)),
+                            write=self._group_enable_writer(None),
+                            mutexes=Mutexes(read=_EV, write=_EV)),
             "header_page": _text_file(lambda: HEADER_PAGE),
             "header_event": _text_file(lambda: HEADER_EVENT),
         }
@@ -700,9 +735,11 @@ class _Root:
             out: dict[str, Any] = {
                 "enable": _File(MODE_WRITE,
                                 read=lambda: self.tr.enable_state(group) + "\n",
-                                write=self._group_enable_writer(group)),
+                                write=self._group_enable_writer(group),
+                                mutexes=_SYSTEM_FILE),
                 "filter": _File(MODE_WRITE, read=lambda: self._group_filter_text(group),
-                                write=self._group_filter_writer(group)),
+                                write=self._group_filter_writer(group),
+                                mutexes=_SYSTEM_FILE),
             }
             with t.lock:
                 evs = [ev for ev in t.events.values() if ev.group == group]
@@ -765,8 +802,9 @@ class _Root:
         def entries() -> dict[str, Any]:
             return {
                 "enable": _File(MODE_WRITE, read=lambda: self.tr.enable_text(event()),
-                                write=write_enable),
-                "filter": _File(MODE_WRITE, read=read_filter, write=write_filter),
+                                write=write_enable, mutexes=_EVENT_FILE),
+                "filter": _File(MODE_WRITE, read=read_filter, write=write_filter,
+                                mutexes=_EVENT_FILE),
                 "format": _text_file(lambda: event().format_text()),
                 "id": _text_file(lambda: f"{event().id}\n"),
                 **self._trigger_files(event),
@@ -792,7 +830,8 @@ class _Root:
 
         return {
             "trigger": _File(MODE_WRITE, read=read_triggers, write=write_trigger,
-                             trunc=lambda: self.tr.truncate_triggers(event())),
+                             trunc=lambda: self.tr.truncate_triggers(event()),
+                             mutexes=_EVENT_FILE),
             "hist": _text_file(read_hist),
         }
 
@@ -817,6 +856,8 @@ class _InstancesDir:
     hypercalls, as tracefs calls instance_mkdir and instance_rmdir)."""
 
     mode = MODE_DIR
+    #: instance_mkdir and instance_rmdir take event_mutex, then trace_types_lock.
+    mutexes = Mutexes(write=_EV + _TT)
 
     def __init__(self, tracer: Tracer):
         self.tracer = tracer
@@ -863,6 +904,7 @@ class _RefFile:
         self._inner = inner
         self.tr = tr
         self.mode = inner.mode
+        self.mutexes = getattr(inner, "mutexes", None)
 
     def open(self, flags: int, pid: int, comm: str) -> FileHandle:
         tr = self.tr

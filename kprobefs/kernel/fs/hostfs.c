@@ -28,6 +28,80 @@ struct hostfs_stats {
 		bytes_written, errors;
 } hostfs_stats;
 
+/* The kernel mutexes a host-served operation holds, named by the host at lookup
+ * (kprobefs/machine/abi.py: Mutexes): one bit each, taken in this order (6.1's nesting)
+ * and let go in the reverse order, across the operation's hypercall and the kernel work
+ * it queues, as 6.1's handlers hold them across the work the host does here.  A second
+ * writer of an event's enable waits in mutex_lock() while the first one's write is
+ * served. */
+enum {
+	HOSTFS_EVENT_MUTEX,
+	HOSTFS_TRACE_TYPES_LOCK,
+	HOSTFS_MODULE_MUTEX,
+	HOSTFS_KPROBE_MUTEX,
+	HOSTFS_FTRACE_LOCK,
+	HOSTFS_TEXT_MUTEX,
+	HOSTFS_NR_MUTEXES
+};
+#define HOSTFS_MUTEXES_WRITE(w) ((w) & 0xff)	/* of a directory: mkdir and rmdir */
+#define HOSTFS_MUTEXES_READ(w) (((w) >> 8) & 0xff)
+#define HOSTFS_MUTEXES_OPEN(w) (((w) >> 16) & 0xff)
+#define HOSTFS_MUTEXES_TRUNC(w) (((w) >> 24) & 0x7f)
+#define HOSTFS_WORK_UNLOCKED 0x80000000u	/* queued work runs after they are let go */
+
+extern struct mutex event_mutex, trace_types_lock, module_mutex, ftrace_lock, text_mutex;
+static struct mutex *hostfs_mutexes[HOSTFS_NR_MUTEXES] = {
+	[HOSTFS_EVENT_MUTEX] = &event_mutex,
+	[HOSTFS_TRACE_TYPES_LOCK] = &trace_types_lock,
+	[HOSTFS_MODULE_MUTEX] = &module_mutex,
+	[HOSTFS_FTRACE_LOCK] = &ftrace_lock,
+	[HOSTFS_TEXT_MUTEX] = &text_mutex,
+};
+
+/* kprobe_mutex is static to its file, as in 6.1: that file hands it over at boot. */
+void hostfs_set_kprobe_mutex(struct mutex *lock)
+{
+	hostfs_mutexes[HOSTFS_KPROBE_MUTEX] = lock;
+}
+
+static void hostfs_lock(unsigned int bits)
+{
+	int i;
+
+	for (i = 0; i < HOSTFS_NR_MUTEXES; i++)
+		if ((bits & (1u << i)) && hostfs_mutexes[i])
+			mutex_lock(hostfs_mutexes[i]);
+}
+
+static void hostfs_unlock(unsigned int bits)
+{
+	int i;
+
+	for (i = HOSTFS_NR_MUTEXES - 1; i >= 0; i--)
+		if ((bits & (1u << i)) && hostfs_mutexes[i])
+			mutex_unlock(hostfs_mutexes[i]);
+}
+
+/* Makes a hostfs file operation's hypercall and runs the kernel work it queued, with
+ * the mutexes in bits held (see HOSTFS_WORK_UNLOCKED).  The fifth argument tells the
+ * host that mutexes are held: it then lets the other CPUs run before this one goes on,
+ * as they would on Linux while the operation's work is done. */
+static long hostfs_call(unsigned int bits, bool work_unlocked, long nr, long a1, long a2,
+			long a3, long a4)
+{
+	long ret;
+
+	hostfs_lock(bits);
+	ret = hypercall5(nr, a1, a2, a3, a4, bits != 0);
+	if (work_unlocked) {
+		hostfs_unlock(bits);
+		return host_work_run(ret);
+	}
+	ret = host_work_run(ret);
+	hostfs_unlock(bits);
+	return ret;
+}
+
 static inline long hostfs_node(const struct inode *inode)
 {
 	return (long)inode->i_private;
@@ -66,15 +140,18 @@ static struct inode *hostfs_iget(struct super_block *sb, long id, u32 mode)
 }
 
 /* Asks the host for name in directory dir_id: child id (>0) and its mode, or -errno;
- * *permanent (unless NULL): whether the name stays while the kernel runs. */
-static long hostfs_lookup_host(long dir_id, const char *name, u32 *mode, bool *permanent)
+ * *permanent (unless NULL): whether the name stays while the kernel runs; *mutexes:
+ * what its operations hold (HOSTFS_MUTEXES_*). */
+static long hostfs_lookup_host(long dir_id, const char *name, u32 *mode, bool *permanent,
+			       u32 *mutexes)
 {
 	long id;
 
 	if (dir_id <= 0)
 		return -ENOENT;
 	*mode = 0;
-	id = hypercall(HC_HOSTFS_LOOKUP, dir_id, name, mode, 0);
+	*mutexes = 0;
+	id = hypercall(HC_HOSTFS_LOOKUP, dir_id, name, mode, mutexes);
 	hostfs_stats.lookups++;
 	if (permanent)
 		*permanent = *mode & HOSTFS_PERMANENT;
@@ -89,12 +166,13 @@ static struct dentry *hostfs_lookup(struct inode *dir, struct dentry *dentry,
 {
 	struct inode *inode = NULL;
 	bool permanent;
-	u32 mode;
+	u32 mode, mutexes;
 	long id;
 
 	if (dentry->d_name.len > NAME_MAX)
 		return ERR_PTR(-ENAMETOOLONG);
-	id = hostfs_lookup_host(hostfs_node(dir), dentry->d_name.name, &mode, &permanent);
+	id = hostfs_lookup_host(hostfs_node(dir), dentry->d_name.name, &mode, &permanent,
+				&mutexes);
 	if (id < 0 && id != -ENOENT) {
 		hostfs_stats.errors++;
 		return ERR_PTR(id);
@@ -103,6 +181,7 @@ static struct dentry *hostfs_lookup(struct inode *dir, struct dentry *dentry,
 		inode = hostfs_iget(dir->i_sb, id, mode);
 		if (!inode)
 			return ERR_PTR(-ENOMEM);
+		inode->i_mutexes = mutexes;
 	}
 	d_add(dentry, inode);
 	if (id > 0 && permanent) {
@@ -119,7 +198,7 @@ static int hostfs_d_revalidate(struct dentry *dentry, unsigned int flags)
 {
 	struct inode *inode = dentry->d_inode;
 	struct dentry *parent = dentry->d_parent;
-	u32 mode;
+	u32 mode, mutexes;
 	long id;
 
 	if (IS_ROOT(dentry) || (dentry->d_flags & DCACHE_MOUNTPOINT))
@@ -134,7 +213,7 @@ static int hostfs_d_revalidate(struct dentry *dentry, unsigned int flags)
 		return 1;	/* a tracefs file with kernel fops */
 	hostfs_stats.revalidations++;
 	id = hostfs_lookup_host(hostfs_node(parent->d_inode), dentry->d_name.name, &mode,
-				NULL);
+				NULL, &mutexes);
 	if (id <= 0)
 		goto stale;
 	if ((mode & S_IFMT) != (inode->i_mode & S_IFMT))
@@ -143,11 +222,13 @@ static int hostfs_d_revalidate(struct dentry *dentry, unsigned int flags)
 		/* made by tracefs_create_dir() before the host knew the name */
 		inode->i_ino = id;
 		hostfs_set_ops(inode, id, mode);
+		inode->i_mutexes = mutexes;
 		return 1;
 	}
 	if (id != hostfs_node(inode))
 		goto stale;
 	inode->i_mode = mode;
+	inode->i_mutexes = mutexes;
 	return 1;
 stale:
 	hostfs_stats.stale++;
@@ -162,12 +243,15 @@ static const struct dentry_operations hostfs_dentry_operations = {
 
 static int hostfs_open(struct inode *inode, struct file *file)
 {
+	unsigned int bits = HOSTFS_MUTEXES_OPEN(inode->i_mutexes);
 	long handle;
 
 	if (hostfs_node(inode) <= 0)
 		return -ENOENT;
-	handle = host_work_run(hypercall(HC_HOSTFS_OPEN, hostfs_node(inode), file->f_flags,
-					 current->pid, 0));
+	if ((file->f_flags & O_TRUNC) && (file->f_mode & FMODE_WRITE))
+		bits |= HOSTFS_MUTEXES_TRUNC(inode->i_mutexes);
+	handle = hostfs_call(bits, inode->i_mutexes & HOSTFS_WORK_UNLOCKED, HC_HOSTFS_OPEN,
+			     hostfs_node(inode), file->f_flags, current->pid, 0);
 	hostfs_stats.opens++;
 	if (handle < 0)
 		return (int)handle;
@@ -207,6 +291,7 @@ static void hostfs_free_bounce(void *buf, size_t size)
 static ssize_t hostfs_read(struct file *file, char __user *buf, size_t count, loff_t *ppos)
 {
 	long handle = (long)file->private_data;
+	u32 mutexes = file_inode(file)->i_mutexes;
 	size_t bufsz = min(count, (size_t)HOSTFS_READ_CHUNK);
 	ssize_t copied = 0;
 	char *kbuf;
@@ -218,7 +303,8 @@ static ssize_t hostfs_read(struct file *file, char __user *buf, size_t count, lo
 		return -ENOMEM;
 	while (count) {
 		size_t chunk = min(count, bufsz);
-		long n = host_work_run(hypercall(HC_HOSTFS_READ, handle, kbuf, chunk, *ppos));
+		long n = hostfs_call(HOSTFS_MUTEXES_READ(mutexes), mutexes & HOSTFS_WORK_UNLOCKED,
+				     HC_HOSTFS_READ, handle, (long)kbuf, chunk, *ppos);
 
 		hostfs_stats.reads++;
 		if (n < 0) {
@@ -252,6 +338,7 @@ static ssize_t hostfs_write(struct file *file, const char __user *buf, size_t co
 			    loff_t *ppos)
 {
 	long handle = (long)file->private_data;
+	u32 mutexes = file_inode(file)->i_mutexes;
 	size_t bufsz = min(count, (size_t)HOSTFS_WRITE_MAX);
 	ssize_t written = 0;
 	char *kbuf;
@@ -268,7 +355,8 @@ static ssize_t hostfs_write(struct file *file, const char __user *buf, size_t co
 				written = -EFAULT;
 			break;
 		}
-		n = host_work_run(hypercall(HC_HOSTFS_WRITE, handle, kbuf, chunk, *ppos));
+		n = hostfs_call(HOSTFS_MUTEXES_WRITE(mutexes), mutexes & HOSTFS_WORK_UNLOCKED,
+				HC_HOSTFS_WRITE, handle, (long)kbuf, chunk, *ppos);
 		hostfs_stats.writes++;
 		if (n < 0) {
 			if (!written)
@@ -361,7 +449,10 @@ static int hostfs_mkdir(struct inode *dir, struct dentry *dentry, umode_t mode)
 
 	if (dentry->d_name.len > NAME_MAX)
 		return -ENAMETOOLONG;
-	id = hypercall(HC_HOSTFS_MKDIR, hostfs_node(dir), dentry->d_name.name, mode, &hmode);
+	hostfs_lock(HOSTFS_MUTEXES_WRITE(dir->i_mutexes));
+	id = hypercall5(HC_HOSTFS_MKDIR, hostfs_node(dir), (long)dentry->d_name.name, mode,
+			(long)&hmode, HOSTFS_MUTEXES_WRITE(dir->i_mutexes) != 0);
+	hostfs_unlock(HOSTFS_MUTEXES_WRITE(dir->i_mutexes));
 	if (id < 0) {
 		hostfs_stats.errors++;
 		return (int)id;
@@ -377,7 +468,12 @@ static int hostfs_mkdir(struct inode *dir, struct dentry *dentry, umode_t mode)
 
 static int hostfs_rmdir(struct inode *dir, struct dentry *dentry)
 {
-	long ret = hypercall(HC_HOSTFS_RMDIR, hostfs_node(dir), dentry->d_name.name, 0, 0);
+	long ret;
+
+	hostfs_lock(HOSTFS_MUTEXES_WRITE(dir->i_mutexes));
+	ret = hypercall5(HC_HOSTFS_RMDIR, hostfs_node(dir), (long)dentry->d_name.name, 0, 0,
+			 HOSTFS_MUTEXES_WRITE(dir->i_mutexes) != 0);
+	hostfs_unlock(HOSTFS_MUTEXES_WRITE(dir->i_mutexes));
 
 	if (ret < 0)
 		hostfs_stats.errors++;
@@ -403,7 +499,7 @@ struct dentry *hostfs_create_dentry(struct dentry *parent, const char *name, umo
 	struct inode *dir, *inode;
 	struct dentry *dentry, *old;
 	long id = 0;
-	u32 hmode = 0;
+	u32 hmode = 0, mutexes = 0;
 
 	if (!parent || !d_is_dir(parent))
 		return ERR_PTR(-ENOTDIR);
@@ -411,7 +507,7 @@ struct dentry *hostfs_create_dentry(struct dentry *parent, const char *name, umo
 		return ERR_PTR(-EINVAL);
 	dir = parent->d_inode;
 	if (!fops && hostfs_inode_is_host(dir)) {
-		id = hostfs_lookup_host(hostfs_node(dir), name, &hmode, NULL);
+		id = hostfs_lookup_host(hostfs_node(dir), name, &hmode, NULL, &mutexes);
 		if (id <= 0 || (hmode & S_IFMT) != (mode & S_IFMT)) {
 			id = 0;
 			hmode = mode;
@@ -446,6 +542,7 @@ struct dentry *hostfs_create_dentry(struct dentry *parent, const char *name, umo
 		dput(dentry);
 		return ERR_PTR(-ENOMEM);
 	}
+	inode->i_mutexes = mutexes;
 	if (fops) {
 		inode->i_op = NULL;
 		inode->i_fop = fops;

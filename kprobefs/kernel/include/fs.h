@@ -120,6 +120,7 @@ struct inode {
 	const struct inode_operations *i_op;
 	const struct file_operations *i_fop;
 	void *i_private;		/* ramfs: data pages; hostfs: host node id */
+	u32 i_mutexes;			/* hostfs: the mutexes the host's operations hold */
 	size_t i_capacity;
 	char *i_link;
 	atomic_t i_count;
@@ -468,6 +469,7 @@ extern struct file_system_type ramfs_fs_type, hostfs_fs_type, debug_fs_type, tra
 	proc_fs_type;
 struct dentry *hostfs_mount_id(struct file_system_type *fs_type, long root_id,
 			       unsigned long magic);
+void hostfs_set_kprobe_mutex(struct mutex *lock);
 struct dentry *hostfs_create_dentry(struct dentry *parent, const char *name, umode_t mode,
 				    unsigned int dflags, const struct file_operations *fops,
 				    void *data);

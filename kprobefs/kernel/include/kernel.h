@@ -174,20 +174,34 @@ static __always_inline int spin_trylock(spinlock_t *l)
 {
 	return !__atomic_exchange_n(&l->locked, 1, __ATOMIC_ACQUIRE);
 }
-/* kernel/locking.c: the out-of-line lock API */
+typedef struct { volatile long counter; } atomic_long_t;
+typedef struct { volatile int counter; } atomic_t;
+
+/* kernel/locking.c: the out-of-line lock API.  A mutex is 6.1's: the owner task in one
+ * word (its low bits flags), and a FIFO of tasks asleep waiting for it. */
 struct task_struct;
 struct mutex {
-	struct task_struct *owner;
+	atomic_long_t owner;		/* task_struct * | MUTEX_FLAG_* */
+	spinlock_t wait_lock;
+	struct list_head wait_list;	/* struct mutex_waiter, the first to have come first */
 };
-#define DEFINE_MUTEX(x) struct mutex x = { NULL }
+#define __MUTEX_INITIALIZER(name) { .owner = { 0 }, .wait_lock = __SPIN_LOCK_UNLOCKED, \
+				    .wait_list = LIST_HEAD_INIT(name.wait_list) }
+#define DEFINE_MUTEX(name) struct mutex name = __MUTEX_INITIALIZER(name)
+#define mutex_init(lock) __mutex_init((lock), #lock, NULL)
 void _raw_spin_lock(spinlock_t *lock);
 int _raw_spin_trylock(spinlock_t *lock);
 void _raw_spin_unlock(spinlock_t *lock);
+void __mutex_init(struct mutex *lock, const char *name, void *key);
 void mutex_lock(struct mutex *lock);
+int mutex_lock_interruptible(struct mutex *lock);
+int mutex_lock_killable(struct mutex *lock);
 int mutex_trylock(struct mutex *lock);
 void mutex_unlock(struct mutex *lock);
-typedef struct { volatile long counter; } atomic_long_t;
-typedef struct { volatile int counter; } atomic_t;
+bool mutex_is_locked(struct mutex *lock);
+bool mutex_owned_by_current(struct mutex *lock);
+/* lockdep_assert_held() without lockdep: a warning when current does not own lock. */
+#define lockdep_assert_held(lock) WARN_ON(!mutex_owned_by_current(lock))
 static __always_inline void atomic_inc(atomic_t *v) { __atomic_add_fetch(&v->counter, 1, __ATOMIC_SEQ_CST); }
 static __always_inline int atomic_dec_and_test(atomic_t *v)
 {
@@ -207,10 +221,12 @@ enum hypercall_nr {
 	/* 6 was HC_CLOCK: ktime_get_ns reads the TSC itself (ktime_tsc) */
 	HC_CONSOLE = 7,		/* (buf, len): a printk line, for the host log */
 	HC_PANIC = 8,		/* (msg): the kernel cannot go on */
-	HC_HOSTFS_LOOKUP = 16,	/* (dir id, name, &mode): child id or -errno */
-	HC_HOSTFS_OPEN = 17,	/* (node id, f_flags, pid): handle or -errno */
-	HC_HOSTFS_READ = 18,	/* (handle, kbuf, count, pos): bytes or -errno */
-	HC_HOSTFS_WRITE = 19,	/* (handle, kbuf, count, pos): bytes or -errno */
+	/* The last argument of OPEN, READ, WRITE, MKDIR and RMDIR ("held"): whether the
+	 * kernel holds mutexes across the call (fs/hostfs.c: hostfs_call). */
+	HC_HOSTFS_LOOKUP = 16,	/* (dir id, name, &mode, &mutexes): child id or -errno */
+	HC_HOSTFS_OPEN = 17,	/* (node id, f_flags, pid, 0, held): handle or -errno */
+	HC_HOSTFS_READ = 18,	/* (handle, kbuf, count, pos, held): bytes or -errno */
+	HC_HOSTFS_WRITE = 19,	/* (handle, kbuf, count, pos, held): bytes or -errno */
 	HC_HOSTFS_RELEASE = 20,	/* (handle) */
 	HC_HOSTFS_READDIR = 21,	/* (dir id, index, kbuf 256): child id, 0 at end */
 	HC_UPCALL_DONE = 22,	/* (ret): an upcall the host asked for has returned */
@@ -223,8 +239,8 @@ enum hypercall_nr {
 	HC_WORK_DONE = 29,	/* (its return value, the op's result): the op's result */
 	HC_TRACE_EVENT = 30,	/* (cpu, record, data length): a static event's record for
 				 * the trace instances it is enabled in (TNP_HOST) */
-	HC_HOSTFS_MKDIR = 40,	/* (dir id, name, mode, &mode): new child id or -errno */
-	HC_HOSTFS_RMDIR = 41,	/* (dir id, name): 0 or -errno */
+	HC_HOSTFS_MKDIR = 40,	/* (dir id, name, mode, &mode, held): new child id or -errno */
+	HC_HOSTFS_RMDIR = 41,	/* (dir id, name, 0, 0, held): 0 or -errno */
 	HC_SELF_IPI = 42,	/* (vector): interrupt this CPU (the local APIC's self-IPI) */
 	HC_TASK_FREE = 43,	/* (pid): the task is reaped (release_task) */
 	HC_FTRACE_DIRECT = 50,	/* (1 register / 0 unregister, ip, addr): 0 or -errno */

@@ -7,6 +7,7 @@
 #define NR_CPUS 8
 #define TASK_COMM_LEN 16
 #define PID_MAX 4194304
+#define MUTEX_HELD_MAX 8
 
 /* The frame exceptions and system calls save, laid out as Linux's x86_64 pt_regs. */
 struct pt_regs {
@@ -19,6 +20,8 @@ struct pt_regs {
 #define TASK_RUNNING 0x0000
 #define TASK_INTERRUPTIBLE 0x0001
 #define TASK_UNINTERRUPTIBLE 0x0002
+#define TASK_WAKEKILL 0x0100
+#define TASK_KILLABLE (TASK_WAKEKILL | TASK_UNINTERRUPTIBLE)
 #define TASK_DEAD 0x0080
 #define EXIT_ZOMBIE 0x0020
 #define EXIT_DEAD 0x0010
@@ -90,6 +93,10 @@ struct task_struct {
 	unsigned long start_time;
 	int syscall_nr;
 	int oops;
+	/* The mutexes the task holds (kernel/locking.c), so that a task killed by an oops
+	 * lets them go; past MUTEX_HELD_MAX the rest are not remembered. */
+	struct mutex *mutexes_held[MUTEX_HELD_MAX];
+	int nr_mutexes_held;
 	struct sigpending pending;		/* kernel/signal.c */
 	struct k_sigaction sig_action[_NSIG];
 };
@@ -172,6 +179,7 @@ struct task_struct *__switch_to(struct task_struct *prev, struct task_struct *ne
 struct task_struct *find_task_by_vpid(pid_t pid);
 void __noreturn do_exit(long code);
 void __noreturn make_task_dead(int signr);
+void mutex_release_held(struct task_struct *tsk);
 void __noreturn user_mode_loop(void);
 void init_waitqueue_head(wait_queue_head_t *wq);
 void __wake_up(wait_queue_head_t *wq);

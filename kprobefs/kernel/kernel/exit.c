@@ -86,6 +86,7 @@ void __noreturn do_exit(long code)
 void __noreturn make_task_dead(int signr)
 {
 	current->oops = 1;
+	mutex_release_held(current);
 	do_exit(signr);
 }
 

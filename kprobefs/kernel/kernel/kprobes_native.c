@@ -5,6 +5,7 @@
  * Nothing here may be probed. */
 #include "kernel.h"
 #include "sched.h"
+#include "fs.h"
 
 #define __kprobes notrace __section(".kprobes.text")
 
@@ -82,10 +83,15 @@ static LIST_HEAD(kretprobe_native_free);
 
 extern char kretprobe_native_trampoline[];
 
+/* 6.1's kprobes.c lock: held while kprobes are registered, armed or disarmed.  The
+ * host's engine does that; hostfs takes this for the writes that ask for it. */
+static DEFINE_MUTEX(kprobe_mutex);
+
 void kretprobe_native_init(void)
 {
 	int i;
 
+	hostfs_set_kprobe_mutex(&kprobe_mutex);
 	for (i = 0; i < KRETPROBE_NATIVE_INSTANCES; i++)
 		list_add(&kretprobe_native_pool[i].list, &kretprobe_native_free);
 }

@@ -4,6 +4,10 @@
 #include "kernel.h"
 #include "trace/events/module.h"
 
+/* Held while a module is formed or taken apart (6.1's load_module and delete_module);
+ * hostfs takes it for the loads and unloads written to kprobefs/modules. */
+DEFINE_MUTEX(module_mutex);
+
 /* After the module is formed, before its init runs. */
 long module_trace_load(const char *name, unsigned int taints)
 {

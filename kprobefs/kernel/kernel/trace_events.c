@@ -5,6 +5,10 @@
 #include "trace_native.h"
 #include "trace/all_events.h"		/* the declarations: trace_NAME() */
 
+/* Held across the event control operations (6.1's trace_events.c): the host's tracer
+ * serves them, and hostfs takes this for their opens, reads and writes. */
+DEFINE_MUTEX(event_mutex);
+
 #define TRACE_HEADER_MULTI_READ
 #define __stringify_1(x...) #x
 #define __stringify(x...) __stringify_1(x)

@@ -6,6 +6,10 @@
 
 extern const struct exception_table_entry __start___ex_table[], __stop___ex_table[];
 
+/* 6.1's kernel/extable.c has it: held while kernel text changes.  The host patches the
+ * text (probes, ftrace sites); hostfs takes it for the writes that do (fs/hostfs.c). */
+DEFINE_MUTEX(text_mutex);
+
 /* The exception table is sorted by address (the linker keeps object order, and within
  * an object entries follow the code), so a binary search would do; the table is small
  * and may be unsorted across objects, so scan it. */
