@@ -243,8 +243,9 @@ def test_events_ftrace_describes_the_tracers_own_records(t):
     """events/ftrace: format (and id where Linux has one) of the records the tracer
     writes itself, with no enable or filter file, in Linux 6.1's text."""
     assert set(node(t.root, "events/ftrace").children()) == {
-        "function", "funcgraph_entry", "funcgraph_exit", "kernel_stack", "print", "bprint",
-        "user_stack", "bputs", "raw_data"}
+        "function", "funcgraph_entry", "funcgraph_exit", "context_switch", "wakeup",
+        "kernel_stack", "user_stack", "bprint", "print", "raw_data", "bputs", "mmiotrace_rw",
+        "mmiotrace_map", "branch", "hwlat", "func_repeats", "osnoise", "timerlat"}
     assert set(node(t.root, "events/ftrace/print").children()) == {"format", "id", "hist", "trigger"}
     assert set(node(t.root, "events/ftrace/kernel_stack").children()) == {"format", "hist"}
     assert cat(t.root, "events/ftrace/print/id") == "5\n"
