@@ -1,7 +1,8 @@
 """The function tracer's options and its filter files through a real mount, driven by
 a shell: options/func_stack_trace (a stack record after each entry, the traced
 function first), options/latency-format on the function tracer's trace, and
-set_graph_function's EINVAL for a function with no ftrace site."""
+set_graph_function's EINVAL for a function with no ftrace site, options/func-no-repeats
+(a call repeated on a CPU printed once, then a func_repeats line)."""
 
 import re
 
@@ -17,6 +18,7 @@ def t(real):
     sh(f"""
         echo nop > {t}/current_tracer
         echo 0 > {t}/options/func_stack_trace; echo 0 > {t}/options/latency-format
+        echo 0 > {t}/options/func-no-repeats
         echo > {t}/set_ftrace_filter; echo > {t}/set_graph_function
         echo 1 > {t}/tracing_on; rmdir {t}/instances/fst 2>/dev/null
     """)
@@ -128,3 +130,44 @@ def test_set_graph_function_of_an_untraceable_function_is_einval(t):
     assert r.stdout.replace(t + "/", "") == (
         "1\n0\n" + "bash: line 1: echo: write error: Invalid argument\n" * 4
         + "vfs_read\n#### no functions disabled ####\n"), r.stdout
+
+
+def _exit_files_run(t, no_repeats):
+    """The cat's lines from its exit_files on, of a trace of pick_file (called for each
+    slot of its descriptor table) and the calls around it."""
+    r = sh(f"""
+        set -e
+        echo {no_repeats} > {t}/options/func-no-repeats
+        echo 'pick_file* exit_files exit_fs' > {t}/set_ftrace_filter
+        echo function > {t}/current_tracer
+        grep -e func_ -e func- {t}/trace_options
+        cat {t}/README > /dev/null
+        echo 0 > {t}/tracing_on
+        cat {t}/trace
+        echo nop > {t}/current_tracer; echo 1 > {t}/tracing_on
+    """)
+    assert r.returncode == 0, r.stderr
+    head, _, trace = r.stdout.partition("# tracer: function\n")
+    assert head == f"nofunc_stack_trace\n{'' if no_repeats else 'no'}func-no-repeats\n"
+    lines = [line for line in trace.splitlines() if re.match(r" +cat-\d+ ", line)]
+    start = next(i for i, line in enumerate(lines) if line.endswith(": exit_files <-do_exit"))
+    return [line.split("]", 1)[1] for line in lines[start:]]
+
+
+def test_func_no_repeats_prints_a_repeated_call_once_and_its_count(t):
+    lines = _exit_files_run(t, 1)
+    assert len(lines) == 4, lines
+    first = re.fullmatch(r" \.{5} +(\d+\.\d{6}): pick_file\.part\.0 <-exit_files", lines[1])
+    repeats = re.fullmatch(r" \.{5} +(\d+\.\d{6}): pick_file\.part\.0 <-exit_files "
+                           r"\(repeats: (\d+), last_ts: +(\d+\.\d{6})\)", lines[2])
+    after = re.fullmatch(r" \.{5} +(\d+\.\d{6}): exit_fs <-do_exit", lines[3])
+    assert first and repeats and after, lines
+    # written as the next other call is, with the time of the last repeat
+    assert repeats[1] == after[1]
+    assert float(first[1]) <= float(repeats[3]) <= float(repeats[1])
+    count = int(repeats[2])
+    assert count > 1
+    # with the option off every call is printed: as many as were counted, plus one
+    calls = [line.split(": ", 1)[1] for line in _exit_files_run(t, 0)]
+    assert calls == ["exit_files <-do_exit", *["pick_file.part.0 <-exit_files"] * (count + 1),
+                     "exit_fs <-do_exit"]

@@ -167,3 +167,17 @@ def test_stack_tracer_records_the_deepest_chain():
         "  2)      216     216   f205"]
     st.set_enabled(0)
     assert not ftrace.attached[0x1000]
+
+
+def test_func_repeats_record_is_6_1s_layout():
+    """trace_pipe_raw's func_repeats: ip, parent_ip, count, the delta's top 16 and
+    bottom 32 bits, at events/ftrace/func_repeats' offsets."""
+    import struct
+
+    from kprobefs.tracing.function import FUNC_REPEATS_EVENT
+    raw = FUNC_REPEATS_EVENT.raw((0, 42, 0, FUNC_REPEATS_EVENT, 0xffffffff81000010,
+                                  0xffffffff81000020, 7, (5 << 32) | 9))
+    assert len(raw) == 32
+    assert struct.unpack_from("<HBBi", raw) == (19, 0, 0, 42)
+    assert struct.unpack_from("<QQHHI", raw, 8) == (0xffffffff81000010, 0xffffffff81000020,
+                                                    7, 5, 9)

@@ -49,7 +49,7 @@ DEFAULT_OPTIONS = {
     "disable_on_free": 0, "irq-info": 1, "markers": 1, "event-fork": 0,
     "pause-on-trace": 0, "hash-ptr": 1, "function-trace": 1, "function-fork": 0,
     "display-graph": 0, "stacktrace": 0, "test_nop_accept": 0, "test_nop_refuse": 0,
-    "func_stack_trace": 0, "funcgraph-overrun": 0, "funcgraph-cpu": 1,
+    "func_stack_trace": 0, "func-no-repeats": 0, "funcgraph-overrun": 0, "funcgraph-cpu": 1,
     "funcgraph-overhead": 1, "funcgraph-proc": 0, "funcgraph-duration": 1,
     "funcgraph-abstime": 0, "funcgraph-irqs": 1, "funcgraph-tail": 0,
     "sleep-time": 1, "graph-time": 1,

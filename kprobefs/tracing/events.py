@@ -160,7 +160,7 @@ class Tracer(DynamicEvents):
         self.tracer_factories: list[TracerFactory] = []
         self.stack_tracer: StackTracer | None = None
         #: 6.1's func_flags: the function tracer's options, shared by every array's
-        self._func_flags = {"func_stack_trace": False}
+        self._func_flags = {"func_stack_trace": False, "func-no-repeats": False}
         self._ftrace = getattr(engine, "ftrace", None)
         self._fgraph = getattr(engine, "fgraph", None)
         #: The top array's function_graph tracer, and the function profiler.

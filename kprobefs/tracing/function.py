@@ -8,7 +8,8 @@
   sites of the filter minus the notrace set, wanting the parent ip; each call records a
   ``TRACE_FN`` entry printed as ``func <-parent``, unless ``set_ftrace_pid`` /
   ``set_ftrace_notrace_pid`` exclude the task; with its option ``func_stack_trace``, each
-  entry is followed by a kernel stack record.
+  entry is followed by a kernel stack record; with ``func-no-repeats``, a CPU's repeated
+  calls are counted into one ``func_repeats`` record.
 * :class:`StackTracer` is kernel/trace/trace_stack.c: while enabled
   (``/proc/sys/kernel/stack_tracer_enabled``), every call of a function in
   ``stack_trace_filter`` measures the kernel stack in use; a new maximum saves the call
@@ -26,13 +27,14 @@ import threading
 from typing import Callable, Iterable
 
 from kprobefs.tracing.ftrace_probes import match_sites, parse_filter_token
-from kprobefs.tracing.output import FLAGS_NONE, TraceOptions, format_ip_sym
+from kprobefs.tracing.output import (FLAGS_NONE, TraceOptions, format_ip_sym,
+                                     format_timestamp)
 from kprobefs.tracing.pid_filter import PidFilter
 from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.tracers import TracerPlugin
 
 __all__ = ["FunctionFilter", "FunctionTracer", "StackTracer", "FUNCTION_EVENT",
-           "STACK_TRACER_DISABLED"]
+           "FUNC_REPEATS_EVENT", "STACK_TRACER_DISABLED"]
 
 _THREAD_SIZE = 16 * 1024
 _U64 = (1 << 64) - 1
@@ -40,6 +42,9 @@ _KERNEL_MIN = 0xFFFF800000000000
 _STACK_TRACE_ENTRIES = 64
 _TRACE_FN_ID = 1
 _FTRACE_ENTRY_SIZE = 16           # ip and parent_ip after the common header
+_TRACE_FUNC_REPEATS_ID = 19
+_REPEATS_BODY = struct.Struct("<QQHHI")   # struct func_repeats_entry after the header
+_U16_MAX = 0xFFFF
 
 STACK_TRACER_DISABLED = (
     "#\n"
@@ -146,6 +151,15 @@ class FunctionFilter:
             listener()
 
 
+def _fn_text(ip: int, parent_ip: int, tr, options: TraceOptions) -> str:
+    """6.1's print_fn_trace: ``func <-parent`` (the parent with options/print-parent)."""
+    sym = tr.symbols.symbolize
+    text = format_ip_sym(ip, sym, options.sym_offset, options.sym_addr)
+    if parent_ip:
+        text += " <-" + format_ip_sym(parent_ip, sym, options.sym_offset, options.sym_addr)
+    return text
+
+
 class _FunctionEvent:
     """TRACE_FN records: ``(ts, pid, flags, FUNCTION_EVENT, ip, parent_ip)``."""
 
@@ -157,14 +171,32 @@ class _FunctionEvent:
                                                                          record[5] or 0)
 
     def render(self, record: tuple, tracer, options: TraceOptions) -> str:
-        sym = tracer.symbols.symbolize
-        text = format_ip_sym(record[4], sym, options.sym_offset, options.sym_addr)
-        if record[5]:
-            text += " <-" + format_ip_sym(record[5], sym, options.sym_offset,
-                                          options.sym_addr)
-        return text + "\n"
+        return _fn_text(record[4], record[5], tracer, options) + "\n"
 
 
+class _FuncRepeatsEvent:
+    """TRACE_FUNC_REPEATS records (options/func-no-repeats): ``(ts, pid, flags,
+    FUNC_REPEATS_EVENT, ip, parent_ip, count, delta)``, ``delta`` the ns from the last
+    repeated call to the record."""
+
+    id = _TRACE_FUNC_REPEATS_ID
+
+    def raw(self, record: tuple) -> bytes:
+        """``ftrace/func_repeats``: ``ip``, ``parent_ip``, ``count``, the delta's top 16
+        and bottom 32 bits."""
+        delta = record[7]
+        return raw_common(self.id, record[2], record[1]) + _REPEATS_BODY.pack(
+            record[4], record[5] or 0, record[6], (delta >> 32) & 0xFFFF,
+            delta & 0xFFFFFFFF)
+
+    def render(self, record: tuple, tracer, options: TraceOptions) -> str:
+        """6.1's trace_func_repeats_print: the call, its count and the last one's time."""
+        return (_fn_text(record[4], record[5], tracer, options)
+                + f" (repeats: {record[6]}, last_ts:"
+                + format_timestamp(record[0] - record[7], options.in_ns) + ")\n")
+
+
+FUNC_REPEATS_EVENT = _FuncRepeatsEvent()
 FUNCTION_EVENT = _FunctionEvent()
 
 
@@ -222,7 +254,7 @@ class FunctionTracer(TracerPlugin):
     tracing is on.
 
     ``flags`` is 6.1's func_flags, one dict that every array's function tracer shares
-    (``func_stack_trace``); ``record_stack(cpu, record_tuple, size, regs)`` records the
+    (``func_stack_trace``, ``func-no-repeats``); ``record_stack(cpu, record_tuple, size, regs)`` records the
     entry followed by the kernel stack at the hit.  As 6.1's func_set_flag, a change
     takes effect in the array whose option was written if the tracer is current there,
     elsewhere when the tracer next starts."""
@@ -236,6 +268,11 @@ class FunctionTracer(TracerPlugin):
         self.flags = flags if flags is not None and record_stack is not None else {}
         #: the ops' handler records stacks (6.1's function_stack_trace_call)
         self._stack = False
+        #: the ops' handler counts repeated calls (function_no_repeats_trace_call)
+        self._no_repeats = False
+        #: per CPU, the last call recorded and its repeats: 6.1's last_func_repeats,
+        #: kept for the tracer's life as 6.1 keeps it for the array's
+        self._last_calls: dict[int, list[int]] = {}
         self._context = context
         self._recording = recording
         self._now = now
@@ -255,6 +292,7 @@ class FunctionTracer(TracerPlugin):
 
     def init(self, tr) -> None:
         self._stack = self.flags.get("func_stack_trace", False)
+        self._no_repeats = self.flags.get("func-no-repeats", False)
         self.start()
 
     def reset(self, tr) -> None:
@@ -264,6 +302,7 @@ class FunctionTracer(TracerPlugin):
         self.flags[name] = on
         if tr.current_tracer is self:
             self._stack = self.flags["func_stack_trace"]
+            self._no_repeats = self.flags["func-no-repeats"]
 
     def start(self) -> None:
         self._ops.start(self._wanted())
@@ -279,16 +318,51 @@ class FunctionTracer(TracerPlugin):
         self._ops.retarget(self._wanted())
 
     def _hit(self, ip: int, parent_ip: int, _ops, regs) -> None:
+        if self._no_repeats:
+            self._hit_no_repeats(ip, parent_ip, regs)
+            return
         if not self._recording():
             return
         pid, cpu = self._context()
         if self.pids.active and self.pids.ignores(pid):
             return
-        rec = (self._now(), pid, FLAGS_NONE, FUNCTION_EVENT, ip, parent_ip)
+        self._record_entry(cpu, (self._now(), pid, FLAGS_NONE, FUNCTION_EVENT, ip,
+                                 parent_ip), regs)
+
+    def _record_entry(self, cpu: int, rec: tuple, regs) -> None:
         if self._stack:
             self._record_stack(cpu, rec, _FTRACE_ENTRY_SIZE, regs)
         else:
             self._record(cpu, rec, _FTRACE_ENTRY_SIZE)
+
+    def _hit_no_repeats(self, ip: int, parent_ip: int, regs) -> None:
+        """6.1's function_no_repeats_trace_call: a call of the function (and parent)
+        the CPU's last recorded call was of is only counted (up to U16_MAX) with its
+        time; the next other call first records the count as a func_repeats record.
+        The counting goes on while tracing is off, as there the ring buffer refuses
+        the records, not the tracer its calls."""
+        pid, cpu = self._context()
+        if self.pids.active and self.pids.ignores(pid):
+            return
+        now = self._now()
+        last = self._last_calls.get(cpu)
+        if last is None:
+            last = self._last_calls[cpu] = [0, 0, 0, 0]    # ip, parent_ip, count, ts
+        if last[0] == ip and last[1] == parent_ip and last[2] < _U16_MAX:
+            last[2] += 1
+            last[3] = now
+            return
+        recording = self._recording()
+        if last[2]:
+            if recording:
+                self._record(cpu, (now, pid, FLAGS_NONE, FUNC_REPEATS_EVENT, last[0],
+                                   last[1], last[2], now - last[3]),
+                             _REPEATS_BODY.size)
+            last[2] = 0
+        last[0], last[1] = ip, parent_ip
+        if recording:
+            self._record_entry(cpu, (now, pid, FLAGS_NONE, FUNCTION_EVENT, ip, parent_ip),
+                               regs)
 
 
 class StackTracer:
