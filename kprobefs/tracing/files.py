@@ -1027,7 +1027,9 @@ class _TracePipeHandle:
             pairs = t.buffer.consume(self.cpu, limit=max(1, (size - len(self._pending)) // 80))
             if not pairs:
                 break
-            self._pending += t.render(pairs, self._options).encode("utf-8", "replace")
+            # bin's characters are bytes (raw_output.py)
+            self._pending += t.render(pairs, self._options).encode(
+                "latin-1" if self._options.line_mode == "bin" else "utf-8", "replace")
         out, self._pending = self._pending[:size], self._pending[size:]
         return out
 

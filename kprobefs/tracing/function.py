@@ -30,6 +30,7 @@ from kprobefs.tracing.ftrace_probes import match_sites, parse_filter_token
 from kprobefs.tracing.output import (FLAGS_NONE, TraceOptions, format_ip_sym,
                                      format_timestamp)
 from kprobefs.tracing.pid_filter import PidFilter
+from kprobefs.tracing.raw_output import bin_fields, hex_field
 from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.tracers import TracerPlugin
 
@@ -155,7 +156,7 @@ def _fn_text(ip: int, parent_ip: int, tr, options: TraceOptions) -> str:
     """6.1's print_fn_trace: ``func <-parent`` (the parent with options/print-parent)."""
     sym = tr.symbols.symbolize
     text = format_ip_sym(ip, sym, options.sym_offset, options.sym_addr)
-    if parent_ip:
+    if parent_ip and options.print_parent:
         text += " <-" + format_ip_sym(parent_ip, sym, options.sym_offset, options.sym_addr)
     return text
 
@@ -172,6 +173,19 @@ class _FunctionEvent:
 
     def render(self, record: tuple, tracer, options: TraceOptions) -> str:
         return _fn_text(record[4], record[5], tracer, options) + "\n"
+
+    # options/raw, hex, bin (raw_output.py): 6.1's trace_fn_raw, _hex, _bin
+    @staticmethod
+    def raw_text(record: tuple) -> str:
+        return f"{record[4]:x} {record[5] or 0:x}\n"
+
+    @staticmethod
+    def hex_text(record: tuple) -> str:
+        return hex_field(record[4], 8) + hex_field(record[5] or 0, 8)
+
+    @staticmethod
+    def bin_text(record: tuple) -> str:
+        return bin_fields("QQ", record[4], record[5] or 0)
 
 
 class _FuncRepeatsEvent:
@@ -194,6 +208,11 @@ class _FuncRepeatsEvent:
         return (_fn_text(record[4], record[5], tracer, options)
                 + f" (repeats: {record[6]}, last_ts:"
                 + format_timestamp(record[0] - record[7], options.in_ns) + ")\n")
+
+    @staticmethod
+    def raw_text(record: tuple) -> str:
+        """options/raw: 6.1's trace_func_repeats_raw (no hex or bin of its own)."""
+        return f"{record[4]} {record[5] or 0} {record[6]} {record[7]}\n"
 
 
 FUNC_REPEATS_EVENT = _FuncRepeatsEvent()
@@ -254,8 +273,8 @@ class FunctionTracer(TracerPlugin):
     tracing is on.
 
     ``flags`` is 6.1's func_flags, one dict that every array's function tracer shares
-    (``func_stack_trace``, ``func-no-repeats``); ``record_stack(cpu, record_tuple, size, regs)`` records the
-    entry followed by the kernel stack at the hit.  As 6.1's func_set_flag, a change
+    (``func_stack_trace``, ``func-no-repeats``); ``record_stack(cpu, record_tuple, size,
+    regs)`` records the entry followed by the kernel stack at the hit.  As 6.1's func_set_flag, a change
     takes effect in the array whose option was written if the tracer is current there,
     elsewhere when the tracer next starts."""
 

@@ -144,11 +144,16 @@ class _TaskState:
 class FunctionGraphTracer(TracerPlugin):
     """``current_tracer`` = ``function_graph`` in the top array ``tr``.
 
+    Its ``trace`` ignores options/raw, hex and bin, as 6.1's print_graph_function
+    handles every record before them.
+
     ``fgraph`` is the engine's function graph core; ``functions`` the top array's
     function tracer (whose filters and pid sets apply); ``sites()`` every (site, name);
     ``context()`` the ``(pid, cpu)`` of the running task (saving its comm);
     ``thresh()`` ``tracing_thresh`` in ns; ``clock()`` trace_clock_local, in ns, which
     times the calls whatever clock stamps the records."""
+
+    prints_every_record = True
 
     name = "function_graph"
     allow_instances = False

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 from kprobefs.tracing.output import TraceOptions, flags_text, format_ip_sym
+from kprobefs.tracing.raw_output import bin_fields, hex_field
 from kprobefs.tracing.raw_page import raw_common
 
 __all__ = ["CTX_EVENT", "WAKE_EVENT", "lat_flags", "lat_flags_text", "task_state_char",
@@ -63,19 +64,25 @@ def lat_flags_text(flags: int) -> str:
 _STATE_CHARS = "RSDTtXZPI"
 
 
+def task_state_index(state: int) -> int:
+    """6.1's task_state_index of a task's __state (TASK_REPORT: running .. parked)."""
+    return (state & 0x7F).bit_length()
+
+
 def task_state_char(state: int) -> str:
     """The letter of a task's __state (task_state_index then task_index_to_char)."""
-    report = state & 0x7F          # TASK_REPORT: running .. parked
-    index = report.bit_length() if report else 0
+    index = task_state_index(state)
     return _STATE_CHARS[index] if index < len(_STATE_CHARS) else "?"
 
 
 class _CtxEvent:
     """TRACE_CTX (``==>``) and TRACE_WAKE (``  +``) records."""
 
-    def __init__(self, type_id: int, delim: str):
+    def __init__(self, type_id: int, delim: str, raw_state: str):
         self.id = type_id
         self.delim = delim
+        #: the prev state options/raw and hex print: its letter, or wakeup's "+"
+        self._raw_state = raw_state
 
     def raw(self, record: tuple) -> bytes:
         """ctx_switch_entry: prev_pid, next_pid, next_cpu, then the prios and states."""
@@ -92,9 +99,35 @@ class _CtxEvent:
                 f"{self.delim} [{next_cpu:03d}] {next_pid:7d}:{next_prio & 0xFF:3d}:"
                 f"{task_state_char(next_state)} {tr.comm_cache.find(next_pid)}\n")
 
+    # options/raw, hex, bin (raw_output.py): 6.1's trace_ctxwake_raw, _hex, _bin
+    def _states(self, record: tuple) -> tuple[str, str]:
+        return self._raw_state or task_state_char(record[6]), task_state_char(record[9])
 
-CTX_EVENT = _CtxEvent(2, "==>")
-WAKE_EVENT = _CtxEvent(3, "  +")
+    def raw_text(self, record: tuple) -> str:
+        prev_pid, prev_prio, _, next_pid, next_prio, _, next_cpu = record[4:11]
+        prev, next_ = self._states(record)
+        return (f"{prev_pid} {prev_prio & 0xFF} {prev} {next_cpu} {next_pid} "
+                f"{next_prio & 0xFF} {next_}\n")
+
+    def hex_text(self, record: tuple) -> str:
+        prev_pid, prev_prio, _, next_pid, next_prio, _, next_cpu = record[4:11]
+        prev, next_ = self._states(record)
+        # S is a char, T an int
+        return (hex_field(prev_pid, 4) + hex_field(prev_prio, 1) + hex_field(ord(prev), 1)
+                + hex_field(next_cpu, 4) + hex_field(next_pid, 4) + hex_field(next_prio, 1)
+                + hex_field(ord(next_), 4))
+
+    @staticmethod
+    def bin_text(record: tuple) -> str:
+        prev_pid, prev_prio, prev_state, next_pid, next_prio, next_state, next_cpu = \
+            record[4:11]
+        return bin_fields("IBBIIBB", prev_pid & 0xFFFFFFFF, prev_prio & 0xFF,
+                          task_state_index(prev_state), next_cpu, next_pid & 0xFFFFFFFF,
+                          next_prio & 0xFF, task_state_index(next_state))
+
+
+CTX_EVENT = _CtxEvent(2, "==>", "")
+WAKE_EVENT = _CtxEvent(3, "  +", "+")
 
 
 def report_latency(delta: int, max_latency: int, thresh: int) -> bool:

@@ -50,6 +50,10 @@ class _RawDataEvent:
         return (f"# {_ID.unpack_from(body)[0]:x} buf:"
                 + "".join(f" {b:02x}" for b in body[4:]) + "\n")
 
+    def raw_text(self, record: tuple) -> str:
+        """options/raw: the same (6.1's raw_data has one function for both)."""
+        return self.render(record, None, None)
+
 
 RAW_DATA_EVENT = _RawDataEvent()
 

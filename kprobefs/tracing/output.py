@@ -76,6 +76,9 @@ class TraceOptions(NamedTuple):
     sym_offset: bool = False
     sym_addr: bool = False
     in_ns: bool = True            # the clock counts nanoseconds
+    print_parent: bool = True
+    #: "raw", "hex" or "bin" (raw_output.py): the option that prints records so, if any
+    line_mode: str = ""
 
 
 _HEADER_IRQ = (

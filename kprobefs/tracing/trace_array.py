@@ -36,6 +36,7 @@ from kprobefs.tracing.output import (
     FLAGS_NONE, KeptTrace, TraceFormatter, TraceOptions, format_header, format_ip_sym,
 )
 from kprobefs.tracing.pid_filter import PidFilter
+from kprobefs.tracing.raw_output import LINE_MODES, render_line_mode
 from kprobefs.tracing.raw_page import raw_common
 from kprobefs.tracing.ring_buffer import (
     DEFAULT_BUFFER_BYTES, MAX_TOTAL_BUFFER_KB, RingBuffer, decode_runs, merge_runs,
@@ -55,14 +56,18 @@ __all__ = [
 
 # The options a trace array implements (options/<name>), with their defaults.
 OPTION_DEFAULTS = {
+    "bin": False,
     "context-info": True,
     "event-fork": False,
     "function-fork": False,
+    "hex": False,
     "irq-info": True,
     "latency-format": False,
     "markers": True,
     "overwrite": True,
     "pause-on-trace": False,
+    "print-parent": True,
+    "raw": False,
     "record-cmd": True,
     "record-tgid": False,
     "stacktrace": False,
@@ -125,6 +130,16 @@ class _PrintEvent:
             text = text[:nul]
         func = record[5] if len(record) > 5 else "tracing_mark_write"
         return f"{func}: " + text.decode("utf-8", "replace")
+
+    @staticmethod
+    def raw_text(record: tuple) -> str:
+        """options/raw: 6.1's trace_print_raw, ``# ip buf``; the ip is not kept (0),
+        as in the record's raw bytes."""
+        text = record[4]
+        nul = text.find(b"\0")
+        if nul >= 0:
+            text = text[:nul]
+        return "# 0 " + text.decode("utf-8", "replace")
 
 
 class _StackEvent:
@@ -849,9 +864,11 @@ class TraceArray:
         return list(reversed(self.tracers))
 
     def trace_options(self) -> TraceOptions:
-        return TraceOptions(self.options["context-info"], self.options["irq-info"],
-                            self.options["sym-offset"], self.options["sym-addr"],
-                            self.clocks[self.trace_clock].in_ns)
+        options = self.options
+        return TraceOptions(options["context-info"], options["irq-info"],
+                            options["sym-offset"], options["sym-addr"],
+                            self.clocks[self.trace_clock].in_ns, options["print-parent"],
+                            next((mode for mode in LINE_MODES if options[mode]), ""))
 
     # ================================================================ trace_marker
     def writer_cpu(self) -> int:
@@ -898,7 +915,11 @@ class TraceArray:
     def render(self, pairs: Sequence[tuple[int, tuple]], options: TraceOptions) -> str:
         """Return the trace lines of (cpu, record) pairs (output.TraceFormatter: events
         that compile their text, kprobe events with numeric arguments, by that; the rest
-        by their ``render``)."""
+        by their ``render``).  With options/raw, hex or bin, the lines are in that
+        mode (raw_output.py), but under function_graph, which prints every record its
+        own way (6.1's print_graph_function handles them all)."""
+        if options.line_mode and not self.current_tracer.prints_every_record:
+            return render_line_mode(pairs, options.line_mode, options.context_info)
         with gc_paused():
             text = self.current_tracer.print_trace(self, pairs, options)
             if text is not None:
@@ -913,7 +934,8 @@ class TraceArray:
         call for it had too are taken from that call (TraceFormatter.render_runs:
         reading ``trace`` again formats only what is new).  A tracer that prints
         records its own way gets them merged by time."""
-        if type(self.current_tracer).print_trace is not TracerPlugin.print_trace:
+        if type(self.current_tracer).print_trace is not TracerPlugin.print_trace \
+                or options.line_mode:
             return self.render(merge_runs(decode_runs(runs)), options)
         if self.options["latency-format"]:
             return self._render_latency(merge_runs(decode_runs(runs)), options)

@@ -34,6 +34,8 @@ class TracerPlugin:
     use_max_tr = False
     print_max = False
     allow_instances = True
+    #: print_trace prints every record, whatever options/raw, hex or bin say
+    prints_every_record = False
 
     #: No options of its own (a tracer that has some sets a dict per instance).
     flags: dict[str, bool] = {}
