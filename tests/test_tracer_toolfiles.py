@@ -99,7 +99,8 @@ def t():
 def test_trace_options_lists_and_sets_options_by_name(t):
     root = t.root
     assert cat(root, "trace_options").splitlines() == [
-        "nosym-offset", "nosym-addr", "trace_printk", "context-info", "nolatency-format",
+        "print-parent", "nosym-offset", "nosym-addr", "noraw", "nohex", "nobin",
+        "trace_printk", "context-info", "nolatency-format",
         "record-cmd", "norecord-tgid", "overwrite",
         "irq-info", "markers", "noevent-fork", "nopause-on-trace",
         "nofunction-fork", "nostacktrace"]
