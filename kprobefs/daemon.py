@@ -459,7 +459,8 @@ class Daemon:
         self.kernel.periodic.append(self.workload.pump)
 
     def _reap(self) -> None:
-        """Every REAP_INTERVAL, the tasks of exited host processes go; every
+        """Every REAP_INTERVAL, the tasks of exited host processes go, and the host is
+        told of names gone without its knowing once it holds many (sweep_nodes); every
         TRIM_INTERVAL, the host heap's free pages go back to the host."""
         trim_at = time.monotonic() + self.TRIM_INTERVAL
         while not self._stop.wait(self.REAP_INTERVAL):
@@ -469,6 +470,12 @@ class Daemon:
                     log.debug("reaped %d task(s) of exited host processes", n)
             except Exception:
                 log.exception("reaping failed")
+            session = getattr(self, "_session", None)
+            if session is not None:
+                try:
+                    session.sweep_nodes(self.gateway.name_exists)
+                except Exception:
+                    log.exception("sweeping the host's nodes failed")
             if time.monotonic() >= trim_at:
                 trim_host_heap()
                 trim_at = time.monotonic() + self.TRIM_INTERVAL

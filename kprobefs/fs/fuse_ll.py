@@ -90,6 +90,7 @@ _DIRENT = struct.Struct("<QQII")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _PAIR = struct.Struct("<QQ")
+_INVAL_ENTRY = struct.Struct("<QII")        # fuse_notify_inval_entry_out: parent, namelen, flags
 _POLL_IN = struct.Struct("<QQII")           # fuse_poll_in: fh, kh, flags, events
 
 # opcodes
@@ -102,6 +103,7 @@ _POLL_IN = struct.Struct("<QQII")           # fuse_poll_in: fh, kh, flags, event
 _NO_REPLY = (FORGET, BATCH_FORGET)
 #: A notification's code (sent with unique 0, the code in the error field).
 FUSE_NOTIFY_POLL = 1
+FUSE_NOTIFY_INVAL_ENTRY = 3
 FUSE_POLL_SCHEDULE_NOTIFY = 1 << 0
 
 FUSE_ASYNC_READ, FUSE_ATOMIC_O_TRUNC, FUSE_BIG_WRITES = 1 << 0, 1 << 3, 1 << 5
@@ -206,6 +208,18 @@ class _Nodes:
             if path is not None and self._id.get(path) == nodeid:
                 del self._id[path]
 
+    def __len__(self) -> int:
+        return len(self._count)
+
+    def named(self) -> list[tuple[int, str]]:
+        """(node id, path) of every node that has a path, the root's aside."""
+        with self._lock:
+            return [(nid, path) for nid, path in self._path.items()
+                    if path is not None and nid != ROOT_ID]
+
+    def id_of(self, path: str) -> int | None:
+        return self._id.get(path)
+
     def removed(self, path: str) -> None:
         """path's name is gone: its node (still counted) has no path any more."""
         with self._lock:
@@ -255,6 +269,7 @@ class FuseSession:
         self._mounted_at = 0
         self._fd = -1
         self._nodes = _Nodes()
+        self._sweep_at = self.NODES_SWEEP_AT
         self._dirs: dict[int, list] = {}     # opendir fh -> its entries once read
         self._next_dir = 1
         self._pool = threading.Lock()
@@ -607,6 +622,45 @@ class FuseSession:
         if flags & FUSE_POLL_SCHEDULE_NOTIFY:
             wakeup = lambda: self._notify(FUSE_NOTIFY_POLL, _U64.pack(kh))  # noqa: E731
         return struct.pack("<II", self.gateway.poll(fh, caller, wakeup), 0)
+
+    #: When the host holds this many nodes, the names that went away without its knowing
+    #: are swept (see sweep_nodes), then again at twice the nodes the sweep found there.
+    NODES_SWEEP_AT = 4096
+
+    def sweep_nodes(self, exists: Callable[[str], bool]) -> int:
+        """Once the host holds NODES_SWEEP_AT nodes or more, tells it to drop its entries
+        of names that went away without a request of its own (an event removed through
+        ``kprobe_events``, an instance's files once another process removed it): it keeps
+        a lookup of a fixed name for ENTRY_TIMEOUT, and a directory entry with such a
+        child stays in its dcache until its memory runs short, holding the nodes here
+        for good.  FUSE_NOTIFY_INVAL_ENTRY of the topmost gone name of each makes the
+        host drop it and what is below it and FORGET their nodes, as tracefs removes a
+        removed event's dentries.  Returns how many names were told.  Runs on a thread
+        that serves no request: the host takes the directory's lock to drop an entry."""
+        if len(self._nodes) < self._sweep_at:
+            return 0
+        known: dict[str, bool] = {"/": True}
+
+        def there(path: str) -> bool:
+            if path not in known:
+                known[path] = exists(path)
+            return known[path]
+
+        told = 0
+        for _nodeid, path in self._nodes.named():
+            parent, _, name = path.rpartition("/")
+            parent = parent or "/"
+            if there(path) or not there(parent):
+                continue
+            parent_id = self._nodes.id_of(parent)
+            if parent_id is not None:
+                encoded = os.fsencode(name)
+                self._notify(FUSE_NOTIFY_INVAL_ENTRY,
+                             _INVAL_ENTRY.pack(parent_id, len(encoded), 0) + encoded + b"\0")
+                told += 1
+        self._sweep_at = max(self.NODES_SWEEP_AT,
+                             2 * sum(1 for path, here in known.items() if here))
+        return told
 
     def _notify(self, code: int, data: bytes) -> None:
         """Writes a notification (unique 0, the code where a reply has its error)."""

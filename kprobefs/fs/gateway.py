@@ -321,6 +321,19 @@ class Gateway(HostCallers):
         return Attributes(mode, ino, nlink, at + atn / 1e9, mt + mtn / 1e9, ct + ctn / 1e9,
                           top)
 
+    def name_exists(self, path: str) -> bool:
+        """Whether the debugfs or tracefs name at path is there now, from the host tree
+        (no system call).  The kernel's own proc, dev and tmp names count as there: the
+        host asks for those again at each walk."""
+        parts = [p for p in path.split("/") if p]
+        if not parts or parts[0] in ROOT_DIRS or self._is_status(path):
+            return True
+        try:
+            self.hostfs.stat_path(DEBUGFS_ROOT, parts, self.timeout)
+        except OSError as e:
+            return e.errno not in (errno.ENOENT, errno.ENOTDIR)
+        return True
+
     def _host_attributes(self, parts: list[str]) -> Attributes:
         """Attributes of the debugfs name at parts, from the host tree, as the kernel's
         hostfs makes its inode (hostfs_lookup_host, new_inode: one link, a node that
