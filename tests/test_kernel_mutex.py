@@ -62,26 +62,58 @@ def test_the_mutexes_are_data_symbols_as_on_linux(real):
         assert syms[name][1] == "t", name
 
 
-@pytest.mark.parametrize("write, mutex", [
+@pytest.mark.parametrize("write, mutexes", [
     ("echo 1 > {t}/events/sched/sched_switch/enable; "
-     "echo 0 > {t}/events/sched/sched_switch/enable", "event_mutex"),
+     "echo 0 > {t}/events/sched/sched_switch/enable", ("event_mutex",)),
     ("echo 'p:mtx_other vfs_read' >> {t}/kprobe_events; "
-     "echo '-:mtx_other' >> {t}/kprobe_events", "event_mutex"),
-    ("echo nop > {t}/current_tracer", "trace_types_lock"),
+     "echo '-:mtx_other' >> {t}/kprobe_events", ("event_mutex", "kprobe_mutex", "text_mutex")),
+    ("echo nop > {t}/current_tracer", ("trace_types_lock",)),
     ("echo load trace_printk > {real}/kprobefs/modules; "
-     "echo unload trace_printk > {real}/kprobefs/modules", "module_mutex"),
-    ("echo 1 > {real}/kprobes/enabled", "kprobe_mutex"),
+     "echo unload trace_printk > {real}/kprobefs/modules", ("module_mutex",)),
+    ("echo 1 > {real}/kprobes/enabled", ("kprobe_mutex", "text_mutex")),
+    ("echo 1 > {t}/set_ftrace_pid; echo > {t}/set_ftrace_pid", ("ftrace_lock",)),
+    ("echo vfs_read > {t}/set_ftrace_filter; echo > {t}/set_ftrace_filter",
+     ("ftrace_lock",)),
 ])
-def test_a_write_takes_the_mutex_6_1_takes(probed, write, mutex):
-    """mutex_lock's first argument is the mutex's kallsyms address while the write is
-    served; the mutex is free again afterwards (the next writer is not held)."""
+def test_a_write_takes_the_mutexes_6_1_takes(probed, write, mutexes):
+    """mutex_lock's first argument is each mutex's kallsyms address while the write is
+    served, in 6.1's nesting order; the mutexes are free again afterwards (the next
+    writer is not held)."""
     real = probed
     t = f"{real}/tracing"
     r = sh(f"echo 1 > {t}/events/kprobes/mtx/enable && echo 1 > {t}/tracing_on && "
            + write.format(t=t, real=real) + f"; echo 0 > {t}/tracing_on")
     assert r.returncode == 0, r.stderr
-    locks = _locks(t, "mtx")
-    assert _kallsyms(real)[mutex][0] in locks, (mutex, [hex(a) for a in locks])
+    _assert_taken_in_order(real, _locks(t, "mtx"), mutexes)
+
+
+def _assert_taken_in_order(real, locks: list[int], mutexes: tuple[str, ...]) -> None:
+    syms = _kallsyms(real)
+    firsts = []
+    for name in mutexes:
+        assert syms[name][0] in locks, (name, [hex(a) for a in locks])
+        firsts.append(locks.index(syms[name][0]))
+    assert firsts == sorted(firsts), (mutexes, [hex(a) for a in locks])
+
+
+@pytest.mark.parametrize("where, arms_with", [("vfs_read", "ftrace_lock"),
+                                              ("vfs_read+5", "text_mutex")])
+def test_a_kprobe_events_enable_arms_under_the_kprobe_mutexes(probed, where, arms_with):
+    """enable_kprobe's kprobe_mutex, inside event_mutex, then ftrace_lock for a kprobe on
+    the function's ftrace site or text_mutex for one patched with int3; a tracepoint's
+    enable takes neither (the first case of the test above)."""
+    real = probed
+    t = f"{real}/tracing"
+    r = sh(f"echo 'p:mtx_arm {where}' >> {t}/kprobe_events && "
+           f"echo 1 > {t}/events/kprobes/mtx/enable && echo 1 > {t}/tracing_on && "
+           f"echo 1 > {t}/events/kprobes/mtx_arm/enable; "
+           f"echo 0 > {t}/events/kprobes/mtx_arm/enable; echo 0 > {t}/tracing_on")
+    assert r.returncode == 0, r.stderr
+    locks = _locks(t, "mtx")     # before the removal, which clears the buffers
+    assert sh(f"echo '-:mtx_arm' >> {t}/kprobe_events").returncode == 0
+    _assert_taken_in_order(real, locks, ("event_mutex", "kprobe_mutex", arms_with))
+    other = {"ftrace_lock": "text_mutex", "text_mutex": "ftrace_lock"}[arms_with]
+    assert _kallsyms(real)[other][0] not in locks
 
 
 def test_racing_writers_wait_in_the_slowpath_and_both_finish(probed):

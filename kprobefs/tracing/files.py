@@ -57,6 +57,7 @@ _BLANKS = " \t\n\v\f\r"
 # The kernel mutexes 6.1's handlers of these files hold; fs/hostfs.c takes them around
 # the host's work (abi.Mutexes).
 _EV, _TT = ("event_mutex",), ("trace_types_lock",)
+_KP, _FT, _TEXT = ("kprobe_mutex",), ("ftrace_lock",), ("text_mutex",)
 #: An event's enable, filter and trigger: tracing_open_file_tr (every open), their
 #: reads and writes hold event_mutex.
 _EVENT_FILE = Mutexes(open=_EV, read=_EV, write=_EV)
@@ -66,6 +67,18 @@ _SYSTEM_FILE = Mutexes(open=_EV + _TT, read=_EV, write=_EV)
 #: set_event, set_event_pid, kprobe_events, dynamic_events, synthetic_events: the
 #: listing (seq_file start), the clearing open (O_TRUNC) and the commands.
 _EVENT_LIST = Mutexes(trunc=_EV, read=_EV, write=_EV)
+#: kprobe_events besides registers and unregisters kprobes (kprobe_mutex), and
+#: register_kprobe prepares one under text_mutex; its clearing open unregisters them.
+_KPROBE_EVENTS = Mutexes(trunc=_EV + _KP, read=_EV, write=_EV + _KP + _TEXT)
+#: set_ftrace_filter, set_ftrace_notrace, stack_trace_filter: t_start lists and
+#: match_records matches functions under ftrace_lock.
+_FTRACE_FILTER = Mutexes(read=_FT, write=_FT)
+#: set_graph_function, set_graph_notrace: ftrace_graph_set_hash matches under
+#: ftrace_lock (their listing takes graph_lock, which the kernel does not have).
+_GRAPH_FILTER = Mutexes(write=_FT)
+#: set_ftrace_pid, set_ftrace_notrace_pid: fpid_start, pid_write and the clearing
+#: open's ftrace_pid_reset.
+_FTRACE_PID = Mutexes(trunc=_FT, read=_FT, write=_FT)
 #: current_tracer, buffer_size_kb: tracing_set_trace_read and tracing_set_tracer,
 #: tracing_entries_read and tracing_resize_ring_buffer.
 _TRACER_FILE = Mutexes(read=_TT, write=_TT)
@@ -214,6 +227,19 @@ class Directory:
         array's files), none of a computed one (events come and go)."""
         entries = self._entries
         return () if callable(entries) else entries.keys()
+
+
+def _enable_mutexes(ev) -> Mutexes:
+    """What an event's ``enable`` holds: event_mutex, and for a kprobe event what
+    enable_kprobe and disable_kprobe take besides to arm or disarm its kprobes:
+    kprobe_mutex, then ftrace_lock for a kprobe on an ftrace site (arm_kprobe_ftrace),
+    text_mutex for one armed with int3 (arm_kprobe)."""
+    if not isinstance(ev, TraceEvent):
+        return _EVENT_FILE
+    kprobes = [tp.entry_kprobe for tp in ev.probes if tp.registered]
+    arm = ((_FT if any(kp.is_ftrace() for kp in kprobes) else ())
+           + (_TEXT if not all(kp.is_ftrace() for kp in kprobes) else ()))
+    return Mutexes(open=_EV, read=_EV, write=_EV + _KP + arm)
 
 
 def _text_file(produce: Callable[[], str]) -> _File:
@@ -435,9 +461,10 @@ class _Root:
             functions = tr.function_tracer
             self.files["set_ftrace_filter"] = self._filter_file(functions.filter)
             self.files["set_ftrace_notrace"] = self._filter_file(functions.notrace)
-            self.files["set_ftrace_pid"] = self._pid_file(functions.pids, False, "no pid\n")
+            self.files["set_ftrace_pid"] = self._pid_file(functions.pids, False, "no pid\n",
+                                                          _FTRACE_PID)
             self.files["set_ftrace_notrace_pid"] = self._pid_file(functions.pids, True,
-                                                                  "no pid\n")
+                                                                  "no pid\n", _FTRACE_PID)
         if tr.is_top:
             self._add_top_files()
         self.directory = Directory(self.files)
@@ -457,7 +484,7 @@ class _Root:
             "README": _text_file(lambda: readme),
             "kprobe_events": _File(MODE_WRITE, read=t.probe_lines,
                                    write=lambda d, p, c: t.run_commands(d),
-                                   trunc=t.release_all, mutexes=_EVENT_LIST),
+                                   trunc=t.release_all, mutexes=_KPROBE_EVENTS),
             "dynamic_events": _File(MODE_WRITE, read=t.dynamic_lines,
                                     write=lambda d, p, c: t.run_commands(
                                         d, dynamic_events=True),
@@ -466,8 +493,9 @@ class _Root:
                                       write=lambda d, p, c: t.run_synth_commands(d),
                                       trunc=t.release_all_synthetic, mutexes=_EVENT_LIST),
             "kprobe_profile": _text_file(t.profile_text),
-            "available_filter_functions": _text_file(
-                lambda: "".join(f"{name}\n" for name in t.symbols.ftrace_functions())),
+            "available_filter_functions": _File(MODE_READ, read=lambda: "".join(
+                f"{name}\n" for name in t.symbols.ftrace_functions()),
+                mutexes=Mutexes(read=_FT)),     # t_start
             "saved_cmdlines": _text_file(t.comm_cache.saved_cmdlines),
             "saved_tgids": _text_file(t.comm_cache.saved_tgids),
             "saved_cmdlines_size": _File(MODE_WRITE, read=lambda: f"{t.comm_cache.size}\n",
@@ -481,8 +509,10 @@ class _Root:
         })
         if t.graph_tracer is not None:
             graph = t.graph_tracer
-            self.files["set_graph_function"] = self._filter_file(graph.graph_filter)
-            self.files["set_graph_notrace"] = self._filter_file(graph.graph_notrace)
+            self.files["set_graph_function"] = self._filter_file(graph.graph_filter,
+                                                                 _GRAPH_FILTER)
+            self.files["set_graph_notrace"] = self._filter_file(graph.graph_notrace,
+                                                                _GRAPH_FILTER)
             self.files["max_graph_depth"] = _File(
                 MODE_WRITE, read=graph.max_depth_text,
                 write=lambda d, p, c: self._locked_number(graph.set_max_depth, d))
@@ -503,7 +533,7 @@ class _Root:
                 write=lambda d, p, c: self._write_stack_max(d))
             self.files["stack_trace_filter"] = self._filter_file(stack.filter)
 
-    def _filter_file(self, hash_) -> _File:
+    def _filter_file(self, hash_, mutexes: Mutexes = _FTRACE_FILTER) -> _File:
         """A function filter file (set_ftrace_filter and its kin): O_TRUNC clears it,
         each write adds (``!``: removes) functions; changes apply now, under the event
         lock, since they patch ftrace sites."""
@@ -516,7 +546,8 @@ class _Root:
         def trunc() -> None:
             with lock:
                 hash_.clear()
-        return _File(MODE_WRITE, read=hash_.text, write=write, trunc=trunc)
+        return _File(MODE_WRITE, read=hash_.text, write=write, trunc=trunc,
+                     mutexes=mutexes)
 
     def _pid_file(self, pids, notrace: bool, empty: str = "",
                   mutexes: Mutexes | None = None) -> _File:
@@ -802,7 +833,9 @@ class _Root:
         def entries() -> dict[str, Any]:
             return {
                 "enable": _File(MODE_WRITE, read=lambda: self.tr.enable_text(event()),
-                                write=write_enable, mutexes=_EVENT_FILE),
+                                write=write_enable,
+                                mutexes=_enable_mutexes(self.tracer.events.get(
+                                    (group, name)))),
                 "filter": _File(MODE_WRITE, read=read_filter, write=write_filter,
                                 mutexes=_EVENT_FILE),
                 "format": _text_file(lambda: event().format_text()),
