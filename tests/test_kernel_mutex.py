@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kprobefs.machine import Kernel
 from kprobefs.machine.abi import KERNEL_MUTEXES, Mutexes
 from test_fs_mount import _need_fuse, real, sh  # noqa: F401
 
@@ -163,3 +164,21 @@ def test_the_lookup_word_names_each_operations_mutexes():
     assert word >> 31 == 1
     with pytest.raises(ValueError):
         Mutexes(write=("big_kernel_lock",)).word()
+
+
+def test_trylock_fails_on_a_mutex_its_caller_holds():
+    """As 6.1's __mutex_trylock: a held mutex is not taken again, by its owner either
+    (the idle task of the one CPU runs each upcall here)."""
+    kernel = Kernel(cpus=1, seed=0)
+    lock = kernel.image.symbol_value("text_mutex")
+
+    def is_locked() -> bool:
+        return bool(kernel.upcall("mutex_is_locked", lock) & 0xff)     # a bool in %al
+
+    assert kernel.upcall("mutex_trylock", lock) == 1
+    assert kernel.upcall("mutex_trylock", lock) == 0
+    assert is_locked()
+    kernel.upcall("mutex_unlock", lock)
+    assert not is_locked()
+    assert kernel.upcall("mutex_trylock", lock) == 1
+    kernel.upcall("mutex_unlock", lock)

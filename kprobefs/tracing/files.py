@@ -19,6 +19,7 @@ import errno
 import os
 from typing import Any, Callable, Collection, Protocol, runtime_checkable
 
+from kprobefs.kprobes import KPROBE_FLAG_FTRACE
 from kprobefs.machine.abi import Mutexes
 from kprobefs.tracing.cpumask import format_cpumask, parse_cpumask
 from kprobefs.tracing.events import TraceEvent, Tracer
@@ -236,9 +237,9 @@ def _enable_mutexes(ev) -> Mutexes:
     text_mutex for one armed with int3 (arm_kprobe)."""
     if not isinstance(ev, TraceEvent):
         return _EVENT_FILE
-    kprobes = [tp.entry_kprobe for tp in ev.probes if tp.registered]
-    arm = ((_FT if any(kp.is_ftrace() for kp in kprobes) else ())
-           + (_TEXT if not all(kp.is_ftrace() for kp in kprobes) else ()))
+    on_ftrace = [bool(tp.entry_kprobe.flags & KPROBE_FLAG_FTRACE)
+                 for tp in ev.probes if tp.registered]
+    arm = (_FT if any(on_ftrace) else ()) + (_TEXT if not all(on_ftrace) else ())
     return Mutexes(open=_EV, read=_EV, write=_EV + _KP + arm)
 
 

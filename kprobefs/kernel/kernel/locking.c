@@ -14,7 +14,14 @@
  * CPUs take turns on one host thread.)
  *
  * A CPU's idle task cannot sleep (an upcall runs there): it waits for a taken mutex by
- * yielding its CPU, as for a spinlock. */
+ * yielding its CPU, as for a spinlock.  Nor can the task it wakes run on its CPU before
+ * the upcall ends (a wake-up queues the task on the waker's CPU), so an idle task's
+ * unlock hands nothing over: the mutex is let go and the first waiter woken to try
+ * again, as in 6.1; the upcall may take the mutex again meanwhile and does not wait for
+ * a task that cannot run.
+ *
+ * A task that locks a mutex it holds dies of an oops, which lets its mutexes go: 6.1
+ * (without lockdep) hangs there, here a host process's request would. */
 #include "kernel.h"
 #include "sched.h"
 
@@ -110,22 +117,19 @@ static __always_inline bool mutex_unlock_fast(struct mutex *lock)
 					   __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
-/* Takes a free mutex, keeping its flags, or finds it handed to current.  Caller holds
- * wait_lock, or has no flags to keep (mutex_trylock). */
+/* Takes lock if it is free, keeping its flags: whether it did.  Caller holds wait_lock,
+ * or its taking leaves the waiters to the next unlock (mutex_trylock). */
 static bool mutex_try_acquire(struct mutex *lock)
 {
 	long owner = mutex_owner_word(lock);
 
-	for (;;) {
-		struct task_struct *task = mutex_owner_task(owner);
-
-		if (task)
-			return task == current;
+	while (!mutex_owner_task(owner)) {
 		if (__atomic_compare_exchange_n(&lock->owner.counter, &owner,
 						(long)current | (owner & MUTEX_FLAGS), false,
 						__ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 			return true;
 	}
+	return false;
 }
 
 static bool mutex_wait_interrupted(unsigned int state)
@@ -149,6 +153,7 @@ static int __mutex_lock(struct mutex *lock, unsigned int state)
 	bool idle = current->flags & PF_IDLE;
 	int ret = 0;
 
+	BUG_ON(mutex_owned_by_current(lock));
 	spin_lock(&lock->wait_lock);
 	if (mutex_try_acquire(lock))
 		goto out;
@@ -156,7 +161,7 @@ static int __mutex_lock(struct mutex *lock, unsigned int state)
 	__atomic_or_fetch(&lock->owner.counter, MUTEX_FLAG_WAITERS, __ATOMIC_RELAXED);
 	for (;;) {
 		/* First, or a hand-off that came with a signal would be lost. */
-		if (mutex_try_acquire(lock))
+		if (mutex_owned_by_current(lock) || mutex_try_acquire(lock))
 			break;
 		if (mutex_wait_interrupted(state)) {
 			ret = -EINTR;
@@ -238,16 +243,21 @@ int mutex_trylock(struct mutex *lock)
 	return 1;
 }
 
-/* Somebody waits (MUTEX_FLAG_WAITERS): the first waiter becomes the owner, and wakes. */
+/* Somebody waits (MUTEX_FLAG_WAITERS): the first waiter becomes the owner, and wakes;
+ * from an idle task, the mutex is let go and the first waiter wakes to take it. */
 static noinline void __mutex_unlock_slowpath(struct mutex *lock, unsigned long ip)
 {
 	struct task_struct *next = NULL;
+	long owner = 0;
 
 	spin_lock(&lock->wait_lock);
-	if (!list_empty(&lock->wait_list))
+	if (!list_empty(&lock->wait_list)) {
 		next = list_first_entry(&lock->wait_list, struct mutex_waiter, list)->task;
-	__atomic_store_n(&lock->owner.counter,
-			 next ? (long)next | MUTEX_FLAG_WAITERS : 0, __ATOMIC_RELEASE);
+		owner = MUTEX_FLAG_WAITERS;
+		if (!(current->flags & PF_IDLE))
+			owner |= (long)next;
+	}
+	__atomic_store_n(&lock->owner.counter, owner, __ATOMIC_RELEASE);
 	if (next)
 		wake_up_process(next);
 	spin_unlock(&lock->wait_lock);
