@@ -2,7 +2,8 @@
 through a real mount and a shell: a kprobe on mutex_lock sees event_mutex, module_mutex
 or kprobe_mutex, by their kallsyms addresses, when a shell writes the files whose 6.1
 handlers take them; two writers racing for event_mutex meet in __mutex_lock_slowpath
-and both finish, one alone never enters it."""
+and both finish, one alone never enters it.  Last, mutex_trylock on a booted kernel
+without a mount."""
 
 import re
 from pathlib import Path
