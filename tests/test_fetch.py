@@ -5,9 +5,11 @@ import time
 
 import pytest
 
-from kprobefs.tracing import fetch
-from kprobefs.tracing.fetch import FetchFault, encode_args, format_event_format, print_args, run
-from kprobefs.tracing.parser import parse_command
+from kprobefs.tracing.events import fetch
+from kprobefs.tracing.events.fetch import (
+    FetchFault, encode_args, format_event_format, print_args, run,
+)
+from kprobefs.tracing.events.probe_parser import parse_command
 
 KBASE = 0xFFFF888000001000        # kernel data
 STACK = 0xFFFFC90000004000        # a 16 KiB-aligned kernel stack

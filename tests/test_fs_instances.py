@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from kprobefs.tracing.ring_buffer import MAX_TOTAL_BUFFER_KB
+from kprobefs.tracing.buffers.ring_buffer import MAX_TOTAL_BUFFER_KB
 from test_fs_mount import _need_fuse, daemon_pids, real, sh  # noqa: F401 (fixtures)
 
 INSTANCES = 100

@@ -287,7 +287,7 @@ def test_bprintk_packs_and_the_trace_prints_its_arguments(traced):
 
 
 def test_bstr_printf_reads_vbin_printfs_layout():
-    from kprobefs.tracing.trace_printk import bstr_printf, printk_formats_text
+    from kprobefs.tracing.events.trace_printk import bstr_printf, printk_formats_text
     buf = (struct.pack("<b", -1) + b"\0" + struct.pack("<h", -2)     # char, pad, short
            + struct.pack("<II", 1, 2)                                # a u64 as two u32s
            + b"hi\0" + b"\0" + struct.pack("<i", 3))                 # string, pad, int
@@ -325,5 +325,5 @@ def test_a_due_timer_runs_in_the_timer_softirq():
     (0x18, "..H.."), (0x10, "..s.."), (0x81, "D...."), (0x80, "b...."), (0x02, "X...."),
     (0x04, ".n..."), (0x20, ".p..."), (0x24, ".N...")])
 def test_flags_columns_are_6_1s(flags, text):
-    from kprobefs.tracing.output import flags_text
+    from kprobefs.tracing.buffers.output import flags_text
     assert flags_text(flags) == text

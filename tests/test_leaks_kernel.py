@@ -238,7 +238,7 @@ def test_the_heap_holds_the_documented_limits_twice(tmp_path):
     heap; instances and their buffers are the host's (an instance costs the kernel
     nothing, measured on ten)."""
     from kprobefs.machine import Kernel
-    from kprobefs.tracing.trace_dynevent import MAX_DYNAMIC_EVENTS
+    from kprobefs.tracing.events.trace_dynevent import MAX_DYNAMIC_EVENTS
 
     rig = Rig(tmp_path)
     rig.kernel.periodic.clear()     # no workload: its tasks come and go

@@ -9,8 +9,8 @@ import errno
 import pytest
 
 from kprobefs.errors import PROBE_ERROR_MESSAGES, ProbeParseError
-from kprobefs.tracing import fetch
-from kprobefs.tracing.parser import (
+from kprobefs.tracing.events import fetch
+from kprobefs.tracing.events.probe_parser import (
     DeleteSpec,
     ProbeSpec,
     caret_position,

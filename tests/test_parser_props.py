@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kprobefs.errors import ProbeParseError
-from kprobefs.tracing.parser import (
+from kprobefs.tracing.events.probe_parser import (
     DeleteSpec,
     ProbeSpec,
     caret_position,

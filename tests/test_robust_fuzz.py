@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kprobefs.tracing import ProbeSpec, parse_command
-from kprobefs.tracing.ring_buffer import MAX_TOTAL_BUFFER_KB
+from kprobefs.tracing.buffers.ring_buffer import MAX_TOTAL_BUFFER_KB
 
 from robust_mount import InProcessMount, need_fuse, read, write
 

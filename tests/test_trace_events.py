@@ -1,4 +1,4 @@
-"""Static trace events (kernel/trace_events.c, tracing/trace_events.py): the kernel's
+"""Static trace events (kernel/trace_events.c, tracing/events/trace_events.py): the kernel's
 TRACE_EVENT tracepoints, their format files against Linux 6.1's layouts, records made
 by the kernel's recorder, and their call sites patched between a NOP and a jump."""
 
@@ -12,8 +12,8 @@ from kprobefs import Kernel
 from kprobefs.machine.abi import AT_FDCWD, O_CREAT, O_RDWR
 from kprobefs.machine.jump_label import NOP5
 from kprobefs.tracing import Tracer
-from kprobefs.tracing.events import FIRST_EVENT_ID
-from kprobefs.tracing.print_fmt import c_printf, parse_print_fmt
+from kprobefs.tracing.registry import FIRST_EVENT_ID
+from kprobefs.tracing.events.print_fmt import c_printf, parse_print_fmt
 
 from test_tracer_e2e import node, read, write
 

@@ -6,7 +6,9 @@ import threading
 
 import pytest
 
-from kprobefs.tracing.ring_buffer import PAGE_DATA_SIZE, RingBuffer, event_size, pages_for_kb
+from kprobefs.tracing.buffers.ring_buffer import (
+    PAGE_DATA_SIZE, RingBuffer, event_size, pages_for_kb,
+)
 from tracer_fakes import cat, echo, make_tracer, node, write_errno
 
 

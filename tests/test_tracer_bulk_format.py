@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from kprobefs.tracing.output import TraceOptions, format_context
+from kprobefs.tracing.buffers.output import TraceOptions, format_context
 from tracer_fakes import VFS_READ, echo, make_tracer, node
 
 VALUES = [0, 1, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF, 0x80000000,

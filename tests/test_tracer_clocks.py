@@ -1,4 +1,4 @@
-"""trace_clock: each of Linux 6.1's clocks is the clock its name says (tracing/clocks.py),
+"""trace_clock: each of Linux 6.1's clocks is the clock its name says (tracing/buffers/clocks.py),
 ``trace`` prints the ones not in nanoseconds as plain numbers, and the kernel's recorder
 stamps with the TSC clocks while the host records the others."""
 
@@ -10,7 +10,7 @@ import pytest
 from kprobefs import Kernel
 from kprobefs.machine.clock import read_tsc
 from kprobefs.tracing import Tracer
-from kprobefs.tracing.clocks import TRACE_CLOCK_NAMES, trace_clocks
+from kprobefs.tracing.buffers.clocks import TRACE_CLOCK_NAMES, trace_clocks
 
 from test_tracer_e2e import read, write
 

@@ -1,4 +1,4 @@
-"""Event probes (``e:`` in dynamic_events, tracing/trace_eprobe.py) on the fake machine:
+"""Event probes (``e:`` in dynamic_events, tracing/events/trace_eprobe.py) on the fake machine:
 6.1's error_log entries and carets (ftracetest's eprobes_syntax_errors.tc), listing,
 format, removal, the busy and duplicate rules, and records built from a synthetic
 event's record (the fakes have no static events)."""
@@ -8,7 +8,7 @@ import errno
 import pytest
 
 from tracer_fakes import UBASE, cat, echo, make_tracer, write_errno
-from kprobefs.tracing.trigger import TriggerHit
+from kprobefs.tracing.triggers.trigger import TriggerHit
 
 SYNTH = "a u64 file; char s[16]; s32 n; char d[]"
 PROBE = "e:ep synthetic/a f=+0($file):ustring s=$s:string n=$n d=$d:string c=$comm"

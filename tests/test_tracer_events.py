@@ -309,7 +309,7 @@ def test_a_delete_by_name_meets_only_the_probes_so_named_in_creation_order(t, mo
     """`-:ev` finds the events named ev by name (not by a walk of every probe, which
     made a delete linear in the number of events), and still takes them in creation
     order where their groups were made in another one."""
-    from kprobefs.tracing.parser import DeleteSpec
+    from kprobefs.tracing.events.probe_parser import DeleteSpec
     echo(t.root, "kprobe_events", "p:g2/first do_exit\n" + "".join(
         f"p:many/e{i} vfs_read\n" for i in range(300)))
     echo(t.root, "kprobe_events", "p:g1/ev vfs_read\np:g2/ev kernel_clone\np:g3/ev do_exit\n")

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from kprobefs.tracing.filter import (
+from kprobefs.tracing.triggers.filter import (
     FilterField, FilterParseError, _check, _lark, compile_filter, filter_fields,
 )
 from tracer_fakes import KDATA, VFS_READ, cat, echo, make_tracer, write_errno

@@ -1,4 +1,4 @@
-"""set_ftrace_filter's commands (tracing/ftrace_probes.py) over a fake ftrace core and a
+"""set_ftrace_filter's commands (tracing/tracers/ftrace_probes.py) over a fake ftrace core and a
 fake trace array: the token parser, 6.1's globs, the probes' hit semantics and counts,
 the read-back text, removal, :mod: and its cache."""
 
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kprobefs.tracing.ftrace_probes import (
+from kprobefs.tracing.tracers.ftrace_probes import (
     NO_ARRAY_COMMANDS, FunctionProbes, lat_context, match_sites, parse_filter_token,
 )
-from kprobefs.tracing.function import FunctionFilter, FunctionTracer
+from kprobefs.tracing.tracers.function import FunctionFilter, FunctionTracer
 
 ALL = "#### all functions enabled ####\n"
 SITES = [(0x1000, "schedule"), (0x2000, "scheduler_tick"), (0x3000, "_raw_spin_lock"),

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from kprobefs.tracing.function import FunctionFilter, FunctionTracer, StackTracer
-from kprobefs.tracing.synth import parse_synth_fields
+from kprobefs.tracing.tracers.function import FunctionFilter, FunctionTracer, StackTracer
+from kprobefs.tracing.events.synth import parse_synth_fields
 from tracer_fakes import FakeFtrace as _FakeFtrace, cat, echo, make_tracer, node, write_errno
 
 SITES = [(0x1000, "vfs_read"), (0x2000, "vfs_write"), (0x3000, "kernel_clone"),
@@ -174,7 +174,7 @@ def test_func_repeats_record_is_6_1s_layout():
     bottom 32 bits, at events/ftrace/func_repeats' offsets."""
     import struct
 
-    from kprobefs.tracing.function import FUNC_REPEATS_EVENT
+    from kprobefs.tracing.tracers.function import FUNC_REPEATS_EVENT
     raw = FUNC_REPEATS_EVENT.raw((0, 42, 0, FUNC_REPEATS_EVENT, 0xffffffff81000010,
                                   0xffffffff81000020, 7, (5 << 32) | 9))
     assert len(raw) == 32

@@ -10,7 +10,9 @@ import pytest
 
 from kprobefs.kprobes import FunctionGraph
 from kprobefs.tracing import Tracer
-from kprobefs.tracing.graph_output import format_duration, graph_header, GRAPH_FLAG_DEFAULTS
+from kprobefs.tracing.tracers.function_graph_output import (
+    format_duration, graph_header, GRAPH_FLAG_DEFAULTS,
+)
 from tracer_fakes import (
     Clock, FakeEngine, FakeFtrace, FakeKernel, KERNEL_CLONE, KSYS_READ, VFS_READ, cat, echo,
     node, write_errno,

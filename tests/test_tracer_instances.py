@@ -237,7 +237,7 @@ def test_the_kernel_records_for_the_top_array_and_the_host_for_the_others():
 def test_the_buffer_bound_holds_for_all_arrays_together(t):
     """MAX_TOTAL_BUFFER_KB bounds the buffers of every array together: an instance
     cannot take what the top level has, nor the top level what instances have."""
-    from kprobefs.tracing.ring_buffer import MAX_TOTAL_BUFFER_KB
+    from kprobefs.tracing.buffers.ring_buffer import MAX_TOTAL_BUFFER_KB
     mkdir(t, "foo")
     mkdir(t, "bar")                 # made before anything expanded: at its least size
     half = MAX_TOTAL_BUFFER_KB // 2 // t.tracer.nr_cpus

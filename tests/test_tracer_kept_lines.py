@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from kprobefs.tracing.output import TraceFormatter
+from kprobefs.tracing.buffers.output import TraceFormatter
 from tracer_fakes import VFS_READ, cat, echo, make_tracer
 
 

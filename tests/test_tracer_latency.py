@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from kprobefs.tracing.latency import (
+from kprobefs.tracing.tracers.latency_format import (
     lat_flags, lat_flags_text, latency_header, render_latency, task_state_char,
 )
-from kprobefs.tracing.latency_tracers import IrqsoffTracer, WakeupTracer, _Machine
-from kprobefs.tracing.output import TraceOptions
-from kprobefs.tracing.snapshot import MaxData
+from kprobefs.tracing.tracers.latency_tracers import IrqsoffTracer, WakeupTracer, _Machine
+from kprobefs.tracing.buffers.output import TraceOptions
+from kprobefs.tracing.buffers.snapshot import MaxData
 from tracer_fakes import (
     KERNEL_CLONE, KSYS_READ, VFS_READ, cat, echo, make_tracer, write_errno,
 )

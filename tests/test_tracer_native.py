@@ -1,4 +1,4 @@
-"""Events recorded by the kernel itself (kernel/trace_native.c, tracing/native.py).
+"""Events recorded by the kernel itself (kernel/trace_native.c, tracing/buffers/native.py).
 
 The main check is differential: the machine is deterministic, so the same system calls
 on two fresh kernels hit the same probes with the same registers and memory.  One tracer

@@ -106,7 +106,7 @@ def test_idle_task_name(t):
 
 
 def test_address_without_symbol_and_null(t):
-    from kprobefs.tracing.output import format_ip_sym
+    from kprobefs.tracing.buffers.output import format_ip_sym
     sym = t.tracer.symbols.symbolize
     assert format_ip_sym(0, sym, True) == "0"
     assert format_ip_sym(0x1234, sym, True) == "0x00001234"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kprobefs.tracing.parser import _SIMPLE_WORD0, _Word0, _parse, _parse_word0
+from kprobefs.tracing.events.probe_parser import _SIMPLE_WORD0, _Word0, _parse, _parse_word0
 
 WORDS = ["p", "r", "p:ev", "r:ev", "p:grp/ev", "r:g_1/e_2", "p:_a", "p:a1/_b9",
          "p:" + "x" * 70, "r:" + "g" * 40 + "/" + "e" * 40]

@@ -1,4 +1,4 @@
-"""current_tracer's tracers (tracing/tracers.py): a registered tracer is offered in every
+"""current_tracer's tracers (tracing/tracers/plugin.py): a registered tracer is offered in every
 array that allows it, listed newest first; a switch resets the old tracer, clears the
 buffer and initialises the new one, in that order; an unknown name is EINVAL and changes
 nothing; a tracer may print its own header and trace text."""
@@ -8,7 +8,7 @@ import errno
 import pytest
 
 from tracer_fakes import cat, echo, make_tracer, node, write_errno
-from kprobefs.tracing.tracers import TracerPlugin
+from kprobefs.tracing.tracers.plugin import TracerPlugin
 
 
 class _Recorder(TracerPlugin):

@@ -1,4 +1,4 @@
-"""trace_pipe_raw of records the kernel recorded (tracing/native.py, ring_buffer.py):
+"""trace_pipe_raw of records the kernel recorded (tracing/buffers/native.py, ring_buffer.py):
 each ring-buffer page is handed out whole, made from the staged bytes without decoding
 a record, and is byte for byte the page the record-by-record path makes of the same
 records (the common fields, then the event's data, as its ``raw`` lays them out):
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from kprobefs.tracing.raw_page import PageWriter
-from kprobefs.tracing.ring_buffer import Chunk
+from kprobefs.tracing.buffers.raw_page import PageWriter
+from kprobefs.tracing.buffers.ring_buffer import Chunk
 
 from raw_decoder import decode_page, parse_layout
 from test_tracer_e2e import node, read, write

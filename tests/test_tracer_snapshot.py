@@ -193,7 +193,7 @@ class _Stage:
         self.synced = {}
 
     def take(self, cpu):
-        from kprobefs.tracing.ring_buffer import Chunk
+        from kprobefs.tracing.buffers.ring_buffer import Chunk
         recs, self.staged[cpu] = self.staged[cpu], []
         if not recs:
             return None
@@ -210,7 +210,7 @@ class _Stage:
 
 
 def test_a_swap_takes_the_staged_records_along_and_the_stage_goes_on_in_the_new_page():
-    from kprobefs.tracing.ring_buffer import RingBuffer
+    from kprobefs.tracing.buffers.ring_buffer import RingBuffer
     main, snap = RingBuffer(2), RingBuffer(2)
     stage = _Stage()
     main.attach_stage(stage)

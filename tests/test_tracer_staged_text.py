@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from kprobefs.tracing.output import KeptTrace, TraceOptions, format_context
-from kprobefs.tracing.ring_buffer import Chunk, decode_runs, merge_runs
+from kprobefs.tracing.buffers.output import KeptTrace, TraceOptions, format_context
+from kprobefs.tracing.buffers.ring_buffer import Chunk, decode_runs, merge_runs
 from test_tracer_e2e import read, write
 from test_tracer_native import make, workload
 

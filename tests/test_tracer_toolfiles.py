@@ -10,8 +10,8 @@ import errno
 import pytest
 
 from kprobefs.kprobes.ftrace import Ftrace, FtraceOps
-from kprobefs.tracing.ftrace_events import FTRACE_EVENTS
-from kprobefs.tracing.output import CommCache
+from kprobefs.tracing.events.ftrace_events import FTRACE_EVENTS
+from kprobefs.tracing.buffers.output import CommCache
 
 
 class _Arch:
@@ -209,7 +209,7 @@ def test_cpumask_text_groups_32_cpus():
 
 
 def test_set_ftrace_pid_limits_the_function_tracer_to_its_tasks():
-    from kprobefs.tracing.function import FunctionTracer
+    from kprobefs.tracing.tracers.function import FunctionTracer
     from test_tracer_function import SITES, _FakeFtrace, _Ops
     ftrace, records, current = _FakeFtrace(), [], [42]
     ft = FunctionTracer(ftrace, _Ops, lambda: SITES,

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 from kprobefs.errors import ProbeError
-from kprobefs.tracing.events import Tracer
+from kprobefs.tracing.registry import Tracer
 
 TEXT = 0xFFFFFFFF81000000
 VFS_READ = TEXT + 0x1000

@@ -1,17 +1,18 @@
 """The kprobe-based event tracer (the only package that imports lark)."""
 
-from .fetch import (
+from .events.fetch import (
     FetchContext, FetchFault, FetchProgram, build_record_fields, encode_args,
     format_event_format, print_args,
 )
 from .error_log import ErrorLog
-from .events import KernelSymbols, TraceEvent, TraceProbe, Tracer
+from .registry import KernelSymbols, TraceEvent, TraceProbe, Tracer
 from .trace_array import EventFile, TraceArray
-from .ring_buffer import RingBuffer
+from .buffers.ring_buffer import RingBuffer
 from .files import FileHandle, TraceDir, TraceFile, tracing_root
-from . import filter as _filter, parser as _parser
-from .filter import EventFilter, FilterParseError, compile_filter
-from .parser import (
+from .triggers import filter as _filter
+from .events import probe_parser as _parser
+from .triggers.filter import EventFilter, FilterParseError, compile_filter
+from .events.probe_parser import (
     DeleteSpec, FetchArgSpec, ProbeSpec, SymbolResolver, compare_arg_types,
     format_error_log_entry, format_probe, is_same_probe, parse_command, split_commands,
 )

@@ -1,7 +1,7 @@
 """The tracing ``error_log``: the last eight parse errors of the control files (§4.1).
 
 Entries are kept as the three lines Linux shows for them; :meth:`ErrorLog.text` is what a
-read returns.  Probe commands are formatted by :func:`parser.format_error_log_entry`;
+read returns.  Probe commands are formatted by :func:`probe_parser.format_error_log_entry`;
 other sources (event filters) give their message and caret column directly.
 """
 
@@ -12,7 +12,7 @@ from collections import deque
 from typing import Sequence
 
 from kprobefs.errors import ProbeParseError
-from kprobefs.tracing.parser import format_error_log_entry
+from kprobefs.tracing.events.probe_parser import format_error_log_entry
 
 __all__ = ["ErrorLog", "ERROR_LOG_MAX", "CMD_PREFIX"]
 

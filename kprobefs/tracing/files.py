@@ -1,7 +1,7 @@
 """The tracefs tree as FUSE-free nodes: one object per file, one per directory.
 
 The FUSE layer mounts :func:`tracing_root` as ``tracing/`` and maps requests onto the
-protocol below; every tracing decision is made here or in :class:`events.Tracer`.
+protocol below; every tracing decision is made here or in :class:`registry.Tracer`.
 
 * A directory has ``mode`` and ``children()`` (computed on each call: events come and go).
 * A file has ``mode`` and ``open(flags, pid, comm)``, which returns a handle.  Opening
@@ -22,14 +22,14 @@ from typing import Any, Callable, Collection, Protocol, runtime_checkable
 from kprobefs.kprobes import KPROBE_FLAG_FTRACE
 from kprobefs.machine.abi import Mutexes
 from kprobefs.tracing.cpumask import format_cpumask, parse_cpumask
-from kprobefs.tracing.events import TraceEvent, Tracer
-from kprobefs.tracing.ftrace_events import FTRACE_EVENTS, FTRACE_SYSTEM
+from kprobefs.tracing.registry import TraceEvent, Tracer
+from kprobefs.tracing.events.ftrace_events import FTRACE_EVENTS, FTRACE_SYSTEM
 from kprobefs.tracing.gcpause import gc_paused
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, TraceArray
-from kprobefs.tracing.trace_printk import printk_formats_text
-from kprobefs.tracing.output import TraceOptions
-from kprobefs.tracing.ring_buffer import DEFAULT_BUFFER_BYTES
-from kprobefs.tracing.trigger import TRIGGER_HELP
+from kprobefs.tracing.events.trace_printk import printk_formats_text
+from kprobefs.tracing.buffers.output import TraceOptions
+from kprobefs.tracing.buffers.ring_buffer import DEFAULT_BUFFER_BYTES
+from kprobefs.tracing.triggers.trigger import TRIGGER_HELP
 
 __all__ = [
     "TraceNode",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left
 
-from kprobefs.tracing.parser import ProbeSpec
+from kprobefs.tracing.events.probe_parser import ProbeSpec
 
 __all__ = ["KernelSymbols"]
 
@@ -14,7 +14,7 @@ _U64 = (1 << 64) - 1
 
 
 class KernelSymbols:
-    """kallsyms of the emulated kernel for the parser (:class:`parser.SymbolResolver`),
+    """kallsyms of the emulated kernel for the parser (:class:`probe_parser.SymbolResolver`),
     plus the notrace rule and symbolization for the output.
 
     ``image`` is the kernel image (``lookup_name``, ``symbol_at``, ``ftrace_sites``);
@@ -36,7 +36,7 @@ class KernelSymbols:
             self._sites_seen, self._sites_sorted = sites, tuple(sorted(sites))
         return self._sites_sorted
 
-    # parser.SymbolResolver
+    # probe_parser.SymbolResolver
     def lookup(self, name: str) -> list[int]:
         # MOD:SYM looks in that module only; [] while it is not loaded (the image's rule).
         return [s.addr for s in self.image.lookup_name(name)]

@@ -8,7 +8,7 @@ error log, ``set_event_pid`` and ``set_event_notrace_pid`` (:class:`PidFilter`),
 :class:`EventFile` per event: the event's enable bit and filter in this array (Linux's
 ``trace_event_file``), where triggers hang too.
 
-The events themselves are defined once, in the registry (:class:`events.Tracer`), for
+The events themselves are defined once, in the registry (:class:`registry.Tracer`), for
 every array.  The registry is what a trace array calls back (documented on
 :class:`TraceArray`): to arm the event's probes when its first file is enabled, to
 point the kernel's recorder at the right place when something that decides it
@@ -24,27 +24,29 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from kprobefs.tracing.error_log import ErrorLog
-from kprobefs.tracing.fetch import RecordField
-from kprobefs.tracing.filter import (
+from kprobefs.tracing.events.fetch import RecordField
+from kprobefs.tracing.triggers.filter import (
     EventFilter, FilterParseError, FILTER_ERRORS, compile_filter, filter_fields,
 )
-from kprobefs.tracing.ftrace_events import FTRACE_EVENTS
+from kprobefs.tracing.events.ftrace_events import FTRACE_EVENTS
 from kprobefs.tracing.gcpause import gc_paused
-from kprobefs.tracing.latency import kernel_release, latency_header, render_latency
-from kprobefs.tracing.marker import write_marker_raw
-from kprobefs.tracing.output import (
+from kprobefs.tracing.tracers.latency_format import (
+    kernel_release, latency_header, render_latency,
+)
+from kprobefs.tracing.buffers.marker import write_marker_raw
+from kprobefs.tracing.buffers.output import (
     FLAGS_NONE, KeptTrace, TraceFormatter, TraceOptions, format_header, format_ip_sym,
 )
 from kprobefs.tracing.pid_filter import PidFilter
-from kprobefs.tracing.raw_output import LINE_MODES, render_line_mode
-from kprobefs.tracing.raw_page import raw_common
-from kprobefs.tracing.ring_buffer import (
+from kprobefs.tracing.buffers.raw_output import LINE_MODES, render_line_mode
+from kprobefs.tracing.buffers.raw_page import raw_common
+from kprobefs.tracing.buffers.ring_buffer import (
     DEFAULT_BUFFER_BYTES, MAX_TOTAL_BUFFER_KB, RingBuffer, decode_runs, merge_runs,
 )
-from kprobefs.tracing.snapshot import MaxData, MaxTrace, snapshot_help
-from kprobefs.tracing.tracers import NopTracer, TracerPlugin
-from kprobefs.tracing.trigger import TriggerHit
-from kprobefs.tracing.trigger_host import TracerTriggerHost
+from kprobefs.tracing.buffers.snapshot import MaxData, MaxTrace, snapshot_help
+from kprobefs.tracing.tracers.plugin import NopTracer, TracerPlugin
+from kprobefs.tracing.triggers.trigger import TriggerHit
+from kprobefs.tracing.triggers.trigger_actions import TracerTriggerHost
 
 __all__ = [
     "TraceArray",
@@ -99,7 +101,7 @@ class _PrintEvent:
     id = _TRACE_PRINT_ID
     group = "ftrace"
     name = "print"
-    # the registry's per-event arming state (events.Tracer.enable_file)
+    # the registry's per-event arming state (registry.Tracer.enable_file)
     enabled = False
     was_enabled = False
     on: tuple = ()
@@ -195,7 +197,7 @@ class TraceArray:
     """One tracing instance: ``name`` is ``""`` for the top level, else its directory
     name under ``instances/``.
 
-    ``registry`` is the event registry (:class:`events.Tracer`); the array uses its
+    ``registry`` is the event registry (:class:`registry.Tracer`); the array uses its
     ``lock``, ``clocks``, ``comm_cache``, ``symbols``, ``kernel``, ``nr_cpus``,
     ``events_newest_first()``, and the callbacks ``enable_file(file, on)`` (arm or
     disarm the event's probes as its first file is enabled or its last disabled; raises
@@ -224,7 +226,7 @@ class TraceArray:
         self._kept_lines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.error_log = ErrorLog(registry.clock)
         self.options = dict(OPTION_DEFAULTS)
-        #: current_tracer's choices (tracers.py), in registration order.
+        #: current_tracer's choices (tracers/plugin.py), in registration order.
         self.tracers: dict[str, TracerPlugin] = {"nop": NopTracer()}
         self.current_tracer: TracerPlugin = self.tracers["nop"]
         self.tracer_name = "nop"

@@ -1,6 +1,6 @@
 """kprobe events (Linux's trace_kprobe): the event and its probes, and the probe-hit path
 that fetches a hit's arguments and records it into every trace array the event is
-enabled in.  The registry that creates and deletes them is :class:`events.Tracer`."""
+enabled in.  The registry that creates and deletes them is :class:`registry.Tracer`."""
 
 from __future__ import annotations
 
@@ -10,20 +10,20 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from kprobefs.tracing.fetch import (
+from kprobefs.tracing.events.fetch import (
     KPROBE_HEADER_SIZE, KRETPROBE_HEADER_SIZE, FetchArg, FetchFault, FetchImm, FetchReg,
     FetchRetval, FetchStackPointer, StoreRaw, build_record_fields, encode_args,
     format_event_format, print_args,
 )
-from kprobefs.tracing.output import (
+from kprobefs.tracing.buffers.output import (
     FLAGS_INT3, FLAGS_NONE, TraceOptions, compile_probe_text, format_ip_sym,
 )
-from kprobefs.tracing.parser import ProbeSpec, format_probe
-from kprobefs.tracing.raw_page import raw_common
-from kprobefs.tracing.ring_buffer import PAGE_DATA_SIZE
+from kprobefs.tracing.events.probe_parser import ProbeSpec, format_probe
+from kprobefs.tracing.buffers.raw_page import raw_common
+from kprobefs.tracing.buffers.ring_buffer import PAGE_DATA_SIZE
 from kprobefs.tracing.symbols import KernelSymbols
 from kprobefs.tracing.trace_array import STACK_EVENT
-from kprobefs.tracing.trigger import TriggerHit
+from kprobefs.tracing.triggers.trigger import TriggerHit
 
 __all__ = ["TraceProbe", "TraceEvent", "HitContext", "make_recorder", "unwind",
            "is_call_return", "USER_ADDR_MAX", "MAX_EVENT_PAYLOAD"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from kprobefs.tracing.output import TraceOptions
+from kprobefs.tracing.buffers.output import TraceOptions
 
 __all__ = ["TracerPlugin", "NopTracer", "TracerFactory"]
 

@@ -1,7 +1,7 @@
 """Histogram triggers: ``hist:keys=…`` on an event's ``trigger`` file, read back through
 its ``hist`` file (kernel/trace/trace_events_hist.c, Linux 6.1).
 
-A hist command is parsed once (:mod:`kprobefs.tracing.hist_parse`) into a
+A hist command is parsed once (:mod:`kprobefs.tracing.triggers.hist_command`) into a
 :class:`HistData` — key, value and variable fields compiled to small readers over the
 record's binary form, sort keys, the map size, the actions (``onmatch``/``onmax``/
 ``onchange`` with ``trace``/``save``/``snapshot``) — and a :class:`HistTrigger` on the
@@ -9,7 +9,7 @@ event's trigger list.  This module is the table, the hit and the ``hist`` text. 
 the keys, finds or inserts the table entry, adds the values, sets the variables and
 runs the actions; inter-event variables (``$ts0`` set on one event, read on another)
 are looked up by the same key, as in Linux, and are read once.  A synthetic event is
-generated through the :class:`~kprobefs.tracing.trigger.TriggerHost`'s ``trace_synth``.
+generated through the :class:`~kprobefs.tracing.triggers.trigger.TriggerHost`'s ``trace_synth``.
 
 Errors follow Linux: the errno of the write and, where Linux logs one, an ``error_log``
 entry at ``hist:SYS:EVENT`` with the command as ``hist:…`` and the caret at the first
@@ -23,8 +23,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from kprobefs.tracing.fetch import COMMON_FIELDS
-from kprobefs.tracing.trigger import EventTrigger, EventTriggers, TriggerHit
+from kprobefs.tracing.events.fetch import COMMON_FIELDS
+from kprobefs.tracing.triggers.trigger import EventTrigger, EventTriggers, TriggerHit
 
 __all__ = ["HistData", "HistTrigger", "HistField", "HistError", "hist_file_text",
            "HIST_ERRORS"]

@@ -26,13 +26,13 @@ import struct
 import threading
 from typing import Callable, Iterable
 
-from kprobefs.tracing.ftrace_probes import match_sites, parse_filter_token
-from kprobefs.tracing.output import (FLAGS_NONE, TraceOptions, format_ip_sym,
+from kprobefs.tracing.tracers.ftrace_probes import match_sites, parse_filter_token
+from kprobefs.tracing.buffers.output import (FLAGS_NONE, TraceOptions, format_ip_sym,
                                      format_timestamp)
 from kprobefs.tracing.pid_filter import PidFilter
-from kprobefs.tracing.raw_output import bin_fields, hex_field
-from kprobefs.tracing.raw_page import raw_common
-from kprobefs.tracing.tracers import TracerPlugin
+from kprobefs.tracing.buffers.raw_output import bin_fields, hex_field
+from kprobefs.tracing.buffers.raw_page import raw_common
+from kprobefs.tracing.tracers.plugin import TracerPlugin
 
 __all__ = ["FunctionFilter", "FunctionTracer", "StackTracer", "FUNCTION_EVENT",
            "FUNC_REPEATS_EVENT", "STACK_TRACER_DISABLED"]

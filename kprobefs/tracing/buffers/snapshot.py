@@ -19,7 +19,7 @@ import errno
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kprobefs.tracing.ring_buffer import MIN_PAGES, RingBuffer
+from kprobefs.tracing.buffers.ring_buffer import MIN_PAGES, RingBuffer
 
 __all__ = ["MaxTrace", "MaxData", "snapshot_help"]
 

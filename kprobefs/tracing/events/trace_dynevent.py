@@ -2,8 +2,8 @@
 trace_kprobe.c, synthetic events' and event probes'.
 
 :class:`DynamicEvents` is the part of the event registry (:class:`~kprobefs.tracing.
-events.Tracer`, which inherits it) that runs ``kprobe_events``, ``dynamic_events`` and
-``synthetic_events`` writes: each line parsed (:mod:`parser`, :mod:`synth`,
+registry.Tracer`, which inherits it) that runs ``kprobe_events``, ``dynamic_events`` and
+``synthetic_events`` writes: each line parsed (:mod:`probe_parser`, :mod:`synth`,
 :mod:`trace_eprobe`) and applied in Linux's order with its errnos and ``error_log``
 entries; a kprobe event created, or a probe appended to one (§2.3–§2.5), its probe
 registered with the kprobes engine and its directories made; deletes and truncations
@@ -23,15 +23,17 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from kprobefs.errors import ProbeParseError
-from kprobefs.tracing.parser import (
+from kprobefs.tracing.events.probe_parser import (
     DeleteSpec, ProbeSpec, compare_arg_types, format_probe, is_same_probe, parse_command,
     split_commands, split_words,
 )
-from kprobefs.tracing.synth import (
+from kprobefs.tracing.events.synth import (
     SYNTH_SYSTEM, SynthError, SynthEvent, check_synth_command, is_good_name, parse_synth_fields,
 )
-from kprobefs.tracing.trace_eprobe import ERROR_LOC as _EPROBE_LOC, EprobeEvent, parse_eprobe
-from kprobefs.tracing.trace_kprobe import TraceEvent, TraceProbe
+from kprobefs.tracing.events.trace_eprobe import (
+    ERROR_LOC as _EPROBE_LOC, EprobeEvent, parse_eprobe,
+)
+from kprobefs.tracing.events.trace_kprobe import TraceEvent, TraceProbe
 
 __all__ = ["DynamicEvents", "Group", "FIRST_EVENT_ID", "MAX_DYNAMIC_EVENTS",
            "COMMAND_WRITE_CHUNK", "KPROBE_FLAG_GONE", "KPROBE_FLAG_DISABLED"]
@@ -82,7 +84,7 @@ class Group:
 
 class DynamicEvents:
     """The command side of the event registry (see the module docstring); a base of
-    :class:`~kprobefs.tracing.events.Tracer`, whose state it works on."""
+    :class:`~kprobefs.tracing.registry.Tracer`, whose state it works on."""
 
     # ================================================================ kprobe_events
     def run_commands(self, data: bytes, *, dynamic_events: bool = False) -> int:

@@ -18,9 +18,9 @@ trace_print_lat_fmt does (other records keep output.py's flags).
 from __future__ import annotations
 
 import struct
-from kprobefs.tracing.output import TraceOptions, flags_text, format_ip_sym
-from kprobefs.tracing.raw_output import bin_fields, hex_field
-from kprobefs.tracing.raw_page import raw_common
+from kprobefs.tracing.buffers.output import TraceOptions, flags_text, format_ip_sym
+from kprobefs.tracing.buffers.raw_output import bin_fields, hex_field
+from kprobefs.tracing.buffers.raw_page import raw_common
 
 __all__ = ["CTX_EVENT", "WAKE_EVENT", "lat_flags", "lat_flags_text", "task_state_char",
            "latency_header", "render_latency", "report_latency", "caller_addrs",

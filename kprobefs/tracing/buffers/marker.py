@@ -20,8 +20,8 @@ from __future__ import annotations
 import errno
 import struct
 
-from kprobefs.tracing.output import FLAGS_NONE
-from kprobefs.tracing.raw_page import raw_common
+from kprobefs.tracing.buffers.output import FLAGS_NONE
+from kprobefs.tracing.buffers.raw_page import raw_common
 
 __all__ = ["RAW_DATA_EVENT", "RAW_DATA_MAX_SIZE", "write_marker_raw"]
 

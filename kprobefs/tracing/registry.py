@@ -16,7 +16,7 @@ each record of one enabled in an instance, which files it there
 (:meth:`Tracer._static_record`).
 
 The commands that create and delete dynamic events, and their listings, are
-:class:`~kprobefs.tracing.trace_dynevent.DynamicEvents`, which Tracer inherits
+:class:`~kprobefs.tracing.events.trace_dynevent.DynamicEvents`, which Tracer inherits
 (Linux's trace_dynevent.c beside trace_events.c); this module keeps the arrays, the
 enable state, the kernel recorder's glue and the hit path.
 
@@ -39,28 +39,30 @@ import time
 from typing import Any, Callable, Iterable
 
 from kprobefs.errors import ImageError, MachineError
-from kprobefs.tracing.clocks import trace_clocks
-from kprobefs.tracing.ftrace_probes import NO_ARRAY_COMMANDS, FunctionProbes, lat_context
-from kprobefs.tracing.function import FunctionTracer, StackTracer
-from kprobefs.tracing.function_graph import FunctionGraphTracer
-from kprobefs.tracing.function_profile import FunctionProfiler
-from kprobefs.tracing.output import CommCache, format_ip_sym
-from kprobefs.tracing.native import NativeRecorder
+from kprobefs.tracing.buffers.clocks import trace_clocks
+from kprobefs.tracing.tracers.ftrace_probes import (
+    NO_ARRAY_COMMANDS, FunctionProbes, lat_context,
+)
+from kprobefs.tracing.tracers.function import FunctionTracer, StackTracer
+from kprobefs.tracing.tracers.function_graph import FunctionGraphTracer
+from kprobefs.tracing.tracers.function_profile import FunctionProfiler
+from kprobefs.tracing.buffers.output import CommCache, format_ip_sym
+from kprobefs.tracing.buffers.native import NativeRecorder
 from kprobefs.tracing.symbols import KernelSymbols
-from kprobefs.tracing.synth import SynthEvent
-from kprobefs.tracing.trace_dynevent import (
+from kprobefs.tracing.events.synth import SynthEvent
+from kprobefs.tracing.events.trace_dynevent import (
     COMMAND_WRITE_CHUNK, FIRST_EVENT_ID, KPROBE_FLAG_GONE, MAX_DYNAMIC_EVENTS, DynamicEvents,
     Group,
 )
-from kprobefs.tracing.trace_eprobe import EprobeEvent
-from kprobefs.tracing.trace_events import StaticEvents
-from kprobefs.tracing.trace_printk import TracePrintk
+from kprobefs.tracing.events.trace_eprobe import EprobeEvent
+from kprobefs.tracing.events.trace_events import StaticEvents
+from kprobefs.tracing.events.trace_printk import TracePrintk
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, STACK_EVENT, EventFile, TraceArray
-from kprobefs.tracing.tracers import TracerFactory
-from kprobefs.tracing.trace_kprobe import (
+from kprobefs.tracing.tracers.plugin import TracerFactory
+from kprobefs.tracing.events.trace_kprobe import (
     TraceEvent, TraceProbe, is_call_return, make_recorder, unwind,
 )
-from kprobefs.tracing.trigger import TriggerHit
+from kprobefs.tracing.triggers.trigger import TriggerHit
 
 __all__ = [
     "Tracer",
@@ -107,7 +109,7 @@ class Tracer(DynamicEvents):
     ``nr_cpus`` and ``image``.  ``clock()`` returns nanoseconds since boot, the
     ``local`` trace clock (default: the kernel's TSC clock ``trace_clock``, which its
     recorder reads too, else ``time.monotonic_ns`` since construction); the others
-    (tracing/clocks.py) follow the kernel's ``clock_ns`` (ktime), or this one.
+    (tracing/buffers/clocks.py) follow the kernel's ``clock_ns`` (ktime), or this one.
     ``create_dir_hook(name, parent)`` makes a tracefs directory in the emulated kernel
     and returns a handle (``parent`` is ``None`` for a group directory under
     ``events/``, else the group's handle);
@@ -156,7 +158,7 @@ class Tracer(DynamicEvents):
         self.tracing_thresh_ns = 0          # tracing_thresh (global: function_graph's)
 
         self.function_tracer: FunctionTracer | None = None     # the top array's
-        #: What current_tracer offers besides nop (tracers.py), in registration order.
+        #: What current_tracer offers besides nop (tracers/plugin.py), in registration order.
         self.tracer_factories: list[TracerFactory] = []
         self.stack_tracer: StackTracer | None = None
         #: 6.1's func_flags: the function tracer's options, shared by every array's
@@ -185,7 +187,7 @@ class Tracer(DynamicEvents):
         modules = getattr(kernel, "modules", None)
         if modules is not None and hasattr(modules, "register_module_notifier"):
             modules.register_module_notifier(self._module_notify)
-        # Events are recorded by the kernel itself where they can be (tracing/native.py):
+        # Events are recorded by the kernel itself where they can be (tracing/buffers/native.py):
         # on the real machine, when records share its clock, into the top array.
         self.native: NativeRecorder | None = None
         regs = getattr(engine, "pt_regs_fields", None)
@@ -212,7 +214,7 @@ class Tracer(DynamicEvents):
                     site, False) or f"0x{site:x}")
 
     def _init_static_events(self):
-        """The kernel's TRACE_EVENTs (tracing/trace_events.py), in the event registry
+        """The kernel's TRACE_EVENTs (tracing/events/trace_events.py), in the event registry
         with the ids below FIRST_EVENT_ID; None without the kernel's recorder."""
         if self.native is None:
             return None
@@ -228,7 +230,7 @@ class Tracer(DynamicEvents):
         return static
 
     def _init_trace_printk(self):
-        """The kernel's trace_printk() records (tracing/trace_printk.py), decoded by
+        """The kernel's trace_printk() records (tracing/events/trace_printk.py), decoded by
         their ids; None without the kernel's recorder or trace_printk()."""
         if self.native is None:
             return None
@@ -247,7 +249,7 @@ class Tracer(DynamicEvents):
         """The function tracer (each array's) and the stack tracer, on the engine's
         ftrace sites."""
         from kprobefs.kprobes import FtraceOps
-        from kprobefs.tracing.latency_tracers import latency_tracer_factories
+        from kprobefs.tracing.tracers.latency_tracers import latency_tracer_factories
         self.tracer_factories.append(self._function_tracer_for)
         self.tracer_factories.extend(latency_tracer_factories(self, ftrace, FtraceOps))
         if self._fgraph is not None:
@@ -315,7 +317,7 @@ class Tracer(DynamicEvents):
         return record_stack
 
     def _new_function_probes(self, tr: TraceArray, ops_factory) -> FunctionProbes:
-        """``tr``'s set_ftrace_filter commands (tracing/ftrace_probes.py)."""
+        """``tr``'s set_ftrace_filter commands (tracing/tracers/ftrace_probes.py)."""
         kernel, symbols = self.kernel, self.symbols
 
         def module_of(site: int) -> str | None:

@@ -1,6 +1,6 @@
 """Text of the ``trace`` and ``trace_pipe`` files (REFERENCE.md §6.1).
 
-Records are tuples written by the probe-hit path (see :mod:`kprobefs.tracing.events`);
+Records are tuples written by the probe-hit path (see :mod:`kprobefs.tracing.registry`);
 this module turns them into Linux 6.1's lines: the context columns
 (``comm-pid [cpu] flags timestamp: ``) then the event text.  Nothing here runs on the
 hit path.
@@ -13,7 +13,7 @@ from itertools import compress, groupby, repeat
 from operator import add, call, floordiv, getitem, is_, itemgetter, mod
 from typing import Callable, Iterable, NamedTuple, Sequence
 
-from kprobefs.tracing.ring_buffer import Chunk
+from kprobefs.tracing.buffers.ring_buffer import Chunk
 
 __all__ = [
     "TraceOptions",
@@ -246,7 +246,7 @@ def compile_probe_text(name: str, is_return: bool, args: Sequence,
     format over the record's argument bytes unpacked at once, with the probed address
     symbolized once per address.  ``None`` when an argument needs more than a number
     (strings, symbols, arrays): those records take the general path
-    (:func:`~kprobefs.tracing.fetch.print_args`), which this matches exactly."""
+    (:func:`~kprobefs.tracing.events.fetch.print_args`), which this matches exactly."""
     codes, texts = [], []
     for arg in args:
         program = arg.program
@@ -305,7 +305,7 @@ _LINE_KEY = slice(1, 6)                   # (pid, flags, event, ip, return ip)
 class KeptLines(NamedTuple):
     """What one CPU's records printed as, kept for the next read of the same buffer
     (TraceFormatter.render_runs): the key the lines were made under, the records
-    (and chunks: :class:`~kprobefs.tracing.ring_buffer.Chunk`), their lines and the
+    (and chunks: :class:`~kprobefs.tracing.buffers.ring_buffer.Chunk`), their lines and the
     lines' timestamps, and the comm each pid of them printed with."""
 
     key: object

@@ -8,7 +8,7 @@ kernel.  An event's fetch programs are encoded here, once, into the kernel's
 is ``trace_native_probe``, which the engine's native detours and ftrace trampolines
 call.  The kernel stages records per CPU, accounted as ring-buffer pages;
 :class:`NativeRecorder` is the ring buffer's
-:class:`~kprobefs.tracing.ring_buffer.Stage` for them, and serves the three hypercalls
+:class:`~kprobefs.tracing.buffers.ring_buffer.Stage` for them, and serves the three hypercalls
 the recorder makes (save a comm, a page is full, wake a reader).
 
 An event's filter is encoded too (:func:`encode_filter`), and the kernel evaluates it on
@@ -31,13 +31,13 @@ import struct
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..errors import ImageError
-from .fetch import (
+from ...errors import ImageError
+from ..events.fetch import (
     Deref, FetchArg, FetchComm, FetchData, FetchImm, FetchProgram, FetchReg, FetchRetIP,
     FetchRetval, FetchStack, FetchStackPointer, FetchSymbol, LoopArray, ModBitfield, StoreMem,
     StoreRaw, StoreString,
 )
-from .filter import as_field_type
+from ..triggers.filter import as_field_type
 from .raw_page import TYPE_DATA_MAX, TYPE_TIME_EXTEND
 from .ring_buffer import Chunk
 

@@ -1,6 +1,6 @@
 """A trace array's side of event triggers: what a trigger may do outside its event.
 
-:class:`TracerTriggerHost` implements :class:`kprobefs.tracing.trigger.TriggerHost` for
+:class:`TracerTriggerHost` implements :class:`kprobefs.tracing.triggers.trigger.TriggerHost` for
 one trace array (:class:`~kprobefs.tracing.trace_array.TraceArray`, passed in, never
 imported), as Linux's triggers act on their event file's ``trace_array``: the "events"
 triggers see are the array's event files, so ``traceoff`` stops this array's buffer,
@@ -17,11 +17,11 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from kprobefs.tracing.filter import filter_fields
-from kprobefs.tracing.hist import hist_file_text
-from kprobefs.tracing.hist_parse import parse_hist_command
-from kprobefs.tracing.raw_page import raw_common
-from kprobefs.tracing.trigger import EventTriggers, TriggerHit
+from kprobefs.tracing.triggers.filter import filter_fields
+from kprobefs.tracing.triggers.hist import hist_file_text
+from kprobefs.tracing.triggers.hist_command import parse_hist_command
+from kprobefs.tracing.buffers.raw_page import raw_common
+from kprobefs.tracing.triggers.trigger import EventTriggers, TriggerHit
 
 __all__ = ["TracerTriggerHost"]
 

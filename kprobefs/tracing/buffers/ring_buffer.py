@@ -27,7 +27,9 @@ import threading
 from collections import deque
 from typing import Callable, Iterator, Protocol, Sequence
 
-from kprobefs.tracing.raw_page import PAGE_SIZE, PAGE_HEADER_SIZE, PageWriter, make_page
+from kprobefs.tracing.buffers.raw_page import (
+    PAGE_SIZE, PAGE_HEADER_SIZE, PageWriter, make_page,
+)
 
 __all__ = [
     "RingBuffer",

@@ -4,9 +4,9 @@ An event's triggers are an :class:`EventTriggers`: the commands written to its
 ``trigger`` file, parsed once into trigger objects (``traceon``, ``traceoff``,
 ``snapshot``, ``stacktrace``, ``enable_event``/``disable_event``,
 ``enable_hist``/``disable_hist``, and ``hist``, whose parsing and text the host
-supplies from :mod:`kprobefs.tracing.hist_parse` and :mod:`kprobefs.tracing.hist`, which
+supplies from :mod:`kprobefs.tracing.triggers.hist_command` and :mod:`kprobefs.tracing.triggers.hist`, which
 build on this module), each with its ``:N`` count and its ``if FILTER`` compiled by
-:mod:`kprobefs.tracing.filter`.
+:mod:`kprobefs.tracing.triggers.filter`.
 
 The engine knows nothing of the tracer.  It gets the event's filter fields, and a
 :class:`TriggerHost` — the few things a trigger does to the world (tracing on/off, a
@@ -26,7 +26,7 @@ first use), ``soft_mode`` and ``soft_disabled``; ``TraceArray.set_triggers`` /
 ``truncate_triggers`` serve the ``trigger`` file, ``EventTriggers.hist_text`` the
 ``hist`` file; a recorder that meets a file with triggers builds the record's binary
 form and a :class:`TriggerHit` and calls that array's ``record_triggered``
-(tracing/trigger_host.py is the :class:`TriggerHost` of each array).
+(tracing/triggers/trigger_actions.py is the :class:`TriggerHost` of each array).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import errno
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Protocol
 
-from kprobefs.tracing.filter import EventFilter, FilterParseError, compile_filter
+from kprobefs.tracing.triggers.filter import EventFilter, FilterParseError, compile_filter
 
 __all__ = [
     "EventTriggers",
@@ -296,7 +296,7 @@ class EventTriggers:
     """The triggers of one event (its ``trigger_list``) and the hist tables they own.
 
     ``event`` is the tracer's event object; ``fields`` its filter fields
-    (:func:`kprobefs.tracing.filter.filter_fields`); ``record_fields`` its
+    (:func:`kprobefs.tracing.triggers.filter.filter_fields`); ``record_fields`` its
     ``fetch.RecordField`` rows (for hist keys and values); ``loc`` the ``SYS:EVENT``
     that error_log entries name.  Control calls hold the tracer's event lock.
     """

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kprobefs.tracing.fetch import RecordField, format_fields_text
+from kprobefs.tracing.events.fetch import RecordField, format_fields_text
 
 __all__ = ["FtraceEvent", "FTRACE_EVENTS", "FTRACE_SYSTEM"]
 

@@ -3,7 +3,7 @@ trace_irqsoff.c) and ``wakeup``, ``wakeup_rt``, ``wakeup_dl`` (trace_sched_wakeu
 
 Each keeps the trace of its maximum latency in the array's snapshot buffer (``use_max_tr``:
 ``snapshot`` writes are EBUSY meanwhile) and shows it in ``trace`` (``print_max``), in the
-latency format (latency.py), with ``tracing_max_latency`` set to it; ``tracing_thresh``,
+latency format (tracers/latency_format.py), with ``tracing_max_latency`` set to it; ``tracing_thresh``,
 when set, reports every latency past it instead of only new maxima.
 
 They hook the kernel's hook points (kernel/trace_preemptirq.c) with ftrace ops while
@@ -21,13 +21,13 @@ import errno
 import threading
 from dataclasses import dataclass
 
-from kprobefs.tracing.function import FUNCTION_EVENT
-from kprobefs.tracing.latency import (
+from kprobefs.tracing.tracers.function import FUNCTION_EVENT
+from kprobefs.tracing.tracers.latency_format import (
     CTX_EVENT, CTX_SIZE, FUNCTION_SIZE, WAKE_EVENT, caller_addrs, kernel_release,
     lat_flags, latency_header, render_latency, report_latency, stack_size,
 )
 from kprobefs.tracing.trace_array import STACK_EVENT
-from kprobefs.tracing.tracers import TracerPlugin
+from kprobefs.tracing.tracers.plugin import TracerPlugin
 
 __all__ = ["IrqsoffTracer", "WakeupTracer", "latency_tracer_factories", "HOOKS"]
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass, field
 
-from kprobefs.tracing.hist import (
+from kprobefs.tracing.triggers.hist import (
     ALIAS, BUCKET, CONST, CPU, EXECNAME, EXPR, GRAPH, HEX, KEY, LOG2, PERCENT, STACKTRACE,
     STRING, SYM, SYM_OFFSET, SYSCALL, TIMESTAMP, USECS, VAR, VAR_REF, HistData, HistError,
     HistField, HistTrigger, _Action, _event_fields, _fail, _field_reader, _log2,
     _own_var, _U64, HIST_ERRORS,
 )
-from kprobefs.tracing.trigger import EventTriggers, _kstrtoul, compile_trigger_filter
+from kprobefs.tracing.triggers.trigger import (
+    EventTriggers, _kstrtoul, compile_trigger_filter,
+)
 
 __all__ = ["parse_hist_command"]
 

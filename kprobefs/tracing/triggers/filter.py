@@ -470,7 +470,7 @@ def _grammar_text() -> str:
     try:
         return (resources.files("kprobefs.grammar") / "event_filter.lark").read_text()
     except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
-        path = Path(__file__).resolve().parents[2] / "grammar" / "event_filter.lark"
+        path = Path(__file__).resolve().parents[3] / "grammar" / "event_filter.lark"
         return path.read_text()
 
 
@@ -527,7 +527,7 @@ def _postfix(tree, leaves) -> list:
 class EventFilter:
     """A compiled filter.  ``text`` is the filter as the file shows it; ``program`` is
     the expression in postfix order (:func:`_postfix`), for recorders that evaluate
-    filters themselves (tracing/native.py)."""
+    filters themselves (tracing/buffers/native.py)."""
 
     text: str
     _pred: _Pred

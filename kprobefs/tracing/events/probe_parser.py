@@ -26,8 +26,8 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput, VisitError
 
 from kprobefs.errors import PROBE_ERROR_MESSAGES, ProbeParseError
-from kprobefs.tracing import fetch as _fetch
-from kprobefs.tracing.fetch import (
+from kprobefs.tracing.events import fetch as _fetch
+from kprobefs.tracing.events.fetch import (
     Deref,
     FetchArg,
     FetchComm,
@@ -312,7 +312,7 @@ def _grammar_text() -> str:
     try:
         return (resources.files("kprobefs.grammar") / "kprobe_events.lark").read_text()
     except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
-        path = Path(__file__).resolve().parents[2] / "grammar" / "kprobe_events.lark"
+        path = Path(__file__).resolve().parents[3] / "grammar" / "kprobe_events.lark"
         return path.read_text()
 
 

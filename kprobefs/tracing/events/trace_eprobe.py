@@ -18,7 +18,7 @@ own event file there (filter, triggers and hist included).  The trigger is not l
 in the attached event's ``trigger`` file (which lists the commands while it has no
 other), and no command removes it.
 
-The registry that creates and deletes them is :class:`events.Tracer`; this module
+The registry that creates and deletes them is :class:`registry.Tracer`; this module
 parses the command (:func:`parse_eprobe`) and holds the event (:class:`EprobeEvent`).
 """
 
@@ -30,17 +30,17 @@ from functools import cached_property
 from typing import Any, Callable, ClassVar, Sequence
 
 from kprobefs.errors import ProbeParseError
-from kprobefs.tracing.fetch import (
+from kprobefs.tracing.events.fetch import (
     EPROBE_HEADER_SIZE, FetchEventField, FetchFault, build_print_fmt, build_record_fields,
     encode_args, format_fields_text, print_args,
 )
-from kprobefs.tracing.filter import FilterParseError, compile_filter, filter_fields
-from kprobefs.tracing.parser import (
+from kprobefs.tracing.triggers.filter import FilterParseError, compile_filter, filter_fields
+from kprobefs.tracing.events.probe_parser import (
     FetchArgSpec, SymbolResolver, is_good_name, is_good_system_name, parse_probe_args,
 )
-from kprobefs.tracing.raw_page import raw_common
-from kprobefs.tracing.trace_kprobe import MAX_EVENT_PAYLOAD, HitContext
-from kprobefs.tracing.trigger import EventTrigger, TriggerHit
+from kprobefs.tracing.buffers.raw_page import raw_common
+from kprobefs.tracing.events.trace_kprobe import MAX_EVENT_PAYLOAD, HitContext
+from kprobefs.tracing.triggers.trigger import EventTrigger, TriggerHit
 
 __all__ = ["EPROBE_EVENT_SYSTEM", "EprobeSpec", "EprobeEvent", "EprobeTrigger",
            "parse_eprobe", "event_fetch_fields"]

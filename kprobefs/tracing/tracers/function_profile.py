@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping
 
-from kprobefs.tracing.function_graph import GraphHook
-from kprobefs.tracing.graph_output import format_duration
+from kprobefs.tracing.tracers.function_graph import GraphHook
+from kprobefs.tracing.tracers.function_graph_output import format_duration
 
 __all__ = ["FunctionProfiler", "PROFILE_HEADER"]
 

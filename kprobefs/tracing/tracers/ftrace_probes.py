@@ -34,8 +34,8 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
-from kprobefs.tracing.output import flags_text
-from kprobefs.tracing.trigger import _kstrtoul
+from kprobefs.tracing.buffers.output import flags_text
+from kprobefs.tracing.triggers.trigger import _kstrtoul
 
 __all__ = ["FilterToken", "parse_filter_token", "match_sites", "FunctionProbes",
            "NO_ARRAY_COMMANDS", "PROBE_COMMANDS", "lat_context"]

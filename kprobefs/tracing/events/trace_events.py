@@ -10,7 +10,7 @@ nothing about an event is written twice.  Offsets follow C's struct layout, as 6
 Enabling an event patches its call sites from a NOP into a jump (machine/jump_label.py)
 and sets the recording flag; a hit then runs only kernel code: the event's probe fills
 the record in the kernel recorder's stage, the kernel evaluates the filter, and the
-host decodes the pages (tracing/native.py), as for kprobe events.  The kernel records
+host decodes the pages (tracing/buffers/native.py), as for kprobe events.  The kernel records
 into the top trace array; for an event enabled in an instance it first hands the record
 to the host (HC_TRACE_EVENT), which files it into each such instance by its filter.
 
@@ -28,10 +28,10 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from ..errors import ImageError
+from ...errors import ImageError
 from .fetch import RecordField, format_fields_text
 from .print_fmt import PrintFmt, PrintFmtError, fields_print_fmt, parse_print_fmt
-from .raw_page import raw_common
+from ..buffers.raw_page import raw_common
 
 __all__ = ["StaticEvent", "SyscallEvent", "StaticEvents", "FIRST_STATIC_ID"]
 
@@ -171,7 +171,7 @@ class StaticEvents:
     """The kernel's static events, their keys and their recording state.
 
     ``kernel`` is the machine (``read``, ``write``, ``text_poke``, ``image``);
-    ``native`` the tracer's :class:`~kprobefs.tracing.native.NativeRecorder`.
+    ``native`` the tracer's :class:`~kprobefs.tracing.buffers.native.NativeRecorder`.
     Raises :class:`ImageError` when the kernel has no events table.
     """
 

@@ -24,13 +24,13 @@ import errno
 import struct
 from typing import Callable, Iterable
 
-from kprobefs.tracing.function import FunctionFilter
-from kprobefs.tracing.graph_output import (
+from kprobefs.tracing.tracers.function import FunctionFilter
+from kprobefs.tracing.tracers.function_graph_output import (
     GRAPH_ENT_ID, GRAPH_FLAG_DEFAULTS, GRAPH_RET_ID, graph_header, print_graph,
 )
-from kprobefs.tracing.output import FLAGS_NONE, TraceFormatter, TraceOptions
-from kprobefs.tracing.raw_page import raw_common
-from kprobefs.tracing.tracers import TracerPlugin
+from kprobefs.tracing.buffers.output import FLAGS_NONE, TraceFormatter, TraceOptions
+from kprobefs.tracing.buffers.raw_page import raw_common
+from kprobefs.tracing.tracers.plugin import TracerPlugin
 
 __all__ = ["FunctionGraphTracer", "GraphHook", "GRAPH_ENTRY_EVENT", "GRAPH_EXIT_EVENT",
            "graph_sites"]

@@ -20,9 +20,9 @@ import re
 import struct
 from typing import Callable
 
-from .output import format_ip_sym
+from ..buffers.output import format_ip_sym
 from .print_fmt import c_printf
-from .raw_page import raw_common
+from ..buffers.raw_page import raw_common
 
 __all__ = ["TracePrintk", "bstr_printf", "printk_formats_text"]
 

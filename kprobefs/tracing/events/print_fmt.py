@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..errors import KprobefsError
+from ...errors import KprobefsError
 
 __all__ = ["PrintFmt", "PrintFmtError", "parse_print_fmt", "fields_print_fmt", "c_printf"]
 

@@ -1,0 +1,5 @@
+"""Ring buffers and what reads and fills them: the per-CPU buffers (ring_buffer), their
+binary pages (raw_page), the host side of the kernel's recorder (native), the text of
+trace and trace_pipe (output; under options/raw, hex and bin: raw_output),
+trace_marker_raw (marker), the snapshot buffer (snapshot) and the trace clocks
+(clocks)."""
