@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Any, Callable, Collection, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Collection, Protocol, runtime_checkable
 
 from kprobefs.kprobes import KPROBE_FLAG_FTRACE
 from kprobefs.machine.abi import Mutexes
 from kprobefs.tracing.cpumask import format_cpumask, parse_cpumask
-from kprobefs.tracing.registry import TraceEvent, Tracer
 from kprobefs.tracing.events.ftrace_events import FTRACE_EVENTS, FTRACE_SYSTEM
 from kprobefs.tracing.gcpause import gc_paused
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, TraceArray
@@ -30,6 +29,10 @@ from kprobefs.tracing.events.trace_printk import printk_formats_text
 from kprobefs.tracing.buffers.output import TraceOptions
 from kprobefs.tracing.buffers.ring_buffer import DEFAULT_BUFFER_BYTES
 from kprobefs.tracing.triggers.trigger import TRIGGER_HELP
+
+if TYPE_CHECKING:       # the registry imports this module to build its tree
+    from kprobefs.tracing.events.trace_kprobe import TraceEvent
+    from kprobefs.tracing.registry import Tracer
 
 __all__ = [
     "TraceNode",

@@ -48,6 +48,7 @@ from kprobefs.tracing.tracers.function_graph import FunctionGraphTracer
 from kprobefs.tracing.tracers.function_profile import FunctionProfiler
 from kprobefs.tracing.buffers.output import CommCache, format_ip_sym
 from kprobefs.tracing.buffers.native import NativeRecorder
+from kprobefs.tracing.files import tracing_root
 from kprobefs.tracing.symbols import KernelSymbols
 from kprobefs.tracing.events.synth import SynthEvent
 from kprobefs.tracing.events.trace_dynevent import (
@@ -499,7 +500,6 @@ class Tracer(DynamicEvents):
         """Return the ``tracing/`` directory node (built once)."""
         root = getattr(self, "_root", None)
         if root is None:
-            from kprobefs.tracing.files import tracing_root
             root = self._root = tracing_root(self)
         return root
 
