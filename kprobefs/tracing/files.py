@@ -1,7 +1,9 @@
 """The tracefs tree as FUSE-free nodes: one object per file, one per directory.
 
 The FUSE layer mounts :func:`tracing_root` as ``tracing/`` and maps requests onto the
-protocol below; every tracing decision is made here or in :class:`registry.Tracer`.
+protocol below (:mod:`nodes` defines it and the generic nodes; :mod:`buffer_files` has
+``trace``, ``snapshot`` and the pipes); every tracing decision is made here or in
+:class:`registry.Tracer`.
 
 * A directory has ``mode`` and ``children()`` (computed on each call: events come and go).
 * A file has ``mode`` and ``open(flags, pid, comm)``, which returns a handle.  Opening
@@ -16,17 +18,21 @@ protocol below; every tracing decision is made here or in :class:`registry.Trace
 from __future__ import annotations
 
 import errno
-import os
-from typing import TYPE_CHECKING, Any, Callable, Collection, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Collection
 
 from kprobefs.kprobes import KPROBE_FLAG_FTRACE
 from kprobefs.machine.abi import Mutexes
+from kprobefs.tracing.buffer_files import (
+    _SnapshotFile, _TraceFile, _TracePipeFile, _TracePipeRawFile,
+)
 from kprobefs.tracing.cpumask import format_cpumask, parse_cpumask
 from kprobefs.tracing.events.ftrace_events import FTRACE_EVENTS, FTRACE_SYSTEM
-from kprobefs.tracing.gcpause import gc_paused
+from kprobefs.tracing.nodes import (
+    MODE_DIR, MODE_READ, MODE_WRITE, MODE_WRITE_ONLY, Directory, FileHandle, TraceDir,
+    TraceFile, TraceNode, _c_string, _File, _kstrtoul, _text_file,
+)
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, TraceArray
 from kprobefs.tracing.events.trace_printk import printk_formats_text
-from kprobefs.tracing.buffers.output import TraceOptions
 from kprobefs.tracing.buffers.ring_buffer import DEFAULT_BUFFER_BYTES
 from kprobefs.tracing.triggers.trigger import TRIGGER_HELP
 
@@ -49,10 +55,6 @@ __all__ = [
     "MODE_READ",
 ]
 
-MODE_DIR = 0o750
-MODE_WRITE = 0o640         # TRACE_MODE_WRITE
-MODE_READ = 0o440          # TRACE_MODE_READ
-MODE_WRITE_ONLY = 0o220    # trace_marker
 _PAGE_SIZE = 4096
 _PID_MAX_DEFAULT = 0x8000
 _U64_MAX = (1 << 64) - 1
@@ -89,165 +91,6 @@ _TRACER_FILE = Mutexes(read=_TT, write=_TT)
 #: trace_options and options/ of the core flags: trace_set_options and
 #: trace_options_core_write take event_mutex, then trace_types_lock.
 _OPTION_FILE = Mutexes(read=_TT, write=_EV + _TT)
-
-
-# ------------------------------------------------------------------------ protocol
-
-@runtime_checkable
-class FileHandle(Protocol):
-    def read(self, size: int, offset: int) -> bytes: ...
-    def write(self, data: bytes, offset: int) -> int: ...
-    def release(self) -> None: ...
-
-
-@runtime_checkable
-class TraceFile(Protocol):
-    mode: int
-
-    def open(self, flags: int, pid: int, comm: str) -> FileHandle: ...
-
-
-@runtime_checkable
-class TraceDir(Protocol):
-    mode: int
-
-    def children(self) -> dict[str, "TraceNode"]: ...
-
-
-TraceNode = TraceFile | TraceDir
-
-
-# ------------------------------------------------------------------- number parsing
-
-def _kstrtoul(data: bytes, base: int = 10) -> int:
-    """Parse a control-file number the kernel's way (kstrtoul): optional '+', at most
-    one trailing newline, nothing else; EINVAL when malformed, ERANGE on overflow."""
-    text = data.decode("latin-1")
-    if text.endswith("\n"):
-        text = text[:-1]
-    if text.startswith("+"):
-        text = text[1:]
-    if base == 0:
-        if text[:2] in ("0x", "0X") and len(text) > 2:
-            text, base = text[2:], 16
-        elif text.startswith("0"):
-            base = 8
-        else:
-            base = 10
-    digits = "0123456789abcdef"[:base]
-    if not text or any(c.lower() not in digits for c in text):
-        raise OSError(errno.EINVAL, "invalid number")
-    value = int(text, base)
-    if value >= 1 << 64:
-        raise OSError(errno.ERANGE, "number out of range")
-    return value
-
-
-def _c_string(data: bytes) -> bytes:
-    nul = data.find(b"\0")
-    return data if nul < 0 else data[:nul]
-
-
-def _has_write(flags: int) -> bool:
-    return (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
-
-
-# --------------------------------------------------------------------- generic nodes
-
-class _Handle:
-    """An open file: content made once (at first read), writes applied per call."""
-
-    def __init__(self, produce: Callable[[], str | bytes] | None,
-                 write: Callable[[bytes], int] | None,
-                 release: Callable[[], None] | None = None):
-        self._produce = produce
-        self._write = write
-        self._release = release
-        self._data: bytes | None = None
-
-    def read(self, size: int, offset: int) -> bytes:
-        if self._data is None:
-            if self._produce is None:
-                raise OSError(errno.EINVAL, "not readable")
-            content = self._produce()
-            self._data = content.encode("latin-1", "replace") if isinstance(
-                content, str) else content
-        return self._data[offset:offset + size]
-
-    def write(self, data: bytes, offset: int) -> int:
-        if self._write is None:
-            raise OSError(errno.EINVAL, "not writable")
-        return self._write(bytes(data))
-
-    def release(self) -> None:
-        if self._release is not None:
-            release, self._release = self._release, None
-            release()
-
-
-class _File:
-    """A file made of callables: ``read()`` → text, ``write(data, pid, comm)`` → count,
-    ``trunc()`` for open(O_TRUNC) with write access, ``opened()``/``closed()`` hooks;
-    ``mutexes``: the kernel mutexes its operations hold."""
-
-    def __init__(self, mode: int, read: Callable[[], str | bytes] | None = None,
-                 write: Callable[[bytes, int, str], int] | None = None,
-                 trunc: Callable[[], None] | None = None,
-                 produce_at_open: bool = False, mutexes: Mutexes | None = None):
-        self.mode = mode
-        #: The kernel mutexes the file's operations hold (abi.Mutexes); None: none.
-        self.mutexes = mutexes
-        self._read = read
-        self._write = write
-        self._trunc = trunc
-        self._at_open = produce_at_open
-
-    def open(self, flags: int, pid: int, comm: str) -> FileHandle:
-        if _has_write(flags) and flags & os.O_TRUNC and self._trunc is not None:
-            self._trunc()
-        write = self._write
-        handle = _Handle(self._read,
-                         None if write is None else (lambda data: write(data, pid, comm)))
-        if self._at_open and self._read is not None:
-            handle.read(0, 0)
-        return handle
-
-
-class Directory:
-    """A directory whose entries come from ``entries()`` on every call."""
-
-    mode = MODE_DIR
-
-    def __init__(self, entries: Callable[[], dict[str, Any]] | dict[str, Any]):
-        self._entries = entries
-
-    def children(self) -> dict[str, Any]:
-        entries = self._entries
-        return dict(entries() if callable(entries) else entries)
-
-    @property
-    def fixed_names(self) -> Collection[str]:
-        """Names that stay as long as the directory does: a fixed mapping's (a trace
-        array's files), none of a computed one (events come and go)."""
-        entries = self._entries
-        return () if callable(entries) else entries.keys()
-
-
-def _enable_mutexes(ev) -> Mutexes:
-    """What an event's ``enable`` holds: event_mutex, and for a kprobe event what
-    enable_kprobe and disable_kprobe take besides to arm or disarm its kprobes:
-    kprobe_mutex, then ftrace_lock for a kprobe on an ftrace site (arm_kprobe_ftrace),
-    text_mutex for one armed with int3 (arm_kprobe)."""
-    if not isinstance(ev, TraceEvent):
-        return _EVENT_FILE
-    on_ftrace = [bool(tp.entry_kprobe.flags & KPROBE_FLAG_FTRACE)
-                 for tp in ev.probes if tp.registered]
-    arm = (_FT if any(on_ftrace) else ()) + (_TEXT if not all(on_ftrace) else ())
-    return Mutexes(open=_EV, read=_EV, write=_EV + _KP + arm)
-
-
-def _text_file(produce: Callable[[], str]) -> _File:
-    return _File(MODE_READ, read=produce)
 
 
 # ----------------------------------------------------------------------- fixed texts
@@ -885,6 +728,10 @@ class _Root:
         return self._ftrace_events
 
 
+def _seconds(ns: int) -> str:
+    return f"{ns // 1_000_000_000:5d}.{ns // 1000 % 1_000_000:06d}"
+
+
 # ---------------------------------------------------------------------- instances
 
 class _InstancesDir:
@@ -981,195 +828,3 @@ class _RefHandle:
             if tr is not None:
                 with tr.lock:
                     tr.ref -= 1
-
-
-# ------------------------------------------------------------------ trace, trace_pipe
-
-class _TraceFile:
-    """``trace`` (or ``per_cpu/cpuN/trace``): a non-consuming snapshot per open file."""
-
-    mode = MODE_WRITE
-
-    def __init__(self, tracer: TraceArray, cpu: int | None):
-        self.tracer = tracer
-        self.cpu = cpu
-
-    def open(self, flags: int, pid: int, comm: str) -> FileHandle:
-        t = self.tracer
-        if _has_write(flags) and flags & os.O_TRUNC:
-            if self.cpu is None:
-                t.clear_trace()
-            else:
-                t.trace_buffer().reset_cpu(self.cpu)
-        readable = (flags & os.O_ACCMODE) != os.O_WRONLY
-        paused = readable and t.options["pause-on-trace"]
-        if paused:
-            t.pause()
-        if not readable:
-            return _Handle(None, lambda data: len(data))
-        options = t.trace_options()
-        buffer = t.trace_buffer()
-        header = t.trace_header(options, self.cpu, buffer)
-        with gc_paused():
-            runs = t.trace_runs(buffer, self.cpu)
-        return _Handle(lambda: header + t.render_runs(runs, options, buffer),
-                       lambda data: len(data),
-                       t.unpause if paused else None)
-
-
-class _SnapshotFile(_TraceFile):
-    """``snapshot`` (or ``per_cpu/cpuN/snapshot``): the snapshot buffer's trace, made
-    at open; a write of a number frees, swaps or clears it (TraceArray.write_snapshot)."""
-
-    def open(self, flags: int, pid: int, comm: str) -> FileHandle:
-        t = self.tracer
-        cpu = self.cpu
-
-        def write(data: bytes) -> int:
-            t.write_snapshot(_kstrtoul(data, 10), cpu)
-            return len(data)
-        if (flags & os.O_ACCMODE) == os.O_WRONLY:
-            return _Handle(None, write)
-        text = t.snapshot_text(t.trace_options(), cpu)
-        return _Handle(lambda: text, write)
-
-
-class _TracePipeFile:
-    """``trace_pipe``: each record is consumed by exactly one reader."""
-
-    mode = MODE_READ
-
-    def __init__(self, tracer: TraceArray, cpu: int | None):
-        self.tracer = tracer
-        self.cpu = cpu
-
-    def open(self, flags: int, pid: int, comm: str) -> FileHandle:
-        return _TracePipeHandle(self.tracer, self.cpu)
-
-
-class _TracePipeHandle:
-    def __init__(self, tracer: TraceArray, cpu: int | None):
-        self.tracer = tracer
-        self.cpu = cpu
-        self._pending = b""
-        self._options: TraceOptions = tracer.trace_options()
-
-    def read(self, size: int, offset: int) -> bytes:
-        """Return up to ``size`` bytes of consumed records, ``b""`` when none is there.
-
-        Text of a record that does not fit stays with this handle for the next read.
-        """
-        t = self.tracer
-        while len(self._pending) < size:
-            pairs = t.buffer.consume(self.cpu, limit=max(1, (size - len(self._pending)) // 80))
-            if not pairs:
-                break
-            # bin's characters are bytes (raw_output.py)
-            self._pending += t.render(pairs, self._options).encode(
-                "latin-1" if self._options.line_mode == "bin" else "utf-8", "replace")
-        out, self._pending = self._pending[:size], self._pending[size:]
-        return out
-
-    def write(self, data: bytes, offset: int) -> int:
-        raise OSError(errno.EINVAL, "trace_pipe is read-only")
-
-    def wait(self, timeout: float) -> bool:
-        """Block until a record can be read (True) or ``timeout`` seconds pass (False)."""
-        if self._pending:
-            return True
-        return self.tracer.buffer.wait(timeout, self.cpu)
-
-    def poll_wait(self, timeout: float) -> bool:
-        """Whether poll(2) finds the file readable, waiting for it at most ``timeout``
-        seconds (0: a look).  As 6.1's trace_poll: a per-CPU file waits for
-        ``buffer_percent`` of its CPU's buffer, the top one for a record.  Text left
-        over from a read counts as readable."""
-        return bool(self._pending) or _poll_wait(self.tracer, self.tracer.buffer,
-                                                 self.cpu, timeout)
-
-    def release(self) -> None:
-        self._pending = b""
-
-
-def _poll_wait(tr: TraceArray, buffer, cpu: int | None, timeout: float) -> bool:
-    """trace_poll's rule for a pipe of ``tr`` on ``buffer`` (see poll_wait)."""
-    full = tr.buffer_percent if cpu is not None else 0
-    if timeout <= 0:
-        return buffer.ready(cpu, full)
-    return buffer.wait(timeout, cpu, full)
-
-
-def _seconds(ns: int) -> str:
-    return f"{ns // 1_000_000_000:5d}.{ns // 1000 % 1_000_000:06d}"
-
-
-class _TracePipeRawFile:
-    """``per_cpu/cpuN/trace_pipe_raw``: whole ring-buffer pages in Linux's binary layout
-    (:mod:`raw_page`), consumed.  As 6.1's tracing_buffers_read, a handle keeps the last
-    page it took and hands it out across reads until all of its 4096 bytes are gone; only
-    then does it take the next one, which removes that page's records from the buffer.
-    With ``snapshot`` it is ``snapshot_raw``: the pages of the snapshot buffer, EBUSY
-    to open while a latency tracer owns that buffer."""
-
-    mode = MODE_READ
-
-    def __init__(self, tracer: TraceArray, cpu: int, snapshot: bool = False):
-        self.tracer = tracer
-        self.cpu = cpu
-        self.snapshot = snapshot
-
-    def open(self, flags: int, pid: int, comm: str) -> FileHandle:
-        t = self.tracer
-        if not self.snapshot:
-            return _TracePipeRawHandle(t, t.buffer, self.cpu)
-        if t.current_tracer.use_max_tr:
-            raise OSError(errno.EBUSY, "the latency tracer owns the snapshot")
-        return _TracePipeRawHandle(t, t.max_tr.buffer, self.cpu)
-
-
-class _TracePipeRawHandle:
-    def __init__(self, tracer: TraceArray, buffer, cpu: int):
-        self.tracer = tracer
-        self.buffer = buffer
-        self.cpu = cpu
-        self._page = b""
-        self._read = 0
-
-    def read(self, size: int, offset: int) -> bytes:
-        """Return up to ``size`` bytes of the current page, ``b""`` when the buffer has
-        no record (the gateway then blocks, or fails with EAGAIN under O_NONBLOCK)."""
-        if not size:
-            return b""
-        if self._read >= len(self._page):
-            page = self.buffer.read_page(self.cpu, _raw_record)
-            if page is None:
-                return b""
-            self._page, self._read = page, 0
-        out = self._page[self._read:self._read + size]
-        self._read += len(out)
-        return out
-
-    def write(self, data: bytes, offset: int) -> int:
-        raise OSError(errno.EINVAL, "trace_pipe_raw is read-only")
-
-    def wait(self, timeout: float) -> bool:
-        """Block until a page can be read (True) or ``timeout`` seconds pass (False)."""
-        if self._read < len(self._page):
-            return True
-        return self.buffer.wait(timeout, self.cpu)
-
-    def poll_wait(self, timeout: float) -> bool:
-        """Whether poll(2) finds the file readable, waiting at most ``timeout`` seconds
-        (0: a look): the rest of a page taken, else trace_poll's rule
-        (``buffer_percent`` of the CPU's buffer, snapshot_raw's too)."""
-        return self._read < len(self._page) or _poll_wait(self.tracer, self.buffer,
-                                                          self.cpu, timeout)
-
-    def release(self) -> None:
-        self._page = b""
-
-
-def _raw_record(record: tuple) -> bytes | None:
-    """A record's binary data; ``None`` for an event with no binary form."""
-    raw = getattr(record[3], "raw", None)
-    return None if raw is None else raw(record)
