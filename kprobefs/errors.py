@@ -142,8 +142,9 @@ PROBE_ERROR_MESSAGES: dict[str, str] = {
 class ProbeParseError(ProbeError):
     """A probe command (kprobe_events / dynamic_events line) was rejected.
 
-    Raised by :func:`kprobefs.tracing.events.probe_parser.parse_command` and by the engine for the
-    registration-time ids of the same table.  ``errno`` is what the write() returns.
+    Raised by :func:`kprobefs.tracing.events.probe_parser.parse_command` and by the
+    engine for the registration-time ids of the same table.  ``errno`` is what the
+    write() returns.
     ``error_id`` is a key of :data:`PROBE_ERROR_MESSAGES`, or ``None`` when Linux rejects
     the command without an error_log entry.  ``index`` is the word the error_log caret
     points into and ``offset`` the column inside that word (REFERENCE.md §4.2).  ``log`` says

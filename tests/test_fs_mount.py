@@ -609,7 +609,8 @@ def test_a_new_mount_has_warmed_its_request_path_and_left_no_trace(mnt):
 def test_boot_builds_the_grammars():
     """The daemon's first command does not build lark's parsers (about 50 ms)."""
     script = ("from kprobefs.daemon import Daemon\n"
-              "from kprobefs.tracing.triggers import filter; from kprobefs.tracing.events import probe_parser as parser\n"
+              "from kprobefs.tracing.triggers import filter\n"
+              "from kprobefs.tracing.events import probe_parser as parser\n"
               "Daemon('/nonexistent').boot()\n"
               "print(parser._lark.cache_info().currsize, filter._lark.cache_info().currsize)")
     r = run([sys.executable, "-c", script])

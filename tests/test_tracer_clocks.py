@@ -1,6 +1,7 @@
-"""trace_clock: each of Linux 6.1's clocks is the clock its name says (tracing/buffers/clocks.py),
-``trace`` prints the ones not in nanoseconds as plain numbers, and the kernel's recorder
-stamps with the TSC clocks while the host records the others."""
+"""trace_clock: each of Linux 6.1's clocks is the clock its name says
+(tracing/buffers/clocks.py), ``trace`` prints the ones not in nanoseconds as plain
+numbers, and the kernel's recorder stamps with the TSC clocks while the host records the
+others."""
 
 import re
 import time

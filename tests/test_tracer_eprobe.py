@@ -1,7 +1,7 @@
-"""Event probes (``e:`` in dynamic_events, tracing/events/trace_eprobe.py) on the fake machine:
-6.1's error_log entries and carets (ftracetest's eprobes_syntax_errors.tc), listing,
-format, removal, the busy and duplicate rules, and records built from a synthetic
-event's record (the fakes have no static events)."""
+"""Event probes (``e:`` in dynamic_events, tracing/events/trace_eprobe.py) on the fake
+machine: 6.1's error_log entries and carets (ftracetest's eprobes_syntax_errors.tc),
+listing, format, removal, the busy and duplicate rules, and records built from a
+synthetic event's record (the fakes have no static events)."""
 
 import errno
 

@@ -1,6 +1,6 @@
-"""set_ftrace_filter's commands (tracing/tracers/ftrace_probes.py) over a fake ftrace core and a
-fake trace array: the token parser, 6.1's globs, the probes' hit semantics and counts,
-the read-back text, removal, :mod: and its cache."""
+"""set_ftrace_filter's commands (tracing/tracers/ftrace_probes.py) over a fake ftrace
+core and a fake trace array: the token parser, 6.1's globs, the probes' hit semantics and
+counts, the read-back text, removal, :mod: and its cache."""
 
 import errno
 from types import SimpleNamespace

@@ -1,7 +1,7 @@
-"""current_tracer's tracers (tracing/tracers/plugin.py): a registered tracer is offered in every
-array that allows it, listed newest first; a switch resets the old tracer, clears the
-buffer and initialises the new one, in that order; an unknown name is EINVAL and changes
-nothing; a tracer may print its own header and trace text."""
+"""current_tracer's tracers (tracing/tracers/plugin.py): a registered tracer is offered
+in every array that allows it, listed newest first; a switch resets the old tracer,
+clears the buffer and initialises the new one, in that order; an unknown name is EINVAL
+and changes nothing; a tracer may print its own header and trace text."""
 
 import errno
 

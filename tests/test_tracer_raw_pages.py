@@ -1,8 +1,9 @@
-"""trace_pipe_raw of records the kernel recorded (tracing/buffers/native.py, ring_buffer.py):
-each ring-buffer page is handed out whole, made from the staged bytes without decoding
-a record, and is byte for byte the page the record-by-record path makes of the same
-records (the common fields, then the event's data, as its ``raw`` lays them out):
-short and long events, time extends, the lost-events count, and a page being written."""
+"""trace_pipe_raw of records the kernel recorded (tracing/buffers/native.py,
+ring_buffer.py): each ring-buffer page is handed out whole, made from the staged bytes
+without decoding a record, and is byte for byte the page the record-by-record path makes
+of the same records (the common fields, then the event's data, as its ``raw`` lays them
+out): short and long events, time extends, the lost-events count, and a page being
+written."""
 
 import os
 import time

@@ -159,7 +159,8 @@ class Tracer(DynamicEvents):
         self.tracing_thresh_ns = 0          # tracing_thresh (global: function_graph's)
 
         self.function_tracer: FunctionTracer | None = None     # the top array's
-        #: What current_tracer offers besides nop (tracers/plugin.py), in registration order.
+        #: What current_tracer offers besides nop (tracers/plugin.py), in registration
+        #: order.
         self.tracer_factories: list[TracerFactory] = []
         self.stack_tracer: StackTracer | None = None
         #: 6.1's func_flags: the function tracer's options, shared by every array's
@@ -188,8 +189,9 @@ class Tracer(DynamicEvents):
         modules = getattr(kernel, "modules", None)
         if modules is not None and hasattr(modules, "register_module_notifier"):
             modules.register_module_notifier(self._module_notify)
-        # Events are recorded by the kernel itself where they can be (tracing/buffers/native.py):
-        # on the real machine, when records share its clock, into the top array.
+        # Events are recorded by the kernel itself where they can be
+        # (tracing/buffers/native.py): on the real machine, when records share its clock,
+        # into the top array.
         self.native: NativeRecorder | None = None
         regs = getattr(engine, "pt_regs_fields", None)
         if NativeRecorder.available(kernel) and regs and self.clocks["local"].tsc:

@@ -14,8 +14,9 @@ _U64 = (1 << 64) - 1
 
 
 class KernelSymbols:
-    """kallsyms of the emulated kernel for the parser (:class:`probe_parser.SymbolResolver`),
-    plus the notrace rule and symbolization for the output.
+    """kallsyms of the emulated kernel for the parser
+    (:class:`probe_parser.SymbolResolver`), plus the notrace rule and symbolization for
+    the output.
 
     ``image`` is the kernel image (``lookup_name``, ``symbol_at``, ``ftrace_sites``);
     ``pointer_key`` seeds the per-boot ``%p`` hash.

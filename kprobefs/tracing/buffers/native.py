@@ -8,8 +8,8 @@ kernel.  An event's fetch programs are encoded here, once, into the kernel's
 is ``trace_native_probe``, which the engine's native detours and ftrace trampolines
 call.  The kernel stages records per CPU, accounted as ring-buffer pages;
 :class:`NativeRecorder` is the ring buffer's
-:class:`~kprobefs.tracing.buffers.ring_buffer.Stage` for them, and serves the three hypercalls
-the recorder makes (save a comm, a page is full, wake a reader).
+:class:`~kprobefs.tracing.buffers.ring_buffer.Stage` for them, and serves the three
+hypercalls the recorder makes (save a comm, a page is full, wake a reader).
 
 An event's filter is encoded too (:func:`encode_filter`), and the kernel evaluates it on
 the record before staging it.

@@ -10,9 +10,10 @@ nothing about an event is written twice.  Offsets follow C's struct layout, as 6
 Enabling an event patches its call sites from a NOP into a jump (machine/jump_label.py)
 and sets the recording flag; a hit then runs only kernel code: the event's probe fills
 the record in the kernel recorder's stage, the kernel evaluates the filter, and the
-host decodes the pages (tracing/buffers/native.py), as for kprobe events.  The kernel records
-into the top trace array; for an event enabled in an instance it first hands the record
-to the host (HC_TRACE_EVENT), which files it into each such instance by its filter.
+host decodes the pages (tracing/buffers/native.py), as for kprobe events.  The kernel
+records into the top trace array; for an event enabled in an instance it first hands the
+record to the host (HC_TRACE_EVENT), which files it into each such instance by its
+filter.
 
 Limits: the kernel records, so a static event records in the top array only with the
 trace clocks the TSC drives and without ``options/stacktrace``, and a filter the kernel

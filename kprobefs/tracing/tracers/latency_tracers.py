@@ -3,8 +3,8 @@ trace_irqsoff.c) and ``wakeup``, ``wakeup_rt``, ``wakeup_dl`` (trace_sched_wakeu
 
 Each keeps the trace of its maximum latency in the array's snapshot buffer (``use_max_tr``:
 ``snapshot`` writes are EBUSY meanwhile) and shows it in ``trace`` (``print_max``), in the
-latency format (tracers/latency_format.py), with ``tracing_max_latency`` set to it; ``tracing_thresh``,
-when set, reports every latency past it instead of only new maxima.
+latency format (tracers/latency_format.py), with ``tracing_max_latency`` set to it;
+``tracing_thresh``, when set, reports every latency past it instead of only new maxima.
 
 They hook the kernel's hook points (kernel/trace_preemptirq.c) with ftrace ops while
 current: ``tracer_hardirqs_off/on(a0, a1, preempt_count)`` and ``tracer_preempt_off/on``

@@ -9,7 +9,8 @@ event's trigger list.  This module is the table, the hit and the ``hist`` text. 
 the keys, finds or inserts the table entry, adds the values, sets the variables and
 runs the actions; inter-event variables (``$ts0`` set on one event, read on another)
 are looked up by the same key, as in Linux, and are read once.  A synthetic event is
-generated through the :class:`~kprobefs.tracing.triggers.trigger.TriggerHost`'s ``trace_synth``.
+generated through the :class:`~kprobefs.tracing.triggers.trigger.TriggerHost`'s
+``trace_synth``.
 
 Errors follow Linux: the errno of the write and, where Linux logs one, an ``error_log``
 entry at ``hist:SYS:EVENT`` with the command as ``hist:…`` and the caret at the first

@@ -4,9 +4,9 @@ An event's triggers are an :class:`EventTriggers`: the commands written to its
 ``trigger`` file, parsed once into trigger objects (``traceon``, ``traceoff``,
 ``snapshot``, ``stacktrace``, ``enable_event``/``disable_event``,
 ``enable_hist``/``disable_hist``, and ``hist``, whose parsing and text the host
-supplies from :mod:`kprobefs.tracing.triggers.hist_command` and :mod:`kprobefs.tracing.triggers.hist`, which
-build on this module), each with its ``:N`` count and its ``if FILTER`` compiled by
-:mod:`kprobefs.tracing.triggers.filter`.
+supplies from :mod:`kprobefs.tracing.triggers.hist_command` and
+:mod:`kprobefs.tracing.triggers.hist`, which build on this module), each with its ``:N``
+count and its ``if FILTER`` compiled by :mod:`kprobefs.tracing.triggers.filter`.
 
 The engine knows nothing of the tracer.  It gets the event's filter fields, and a
 :class:`TriggerHost` — the few things a trigger does to the world (tracing on/off, a

@@ -1,8 +1,9 @@
 """A trace array's side of event triggers: what a trigger may do outside its event.
 
-:class:`TracerTriggerHost` implements :class:`kprobefs.tracing.triggers.trigger.TriggerHost` for
-one trace array (:class:`~kprobefs.tracing.trace_array.TraceArray`, passed in, never
-imported), as Linux's triggers act on their event file's ``trace_array``: the "events"
+:class:`TracerTriggerHost` implements
+:class:`kprobefs.tracing.triggers.trigger.TriggerHost` for one trace array
+(:class:`~kprobefs.tracing.trace_array.TraceArray`, passed in, never imported), as
+Linux's triggers act on their event file's ``trace_array``: the "events"
 triggers see are the array's event files, so ``traceoff`` stops this array's buffer,
 ``enable_event`` soft-enables the target's file in this array, a stack trace goes to
 this buffer, hist variables are looked up among this array's histograms and errors go
