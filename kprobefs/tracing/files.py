@@ -35,9 +35,9 @@ from kprobefs.tracing.trace_array import OPTION_DEFAULTS, TraceArray
 from kprobefs.tracing.events.trace_printk import printk_formats_text
 from kprobefs.tracing.buffers.ring_buffer import DEFAULT_BUFFER_BYTES
 from kprobefs.tracing.triggers.trigger import TRIGGER_HELP
+from kprobefs.tracing.events.trace_kprobe import TraceEvent
 
 if TYPE_CHECKING:       # the registry imports this module to build its tree
-    from kprobefs.tracing.events.trace_kprobe import TraceEvent
     from kprobefs.tracing.registry import Tracer
 
 __all__ = [
@@ -91,6 +91,19 @@ _TRACER_FILE = Mutexes(read=_TT, write=_TT)
 #: trace_options and options/ of the core flags: trace_set_options and
 #: trace_options_core_write take event_mutex, then trace_types_lock.
 _OPTION_FILE = Mutexes(read=_TT, write=_EV + _TT)
+
+
+def _enable_mutexes(ev) -> Mutexes:
+    """What an event's ``enable`` holds: event_mutex, and for a kprobe event what
+    enable_kprobe and disable_kprobe take besides to arm or disarm its kprobes:
+    kprobe_mutex, then ftrace_lock for a kprobe on an ftrace site (arm_kprobe_ftrace),
+    text_mutex for one armed with int3 (arm_kprobe)."""
+    if not isinstance(ev, TraceEvent):
+        return _EVENT_FILE
+    on_ftrace = [bool(tp.entry_kprobe.flags & KPROBE_FLAG_FTRACE)
+                 for tp in ev.probes if tp.registered]
+    arm = (_FT if any(on_ftrace) else ()) + (_TEXT if not all(on_ftrace) else ())
+    return Mutexes(open=_EV, read=_EV, write=_EV + _KP + arm)
 
 
 # ----------------------------------------------------------------------- fixed texts

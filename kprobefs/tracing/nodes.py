@@ -172,18 +172,5 @@ class Directory:
         return () if callable(entries) else entries.keys()
 
 
-def _enable_mutexes(ev) -> Mutexes:
-    """What an event's ``enable`` holds: event_mutex, and for a kprobe event what
-    enable_kprobe and disable_kprobe take besides to arm or disarm its kprobes:
-    kprobe_mutex, then ftrace_lock for a kprobe on an ftrace site (arm_kprobe_ftrace),
-    text_mutex for one armed with int3 (arm_kprobe)."""
-    if not isinstance(ev, TraceEvent):
-        return _EVENT_FILE
-    on_ftrace = [bool(tp.entry_kprobe.flags & KPROBE_FLAG_FTRACE)
-                 for tp in ev.probes if tp.registered]
-    arm = (_FT if any(on_ftrace) else ()) + (_TEXT if not all(on_ftrace) else ())
-    return Mutexes(open=_EV, read=_EV, write=_EV + _KP + arm)
-
-
 def _text_file(produce: Callable[[], str]) -> _File:
     return _File(MODE_READ, read=produce)
