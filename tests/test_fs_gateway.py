@@ -453,6 +453,38 @@ def test_mount_relative_follows_the_top_mount_and_its_root():
     assert mount_relative(info, "/other/x") is None
 
 
+def test_host_cpu_reads_an_unpinned_threads_cpu_again_only_after_a_while(monkeypatch):
+    """host_cpu asks the thread's affinity at every call (a thread pinned elsewhere is
+    followed at once) and keeps the CPU /proc/PID/stat gave an unpinned thread for
+    HOST_CPU_KEEP seconds."""
+    from kprobefs.fs import hostproc
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("one host CPU")
+    tid = threading.get_native_id()
+    reads = []
+    real_read = hostproc.read_proc
+    monkeypatch.setattr(hostproc, "read_proc", lambda path: reads.append(path) or
+                        real_read(path))
+    now = [1000.0]
+    monkeypatch.setattr(hostproc.time, "monotonic", lambda: now[0])
+    hostproc._last_cpus.pop(tid, None)
+    try:
+        cpu, pinned = hostproc.host_cpu(tid)
+        assert not pinned and cpu in allowed and len(reads) == 1
+        assert hostproc.host_cpu(tid) == (cpu, False) and len(reads) == 1
+        os.sched_setaffinity(0, {allowed[0]})
+        assert hostproc.host_cpu(tid) == (allowed[0], True)
+        os.sched_setaffinity(0, {allowed[1]})
+        assert hostproc.host_cpu(tid) == (allowed[1], True) and len(reads) == 1
+        os.sched_setaffinity(0, allowed)
+        now[0] += 2 * hostproc.HOST_CPU_KEEP
+        assert hostproc.host_cpu(tid)[1] is False and len(reads) == 2
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert hostproc.host_cpu(2 ** 22 + 1) is None        # no such thread
+
+
 def test_a_namespaces_mount_table_is_read_again_only_after_a_mount(tmp_path):
     """MountTables keeps a namespace's mountinfo open and reads it again when poll(2)
     says its mounts changed: a tmpfs mounted meanwhile shows, and goes with its

@@ -125,3 +125,30 @@ def test_a_pinned_writers_markers_are_on_its_cpus_buffer(t):
             assert f"pinned-{host}-{i}" not in others
         assert mine.count(f"# {host:x} buf: 72 61 77") == 3
         assert f"# {host:x} buf: 72 61 77" not in others
+
+
+def test_a_writer_that_moves_leaves_its_markers_where_it_is_now(t):
+    """The host CPU of a caller is looked up at each request: one thread that pins
+    itself to one host CPU, writes, pins itself to another and writes again at once
+    (the file held open, nothing between) has each marker on its CPU's buffer."""
+    nr_cpus = len(os.listdir(f"{t}/per_cpu"))
+    host_cpus = sorted(os.sched_getaffinity(0))
+    if len(host_cpus) < 2 or nr_cpus < 2:
+        pytest.skip("one host CPU or one emulated CPU")
+    first, second = host_cpus[1], host_cpus[0]
+    fd = os.open(f"{t}/trace_marker", os.O_WRONLY)
+    try:
+        for i in range(3):
+            for host in (first, second):
+                os.sched_setaffinity(0, {host})
+                os.write(fd, f"moved-{host}-{i}".encode())
+    finally:
+        os.close(fd)
+        os.sched_setaffinity(0, host_cpus)
+    for host in (first, second):
+        mine = open(f"{t}/per_cpu/cpu{host % nr_cpus}/trace").read()
+        others = "".join(open(f"{t}/per_cpu/cpu{c}/trace").read()
+                         for c in range(nr_cpus) if c != host % nr_cpus)
+        for i in range(3):
+            assert f"tracing_mark_write: moved-{host}-{i}" in mine
+            assert f"moved-{host}-{i}" not in others

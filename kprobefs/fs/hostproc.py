@@ -69,22 +69,42 @@ def host_process(pid: int) -> HostProcess | None:
         return None
 
 
+#: How long the CPU /proc/PID/stat gave an unpinned thread is taken again (seconds):
+#: the read costs 6-7 µs, a request from that thread 60-100 µs; the scheduler moves
+#: such a thread as it likes meanwhile, so a CPU this young is as true as a new one.
+HOST_CPU_KEEP = 0.01
+
+# host tid -> (the CPU its /proc/PID/stat gave, when), for unpinned threads.
+_last_cpus: dict[int, tuple[int, float]] = {}
+
+
 def host_cpu(pid: int) -> tuple[int, bool] | None:
     """The host CPU the thread ``pid`` is on, and whether it is pinned there: the one
-    CPU it may run on when it has one (taskset; a sched_getaffinity, no /proc read),
-    else the CPU it last ran on (``/proc/PID/stat`` field 39: for a thread waiting in a
-    request of ours, the one it made it on).  None when it is gone."""
+    CPU it may run on when it has one (taskset; a sched_getaffinity, asked at every
+    call, so a thread pinned elsewhere is followed at once), else the CPU it last ran
+    on (``/proc/PID/stat`` field 39: for a thread waiting in a request of ours, the one
+    it made it on), read again after HOST_CPU_KEEP seconds.  None when it is gone."""
     try:
         allowed = os.sched_getaffinity(pid)
     except OSError:
+        _last_cpus.pop(pid, None)
         return None
     if len(allowed) == 1:
         return next(iter(allowed)), True
+    now = time.monotonic()
+    kept = _last_cpus.get(pid)
+    if kept is not None and now - kept[1] < HOST_CPU_KEEP and kept[0] in allowed:
+        return kept[0], False
     try:
         data = read_proc(f"/proc/{pid}/stat")
-        return int(data[data.rindex(b")") + 2:].split()[36]), False
+        cpu = int(data[data.rindex(b")") + 2:].split()[36])
     except (OSError, ValueError, IndexError):
+        _last_cpus.pop(pid, None)
         return None
+    if len(_last_cpus) >= 4096:     # threads that made one request and went
+        _last_cpus.clear()
+    _last_cpus[pid] = (cpu, now)
+    return cpu, False
 
 
 def host_start_time(pid: int) -> int | None:
