@@ -23,11 +23,12 @@ EVENTS = ("p:short kprobe_target_traced+5 a=%di b=%si:u32 c=%dx:u8\n"
           "r:ret kprobe_target_traced rv=$retval:s32\n")
 
 
-def expected_pages(buf, overrun: int) -> list[bytes]:
-    """Each page of ``buf`` built record by record from its chunks' decoded records
-    (event.raw, PageWriter), the first flagged with ``overrun`` lost events."""
+def expected_pages(pages, overrun: int) -> list[bytes]:
+    """Each of the ring-buffer ``pages`` built record by record from its chunks'
+    decoded records (event.raw, PageWriter), the first flagged with ``overrun`` lost
+    events."""
     out = []
-    for page in buf.pages:
+    for page in pages:
         records = [rec for chunk in page for rec in chunk.decode(chunk.data)]
         if not records:
             continue
@@ -67,15 +68,16 @@ def recorded():
     return kernel, tracer, root
 
 
+def no_decoding(data):
+    raise AssertionError("a record was decoded")
+
+
 def test_pages_are_the_records_page_by_page_without_decoding(recorded):
     kernel, tracer, root = recorded
     buf = tracer.buffer.cpus[0]
     assert buf.overrun > 0 and len(buf.pages) > 2
     assert all(type(item) is Chunk for page in buf.pages for item in page)
-    expected = expected_pages(buf, buf.overrun)
-
-    def no_decoding(data):
-        raise AssertionError("a record was decoded")
+    expected = expected_pages(buf.pages, buf.overrun)
     for page in buf.pages:
         for chunk in page:
             chunk.decode = no_decoding
@@ -114,6 +116,29 @@ def test_a_page_partly_read_as_text_goes_record_by_record(recorded):
     layout = parse_layout(read(root, "events/header_page"), read(root, "events/header_event"))
     events = [ev for page in read_raw(root, 0) for ev in decode_page(page, layout).events]
     assert 0 < taken and len(events) + taken >= total - 3     # a line cut short stays
+
+
+def test_a_page_made_record_by_record_ends_with_its_ring_buffer_page(recorded):
+    """A page made record by record (trace_pipe took the first records of the oldest
+    page) holds the rest of that ring-buffer page only, as 6.1's ring_buffer_read_page
+    copies from the reader page only: the pages after it are still whole and handed
+    out without decoding a record."""
+    kernel, tracer, root = recorded
+    buf = tracer.buffer.cpus[0]
+    h = node(root, "trace_pipe").open(os.O_RDONLY, 1, "cat")
+    assert h.read(300, 0)
+    h.release()
+    rest = list(buf.pages)[1:]
+    assert len(rest) > 1
+    left = buf.pages[0].entries
+    expected = expected_pages(rest, 0)
+    for page in rest:
+        for chunk in page:
+            chunk.decode = no_decoding
+    layout = parse_layout(read(root, "events/header_page"), read(root, "events/header_event"))
+    pages = read_raw(root, 0)
+    assert len(decode_page(pages[0], layout).events) == left
+    assert pages[1:] == expected
 
 
 def test_the_page_being_written_is_taken_and_recording_goes_on(recorded):

@@ -623,26 +623,42 @@ class RingBuffer:
 
         ``encode`` gives a record's data, or ``None`` for one that has no binary form
         (consumed all the same).  The page flags the events overwritten since the last
-        page was read.
+        page was read.  As 6.1's ring_buffer_read_page, a page built record by record
+        takes them from the oldest page only (what is left of the reader page): the
+        next page is then still whole, for :func:`_raw_page`.  A page whose records
+        all had no binary form is passed over.
         """
         with self.lock:
             buf, = self._bufs(cpu)
             page = _raw_page(buf)
             if page is not None:
                 return page
-            head = buf.peek()
-            if head is None:
+            pages = buf.pages
+            writer = None
+            while pages:
+                page = pages[0]
+                while page:
+                    if page.chunks:
+                        buf.undecoded -= page.expand_head()
+                    head = page[0]
+                    data = encode(head)
+                    if data is not None:
+                        if writer is None:
+                            writer = PageWriter(head[0])
+                        elif not writer.fits(len(data), head[0]):
+                            break
+                        writer.add(data, head[0])
+                    page.popleft()
+                    page.entries -= 1
+                    buf.entries -= 1
+                    buf.read_events += 1
+                if page or len(pages) == 1:
+                    break
+                pages.popleft()
+                if writer is not None:
+                    break
+            if writer is None:
                 return None
-            writer = PageWriter(head[0])
-            while head is not None:
-                data = encode(head)
-                if data is not None:
-                    if writer.used and not writer.fits(len(data), head[0]):
-                        break
-                    writer.add(data, head[0])
-                buf.pop()
-                buf.read_events += 1
-                head = buf.peek()
             missed, buf.read_overrun = buf.overrun - buf.read_overrun, buf.overrun
         return writer.page(missed)
 
