@@ -133,3 +133,33 @@ def test_the_kernel_uses_it():
     k = Kernel(cpus=1, seed=0)
     assert k.register_file is not None and k.fast._words is k.register_file.words
     assert k.save_cpu_state == k.register_file.snapshot
+
+
+def test_contexts_and_the_stop_keep_the_gil_and_do_what_the_binding_does():
+    """FastRegs.context_update/context_restore are Uc's (a CPU switch through them
+    gives each context its registers back), and emu_stop in a hook ends the run
+    there; all through PyDLL, which keeps the GIL."""
+    code = bytes([0x48, 0xFF, 0xC0]) * 4        # inc rax, four times
+    uc = _machine(code)
+    fast = FastRegs(uc)
+    assert isinstance(fast._save, ctypes._CFuncPtr) and \
+        fast._save._flags_ & ctypes._FUNCFLAG_PYTHONAPI
+    first, second = uc.context_save(), uc.context_save()
+    uc.reg_write(UC_X86_REG_RAX, 7)
+    fast.context_update(first)
+    uc.reg_write(UC_X86_REG_RAX, 9)
+    fast.context_update(second)
+    fast.context_restore(first)
+    assert uc.reg_read(UC_X86_REG_RAX) == 7
+    fast.context_restore(second)
+    assert uc.reg_read(UC_X86_REG_RAX) == 9
+    hits = []
+
+    def hook(_uc, address, _size, _data):
+        hits.append(address)
+        if len(hits) == 2:
+            fast.emu_stop()
+    uc.hook_add(UC_HOOK_CODE, hook)
+    uc.reg_write(UC_X86_REG_RAX, 0)
+    _run(uc, code)
+    assert hits == [CODE, CODE + 3] and uc.reg_read(UC_X86_REG_RAX) == 1

@@ -17,7 +17,7 @@ import os
 import random
 import struct
 
-from unicorn import Uc
+from unicorn import Uc, UcError
 from unicorn.unicorn_py3 import unicorn as _binding
 from unicorn.x86_const import (
     UC_X86_REG_R8, UC_X86_REG_R9, UC_X86_REG_R10, UC_X86_REG_R11, UC_X86_REG_R12,
@@ -51,12 +51,16 @@ class FastRegs:
     (and %rip, for reads) in the register file when the Uc has one (:func:`register_file`),
     the rest through the C API."""
 
-    __slots__ = ("_handle", "_read", "_write", "_val", "_ref", "_words", "set_ip")
+    __slots__ = ("_handle", "_read", "_write", "_val", "_ref", "_words", "set_ip",
+                 "_save", "_restore", "_stop")
 
     def __init__(self, uc: Uc):
         self._handle = uc._uch
         self._read = _raw("uc_reg_read")
         self._write = _raw("uc_reg_write")
+        self._save = _raw("uc_context_save")
+        self._restore = _raw("uc_context_restore")
+        self._stop = _raw("uc_emu_stop")
         self._val = ctypes.c_uint64()
         self._ref = ctypes.byref(self._val)
         found = known_register_file(uc)
@@ -85,6 +89,28 @@ class FastRegs:
                 return words[index]
         self._read(self._handle, reg_id, self._ref)
         return self._val.value
+
+    # A CPU's whole context, and the stop of a turn, also never call back into Python:
+    # through the binding each released the GIL and, on a busy daemon, waited to take
+    # it back (three times a CPU switch and once a hypercall that ends a turn).
+    def context_update(self, context) -> None:
+        """Uc.context_update: the loaded CPU's registers into ``context`` (a UcContext)."""
+        status = self._save(self._handle, context.context)
+        if status:
+            raise UcError(status)
+
+    def context_restore(self, context) -> None:
+        """Uc.context_restore: load the registers of ``context`` (a UcContext)."""
+        status = self._restore(self._handle, context.context)
+        if status:
+            raise UcError(status)
+
+    def emu_stop(self) -> None:
+        """Uc.emu_stop, from the emulating thread (a hook).  Another thread stops the
+        emulation through the binding, which lets the GIL go while it waits."""
+        status = self._stop(self._handle)
+        if status:
+            raise UcError(status)
 
     def set(self, reg_id: int, value: int) -> None:
         REG_WRITES[0] += 1

@@ -326,8 +326,8 @@ class Kernel(MachineDriver, SystemCalls):
         if self._loaded_cpu is cpu:
             return
         if self._loaded_cpu is not None:
-            self.uc.context_update(self._loaded_cpu.ctx)
-        self.uc.context_restore(cpu.ctx)
+            self.fast.context_update(self._loaded_cpu.ctx)
+        self.fast.context_restore(cpu.ctx)
         self._loaded_cpu = cpu
 
     def runnable(self) -> bool:
@@ -484,19 +484,19 @@ class Kernel(MachineDriver, SystemCalls):
         if self._inbox or time.monotonic() - self._turn_started > self.TURN_SECONDS or (
                 (self._awaited or (in_row and not in_row % self.TURN_CALLS))
                 and self._others_running()):
-            self.uc.emu_stop()
+            self.fast.emu_stop()
 
     def _hc_self_ipi(self):
         # The turn ends so that the interrupt comes at once (when IF allows it).
         self.irq.self_ipi(self._args()[0])
         if not self._scratch_depth:
-            self.uc.emu_stop()
+            self.fast.emu_stop()
         return 0
 
     def _hc_yield(self):
         # A spin-wait: whatever it waits for happens on another CPU or in posted work.
         if not self._scratch_depth:
-            self.uc.emu_stop()
+            self.fast.emu_stop()
         return 0
 
     def _cpu_error(self, cpu: Cpu, err: UcError) -> None:
@@ -628,10 +628,10 @@ class Kernel(MachineDriver, SystemCalls):
             if word is not None:
                 return word
         if self.irq.pending(self.cpu) or self.irq.wake_idle(self.cpu):
-            self.uc.emu_stop()      # sti; hlt: the interrupt comes at the next turn
+            self.fast.emu_stop()      # sti; hlt: the interrupt comes at the next turn
             return 0
         self.cpu.state = "idle"
-        self.uc.emu_stop()
+        self.fast.emu_stop()
         return 0
 
     def _hc_booted(self):

@@ -166,7 +166,7 @@ class SystemCalls:
             # waiter is woken then (Kernel._emulate).
             self._finished.append(req)
             if not self._scratch_depth:
-                self.uc.emu_stop()
+                self.fast.emu_stop()
         else:
             req.done.set()
 
