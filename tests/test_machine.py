@@ -839,3 +839,23 @@ def test_a_machine_whose_translations_overflow_their_buffer_runs_the_same(monkey
         n = min(len(calls), len(tight[comm]))
         assert calls[:n] == tight[comm][:n], comm
     assert sum(min(len(c), len(tight[k])) for k, c in roomy.items()) > 1000
+
+
+def test_an_upcall_runs_while_a_workload_keeps_every_cpu_busy():
+    """A workload past what the machine can do wakes a task at each idle loop, so no
+    CPU ever idles; an upcall is taken there before the next wake-up, and does not
+    wait for the workload to stop (it waited for ever: a daemon's mirror of a host
+    exec, and with it the next request, stalled for seconds to minutes)."""
+    k = Kernel(cpus=2, seed=0)
+    w = Workload(k, seed=0, rate=1e6)
+    k.periodic.append(w.pump)
+    k.drive_waits = True
+    k.serve()
+    try:
+        time.sleep(0.5)
+        before = w.completed
+        for _ in range(3):
+            assert k.upcall("kprobe_bench_loop", 0, 1, timeout=5) == 0
+        assert w.completed > before
+    finally:
+        k.close()

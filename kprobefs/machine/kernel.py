@@ -400,10 +400,10 @@ class Kernel(MachineDriver, SystemCalls):
                 continue
             if self.irq.wake_idle(cpu):
                 cpu.resume_rax = 0      # HC_IDLE returns nothing: the interrupt is the work
+            elif self._upcalls:         # before wake-ups, as _hc_idle takes them
+                self._start_upcall(cpu, self._upcalls.popleft())
             elif self._wakeups and (word := self._take_wakeup(cpu, not syncing)) is not None:
                 cpu.resume_rax = word
-            elif self._upcalls:
-                self._start_upcall(cpu, self._upcalls.popleft())
             else:
                 continue
             cpu.state = "running"
@@ -623,6 +623,13 @@ class Kernel(MachineDriver, SystemCalls):
         self._hypercalls[nr] = lambda: handler(*self._args())
 
     def _hc_idle(self):
+        # An upcall first: a machine whose tasks keep waking one another (a workload)
+        # reaches its idle loop only to take the next wake-up, never idles, and would
+        # leave an upcall waiting for as long as that goes on.
+        if self._upcalls:
+            self._start_upcall(self.cpu, self._upcalls.popleft())
+            self.cpu.resume_rax = None
+            return abi.IDLE_UPCALL
         if self._wakeups:
             word = self._take_wakeup(self.cpu)
             if word is not None:
