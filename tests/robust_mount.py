@@ -5,6 +5,12 @@ look at the kernel object behind them.
 
 libfuse installs its own SIGINT/SIGTERM/SIGHUP handlers while it serves; they are put
 back to Python's once the mount ends.  Skipped without /dev/fuse, except under CI=true.
+
+While a mount is served, subprocess forks rather than vforks: a vforked child shares
+the test process's memory and holds it suspended, the GIL held by the thread that
+started it, until the child execs; when another thread had a file of the mount open,
+the child's close of it on the way (close_fds) is a FUSE FLUSH that only this process's
+threads can answer, and they wait for the GIL: the whole test process hung.
 """
 
 from __future__ import annotations
@@ -99,6 +105,7 @@ class InProcessMount:
         self.error: BaseException | None = None
         self._saved = {}
         self._tracer = None
+        self._vfork = None
 
     @property
     def kernel(self):
@@ -121,6 +128,9 @@ class InProcessMount:
             return captured["tracer"]
 
         self.daemon._tracer_factory = tracer_factory
+        self._vfork = getattr(subprocess, "_USE_VFORK", None)
+        if self._vfork is not None:
+            subprocess._USE_VFORK = False
         self.daemon.boot()
         self._tracer = captured["tracer"]
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -159,6 +169,8 @@ class InProcessMount:
             unmount(str(self.path), lazy=True)
             self._thread.join(5)
         self._thread = None
+        if self._vfork is not None:
+            subprocess._USE_VFORK = self._vfork
         for sig, handler in self._saved.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 

@@ -464,3 +464,42 @@ def _env() -> dict:
     env["PYTHONPATH"] = parent + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("NOTIFY_SOCKET", None)
     return env
+
+
+_SPAWN_WITH_A_FILE_OPEN = """
+import subprocess, sys
+from pathlib import Path
+sys.path[:0] = sys.argv[2:]
+from robust_mount import InProcessMount
+m = InProcessMount(Path(sys.argv[1])).start()
+with open(m.p("tracing/README")) as f:
+    subprocess.run(["true"], check=True)     # close_fds: the child closes f on its way
+m.stop()
+print("spawned")
+"""
+
+
+def test_a_process_serving_a_mount_spawns_while_it_holds_a_file_of_it(tmp_path):
+    """A test process that serves an in-process mount starts a program while it has a
+    file of the mount open: the child's close of that file (a FUSE FLUSH) is answered
+    by the parent's own threads, so the child must not hold the parent suspended with
+    the GIL taken, as a vfork does (the whole process hung).  Run in a process of its
+    own, so that a hang fails the test instead of holding the suite."""
+    need_fuse()
+    mnt = tmp_path / "mnt"
+    tests = str(Path(__file__).resolve().parent)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SPAWN_WITH_A_FILE_OPEN, str(mnt), tests,
+         str(Path(kprobefs.__file__).resolve().parents[1])],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        from kprobefs.daemon import unmount
+        from robust_mount import abort_connection
+        abort_connection(mnt)           # frees the child held in its FLUSH
+        child.kill()
+        unmount(str(mnt), lazy=True)
+        out, err = child.communicate()
+        pytest.fail("the process hung spawning with a file of its mount open")
+    assert child.returncode == 0 and out.strip() == "spawned", err[-2000:]
