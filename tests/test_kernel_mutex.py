@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from kprobefs.machine import Kernel
-from kprobefs.machine.abi import KERNEL_MUTEXES, Mutexes
+from kprobefs.machine.abi import KERNEL_MUTEXES, mutexes_word
+from kprobefs.tracing.nodes import Mutexes
 from test_fs_mount import _need_fuse, real, sh  # noqa: F401
 
 _LOCK = re.compile(r"^\s*(\S+)-(\d+)\s.*: (\w+): \(.*\) lock=0x([0-9a-f]+)$")
@@ -155,8 +156,10 @@ def test_one_writer_alone_never_takes_the_slowpath(probed):
 
 
 def test_the_lookup_word_names_each_operations_mutexes():
-    word = Mutexes(open=("event_mutex",), trunc=("event_mutex",), read=("kprobe_mutex",),
-                   write=("event_mutex", "trace_types_lock"), work_unlocked=True).word()
+    word = mutexes_word(Mutexes(open=("event_mutex",), trunc=("event_mutex",),
+                                read=("kprobe_mutex",),
+                                write=("event_mutex", "trace_types_lock"),
+                                work_unlocked=True))
     bit = {name: 1 << i for i, name in enumerate(KERNEL_MUTEXES)}
     assert word & 0xff == bit["event_mutex"] | bit["trace_types_lock"]
     assert word >> 8 & 0xff == bit["kprobe_mutex"]
@@ -164,7 +167,7 @@ def test_the_lookup_word_names_each_operations_mutexes():
     assert word >> 24 & 0x7f == bit["event_mutex"]
     assert word >> 31 == 1
     with pytest.raises(ValueError):
-        Mutexes(write=("big_kernel_lock",)).word()
+        mutexes_word(Mutexes(write=("big_kernel_lock",)))
 
 
 def test_trylock_fails_on_a_mutex_its_caller_holds():

@@ -28,8 +28,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Protocol
 
-from ..machine.abi import Mutexes
+from ..machine.abi import mutexes_word
 from ..machine.memory import FaultError
+from ..tracing.nodes import Mutexes
 
 __all__ = [
     "DEBUGFS_ROOT", "TRACEFS_ROOT", "PROC_ROOT", "HostFS", "Directory", "TextFile",
@@ -96,10 +97,10 @@ def node_mode(node) -> int:
 
 
 def node_mutexes(node) -> int:
-    """The word of kernel mutexes (:meth:`Mutexes.word`) the node's operations hold: its
+    """The word of kernel mutexes (abi.mutexes_word) the node's operations hold: its
     ``mutexes``, none when it names none."""
     mutexes = getattr(node, "mutexes", None)
-    return 0 if mutexes is None else mutexes.word()
+    return 0 if mutexes is None else mutexes_word(mutexes)
 
 
 def wants_write(flags: int) -> bool:

@@ -1,13 +1,11 @@
 """Numbers shared with the emulated kernel: system calls, flags, hypercalls."""
 
-from dataclasses import dataclass
-
 __all__ = [
     "SYSCALLS", "AT_FDCWD", "AT_REMOVEDIR", "O_RDONLY", "O_WRONLY", "O_RDWR", "O_CREAT",
     "O_EXCL", "O_TRUNC", "O_APPEND", "O_NONBLOCK", "O_DIRECTORY", "PR_SET_NAME",
     "PR_GET_NAME", "AF_INET", "SOCK_STREAM", "HC", "IDLE_WAKE_TASK",
     "IDLE_UPCALL", "TASK_INTERRUPTIBLE", "TASK_UNINTERRUPTIBLE", "NO_SYSCALL",
-    "S_IFDIR", "S_IFREG", "S_IFLNK", "U64", "signed64", "KERNEL_MUTEXES", "Mutexes",
+    "S_IFDIR", "S_IFREG", "S_IFLNK", "U64", "signed64", "KERNEL_MUTEXES", "mutexes_word",
 ]
 
 #: x86_64 system call numbers the kernel implements.
@@ -99,27 +97,12 @@ KERNEL_MUTEXES = ("event_mutex", "trace_types_lock", "module_mutex", "kprobe_mut
                   "ftrace_lock", "text_mutex")
 
 
-@dataclass(frozen=True)
-class Mutexes:
-    """Which kernel mutexes a host-served node's operations hold, as 6.1's handlers of
-    that file take them: ``open`` on every open, ``trunc`` besides on an open with write
-    access and O_TRUNC (its clear action), ``read`` and ``write`` across each
-    read and write (a directory's ``write``: mkdir and rmdir).  The kernel work an
-    operation queues (a tracefs directory, a module's init) runs with them held, unless
-    ``work_unlocked`` (6.1 runs a module's init and exit without module_mutex).  A
-    node says what it takes as its ``mutexes`` attribute."""
-
-    open: tuple[str, ...] = ()
-    trunc: tuple[str, ...] = ()
-    read: tuple[str, ...] = ()
-    write: tuple[str, ...] = ()
-    work_unlocked: bool = False
-
-    def word(self) -> int:
-        """The u32 a lookup answers with (HC_HOSTFS_LOOKUP's fourth argument): a byte of
-        KERNEL_MUTEXES bits each for write, read, open and trunc, then bit 31 for
-        work_unlocked.  ValueError for an unknown name."""
-        def bits(names: tuple[str, ...]) -> int:
-            return sum(1 << KERNEL_MUTEXES.index(name) for name in names)
-        return (bits(self.write) | bits(self.read) << 8 | bits(self.open) << 16
-                | bits(self.trunc) << 24 | int(self.work_unlocked) << 31)
+def mutexes_word(mutexes) -> int:
+    """The u32 a hostfs lookup answers with (HC_HOSTFS_LOOKUP's fourth argument) for a
+    node's mutexes (tracing.nodes.Mutexes: ``open``, ``trunc``, ``read``, ``write``
+    names and ``work_unlocked``): a byte of KERNEL_MUTEXES bits each for write, read,
+    open and trunc, then bit 31 for work_unlocked.  ValueError for an unknown name."""
+    def bits(names: tuple[str, ...]) -> int:
+        return sum(1 << KERNEL_MUTEXES.index(name) for name in names)
+    return (bits(mutexes.write) | bits(mutexes.read) << 8 | bits(mutexes.open) << 16
+            | bits(mutexes.trunc) << 24 | int(mutexes.work_unlocked) << 31)

@@ -21,15 +21,14 @@ import errno
 from typing import TYPE_CHECKING, Any, Callable, Collection
 
 from kprobefs.kprobes import KPROBE_FLAG_FTRACE
-from kprobefs.machine.abi import Mutexes
 from kprobefs.tracing.buffer_files import (
     _SnapshotFile, _TraceFile, _TracePipeFile, _TracePipeRawFile,
 )
 from kprobefs.tracing.cpumask import format_cpumask, parse_cpumask
 from kprobefs.tracing.events.ftrace_events import FTRACE_EVENTS, FTRACE_SYSTEM
 from kprobefs.tracing.nodes import (
-    MODE_DIR, MODE_READ, MODE_WRITE, MODE_WRITE_ONLY, Directory, FileHandle, TraceDir,
-    TraceFile, TraceNode, _c_string, _File, _kstrtoul, _text_file,
+    MODE_DIR, MODE_READ, MODE_WRITE, MODE_WRITE_ONLY, Directory, FileHandle, Mutexes,
+    TraceDir, TraceFile, TraceNode, _c_string, _File, _kstrtoul, _text_file,
 )
 from kprobefs.tracing.trace_array import OPTION_DEFAULTS, TraceArray
 from kprobefs.tracing.events.trace_printk import printk_formats_text
@@ -61,7 +60,7 @@ _U64_MAX = (1 << 64) - 1
 _BLANKS = " \t\n\v\f\r"
 
 # The kernel mutexes 6.1's handlers of these files hold; fs/hostfs.c takes them around
-# the host's work (abi.Mutexes).
+# the host's work (nodes.Mutexes).
 _EV, _TT = ("event_mutex",), ("trace_types_lock",)
 _KP, _FT, _TEXT = ("kprobe_mutex",), ("ftrace_lock",), ("text_mutex",)
 #: An event's enable, filter and trigger: tracing_open_file_tr (every open), their

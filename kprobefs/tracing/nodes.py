@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import errno
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Collection, Protocol, runtime_checkable
 
-from kprobefs.machine.abi import Mutexes
 
 __all__ = [
     "TraceNode",
@@ -22,7 +22,26 @@ __all__ = [
     "MODE_WRITE",
     "MODE_READ",
     "MODE_WRITE_ONLY",
+    "Mutexes",
 ]
+
+
+@dataclass(frozen=True)
+class Mutexes:
+    """Which kernel mutexes a host-served node's operations hold, as 6.1's handlers of
+    that file take them: ``open`` on every open, ``trunc`` besides on an open with write
+    access and O_TRUNC (its clear action), ``read`` and ``write`` across each
+    read and write (a directory's ``write``: mkdir and rmdir).  The kernel work an
+    operation queues (a tracefs directory, a module's init) runs with them held, unless
+    ``work_unlocked`` (6.1 runs a module's init and exit without module_mutex).  A
+    node says what it takes as its ``mutexes`` attribute; the FUSE layer hands the
+    kernel their word (machine.abi.mutexes_word)."""
+
+    open: tuple[str, ...] = ()
+    trunc: tuple[str, ...] = ()
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    work_unlocked: bool = False
 
 MODE_DIR = 0o750
 MODE_WRITE = 0o640         # TRACE_MODE_WRITE
@@ -134,7 +153,7 @@ class _File:
                  trunc: Callable[[], None] | None = None,
                  produce_at_open: bool = False, mutexes: Mutexes | None = None):
         self.mode = mode
-        #: The kernel mutexes the file's operations hold (abi.Mutexes); None: none.
+        #: The kernel mutexes the file's operations hold (Mutexes); None: none.
         self.mutexes = mutexes
         self._read = read
         self._write = write

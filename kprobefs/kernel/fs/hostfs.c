@@ -29,7 +29,7 @@ struct hostfs_stats {
 } hostfs_stats;
 
 /* The kernel mutexes a host-served operation holds, named by the host at lookup
- * (kprobefs/machine/abi.py: Mutexes): one bit each, taken in this order (6.1's nesting)
+ * (machine/abi.py: mutexes_word): one bit each, taken in this order (6.1's nesting)
  * and let go in the reverse order, across the operation's hypercall and the kernel work
  * it queues, as 6.1's handlers hold them across the work the host does here.  A second
  * writer of an event's enable waits in mutex_lock() while the first one's write is
