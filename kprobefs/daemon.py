@@ -449,14 +449,14 @@ class Daemon:
         self.schedwatch.start()
 
     def _start_workload(self) -> None:
-        """Starts the background workload; the machine thread then pumps it."""
+        """Starts the background workload; the machine then drives it."""
         from .machine.workload import Workload
         try:
             self.workload = Workload(self.kernel, seed=self.seed, rate=self.workload_rate)
         except Exception:
             log.exception("the workload could not start")
             return
-        self.kernel.periodic.append(self.workload.pump)
+        self.workload.drive()
 
     def _reap(self) -> None:
         """Every REAP_INTERVAL, the tasks of exited host processes go, and the host is

@@ -3,8 +3,8 @@
 __all__ = [
     "SYSCALLS", "AT_FDCWD", "AT_REMOVEDIR", "O_RDONLY", "O_WRONLY", "O_RDWR", "O_CREAT",
     "O_EXCL", "O_TRUNC", "O_APPEND", "O_NONBLOCK", "O_DIRECTORY", "PR_SET_NAME",
-    "PR_GET_NAME", "AF_INET", "SOCK_STREAM", "HC", "IDLE_WAKE_TASK",
-    "IDLE_UPCALL", "TASK_INTERRUPTIBLE", "TASK_UNINTERRUPTIBLE", "NO_SYSCALL",
+    "PR_GET_NAME", "AF_INET", "SOCK_STREAM", "HC", "IDLE_WAKE_TASK", "IDLE_UPCALL",
+    "TASK_RUNNING", "TASK_INTERRUPTIBLE", "TASK_UNINTERRUPTIBLE", "NO_SYSCALL",
     "S_IFDIR", "S_IFREG", "S_IFLNK", "U64", "signed64", "KERNEL_MUTEXES", "mutexes_word",
 ]
 
@@ -34,7 +34,7 @@ O_NONBLOCK = 0o4000
 O_DIRECTORY = 0o200000
 PR_SET_NAME, PR_GET_NAME = 15, 16
 #: Task states a task sleeps in (include/sched.h).
-TASK_INTERRUPTIBLE, TASK_UNINTERRUPTIBLE = 0x1, 0x2
+TASK_RUNNING, TASK_INTERRUPTIBLE, TASK_UNINTERRUPTIBLE = 0x0, 0x1, 0x2
 #: orig_ax of a wake-up for a run of the host process, no system call (HOST_RUN in
 #: include/kernel.h; -1 means no call at all: user_mode_loop).
 NO_SYSCALL = -2

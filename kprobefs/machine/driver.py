@@ -57,7 +57,11 @@ class MachineDriver:
                     now = time.monotonic()
                     if now >= next_periodic:
                         next_periodic = now + 0.02
+                        self.background_due = 0.0
                         self._run_periodic()
+                    elif self.background_due and now >= self.background_due:
+                        self.background_due = 0.0
+                        self._run_duties(self.background)
             except MachineError as e:
                 self.watchdog.declare_stuck(str(e))
                 log.exception("the machine stopped")
@@ -65,10 +69,15 @@ class MachineDriver:
             if self.lock.waiting:
                 time.sleep(0.001)    # let the waiter in before the next slice
             elif not ran:
-                self._work.wait(0.02)
+                due = self.background_due
+                self._work.wait(0.02 if not due else min(0.02, max(0.0, due - now)))
 
     def _run_periodic(self) -> None:
-        for duty in self.periodic:
+        self._run_duties(self.periodic)
+
+    @staticmethod
+    def _run_duties(duties) -> None:
+        for duty in duties:
             try:
                 duty()
             except Exception:

@@ -268,6 +268,16 @@ class Kernel(MachineDriver, SystemCalls):
         #: Loaded requests someone waits for (no on_done): while there are any, a CPU's
         #: turn ends at each call of its tasks when another CPU waits (_end_turn).
         self._awaited: set = set()
+        #: Requests someone waits for, from their submission to their end, and when the
+        #: last of them ended (see SystemCalls.background_may_run).
+        self._foreground: set = set()
+        self._foreground_ended = 0.0
+        #: Background duties (the workload's pump): run with the periodic ones, and
+        #: FOREGROUND_QUIET after the last request someone waits for has ended
+        #: (background_due, the machine thread's).
+        self.background: list[Callable[[], None]] = []
+        self.background_due = 0.0
+        self._task_state_off = self.kabi["task.state"]
         self._task_pid_off = self.kabi["task.pid"]
         # init_task lives in the image's data, mapped for good: its pid's place, once.
         self._init_pid_at = self._sym("init_task") + self._task_pid_off

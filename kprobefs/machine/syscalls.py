@@ -25,6 +25,7 @@ __all__ = ["SystemCalls"]
 
 log = logging.getLogger("kprobefs.machine")
 _U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
 
 
 class SystemCalls:
@@ -45,6 +46,10 @@ class SystemCalls:
     #: (_may_go_on), while other tasks wait on its CPU and none ran; the next is queued,
     #: and the task sleeps in between, so that they run.
     MAX_TURN_CALLS = 64
+
+    #: Seconds background work waits after the last call somebody waited for has ended
+    #: (background_may_run): about ten times the gap between two reads of a `cat`.
+    FOREGROUND_QUIET = 0.001
 
     #: Window slots made before a freed one is taken again: the TLB is flushed (a CR3
     #: reload, which costs the requests after it some 20 µs of refills) once the free
@@ -76,7 +81,9 @@ class SystemCalls:
         if slot is None:
             return -11  # EAGAIN: the fork fails, as at RLIMIT_NPROC
         base = USER_WINDOW_BASE + slot * USER_WINDOW_SIZE
-        task = self.tasks[pid] = Task(pid=pid, window=base)
+        task = self.tasks[pid] = Task(pid=pid, window=base,
+                                      state_pa=self.mem.translate(task_struct
+                                                                  + self._task_state_off))
         # A spawn's child has its name from its fork on, as a host process forked by
         # its parent has (see SystemCalls.start_spawn): no rename follows.
         parent = self.tasks.get(ppid)
@@ -155,6 +162,12 @@ class SystemCalls:
 
     def _finish(self, req: SyscallRequest) -> None:
         self._awaited.discard(req)
+        if req in self._foreground:
+            self._foreground.discard(req)
+            self._foreground_ended = now = time.monotonic()
+            if not self._foreground and self.background:
+                self.background_due = now + self.FOREGROUND_QUIET
+                self._work.set()
         if req.on_done is not None:
             req.on_done(req)
         if self._machine_thread is None:
@@ -210,6 +223,8 @@ class SystemCalls:
             raise KernelStuck(f"the machine is stuck: {self.stuck}")
         req = SyscallRequest(task, nr, str(name), args, on_done=on_done,
                              child_comm=child_comm, child_autoreap=child_autoreap)
+        if on_done is None:
+            self._foreground.add(req)
         if self.in_emulation() and self._may_go_on():
             # From a hook (a call's on_done that issues the task's next call): taken
             # now, in order, so that a task whose call just ended goes on to this one
@@ -242,6 +257,33 @@ class SystemCalls:
             return True     # an idle CPU takes that work before the next CPU's turn
         return not self._awaited and in_row < self.MIN_TURN_CALLS
 
+    def background_may_run(self) -> bool:
+        """Whether background work (the workload's) may start a call now: the machine
+        is one host thread, and the time it spends on background work is time a mount
+        request waits.  Not while a call somebody waits for (a mount request's, a host
+        process's: one submitted without on_done) is on its way to a CPU or on one:
+        posted, queued behind its task's earlier calls, loaded with its task's wake-up
+        still queued, or its task TASK_RUNNING (one whose task sleeps in the kernel, a
+        read that waits for data, does not count); nor within FOREGROUND_QUIET of the
+        end of the last one, the gap in which its caller makes its next request (a
+        `cat` its next read)."""
+        if time.monotonic() - self._foreground_ended < self.FOREGROUND_QUIET:
+            return False
+        ram = self.mem.ram
+        wakeups = self._wakeups
+        for req in list(self._foreground):
+            task = req.task
+            if task.state == "dead" or req.result is not None or req.error is not None:
+                self._foreground.discard(req)   # ended on a path that did not finish it
+                continue
+            if task.active is not req or not task.state_pa:
+                return False
+            if _U32.unpack_from(ram, task.state_pa)[0] == abi.TASK_RUNNING:
+                return False
+            if wakeups and abi.IDLE_WAKE_TASK | (task.pid << 8) in wakeups:
+                return False
+        return True
+
     def run_user(self, task: Task, sleep_state: int = abi.TASK_INTERRUPTIBLE
                  ) -> SyscallRequest:
         """Mirror one run of task's host process: the task, asleep between system calls,
@@ -254,6 +296,7 @@ class SystemCalls:
         if self.stuck is not None:
             raise KernelStuck(f"the machine is stuck: {self.stuck}")
         req = SyscallRequest(task, abi.NO_SYSCALL, "user", (sleep_state,))
+        self._foreground.add(req)
         self._post(lambda: self._accept(req))
         return req
 

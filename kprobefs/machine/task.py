@@ -52,6 +52,8 @@ class Task:
     #: Whether only wake_cpu may take them (the host thread is pinned there); else
     #: another idle CPU does while wake_cpu is busy.
     wake_cpu_only: bool = False
+    #: Where its task_struct's __state is in guest RAM (0: not known).
+    state_pa: int = 0
 
 
 @dataclass(eq=False)

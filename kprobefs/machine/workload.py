@@ -28,6 +28,9 @@ RESULTS_KEPT = 10_000
 #: The most a workload's budget holds, in seconds of its rate: what came due between two
 #: pumps (the machine thread pumps every 20 ms), and a short burst after a busy spell.
 BURST_SECONDS = 0.1
+#: How long the workload waits at most while calls somebody waits for want the machine
+#: (Kernel.background_may_run) before one of its own calls starts all the same.
+STARVE_SECONDS = 0.1
 #: Names a worker's files take in /tmp, in turn: the files it keeps (three in ten) are
 #: written over when their name comes round again, so a workload that runs for weeks
 #: keeps at most this many files a worker.
@@ -69,8 +72,11 @@ class Workload:
     ``rate`` is the number of operations a second let through (0 stops the workload):
     :meth:`pump` adds what came due to a budget and starts the waiting workers, and a
     worker whose call returns goes on at once while budget is left, so the rate holds
-    however seldom the pump runs (up to what the machine can do).  :meth:`run` ignores
-    it and simply runs a number of operations.
+    however seldom the pump runs (up to what the machine can do).  It is background
+    work: its calls start only while Kernel.background_may_run (no mount request, no
+    host process's call wants the machine), but for one every STARVE_SECONDS; the
+    budget waits meanwhile (up to BURST_SECONDS of the rate).  :meth:`run` ignores all
+    this and simply runs a number of operations.
     """
 
     def __init__(self, kernel: Kernel, seed: int = 0, workers: int = 3, rate: float = 50.0):
@@ -83,7 +89,7 @@ class Workload:
         #: in order (a workload that runs for weeks keeps no more).
         self.results: list[tuple[str, str, int]] = []
         self._budget = 0.0
-        self._last = time.monotonic()
+        self._last = self._started = time.monotonic()
         self._unlimited = False
         self._budget_left: int | None = None
         self._listener_port = 8000 + self.rng.randrange(1000)
@@ -97,6 +103,7 @@ class Workload:
     def _submit(self, task: Task, call: tuple) -> None:
         if self._budget_left is not None:
             self._budget_left -= 1
+        self._started = time.monotonic()
         self.kernel.submit(task, *call, on_done=lambda req: self._done(task, call[0], req))
 
     def _done(self, task: Task, name: str, req: SyscallRequest) -> None:
@@ -113,7 +120,8 @@ class Workload:
             return
         if self._unlimited and (self._budget_left is None or self._budget_left > 0):
             self._submit(task, call)
-        elif not self._unlimited and self._budget >= 1:
+        elif (not self._unlimited and self._budget >= 1
+              and self.kernel.background_may_run()):
             self._budget -= 1
             self._submit(task, call)
         else:
@@ -145,15 +153,25 @@ class Workload:
                 self._unlimited = False
                 self._budget_left = None
 
+    def drive(self) -> None:
+        """From now on the machine pumps the workload, as background work: at each of
+        its periodic rounds, and as mount requests leave it time (Kernel.background)."""
+        self.kernel.periodic.append(self.pump)
+        self.kernel.background.append(self.pump)
+
     def pump(self) -> None:
         """Adds the operations the rate gave since the last call to the budget (which
         holds at most BURST_SECONDS of the rate, and at least one) and lets the waiting
-        workers through while it lasts.  Caller holds the kernel lock."""
+        workers through while it lasts, if background work may run now (else one, once
+        STARVE_SECONDS have passed without one).  Caller holds the kernel lock."""
         now = time.monotonic()
         burst = max(1.0, self.rate * BURST_SECONDS)
         self._budget = min(self._budget + (now - self._last) * self.rate, burst)
         self._last = now
-        self._budget -= self._release(int(self._budget))
+        limit = int(self._budget)
+        if limit and not self.kernel.background_may_run():
+            limit = 1 if now - self._started >= STARVE_SECONDS else 0
+        self._budget -= self._release(limit)
 
     # ---- what a worker does ----------------------------------------------------------
     def _worker(self, task: Task, index: int) -> Step:
