@@ -59,7 +59,8 @@ def test_no_workload_call_starts_while_a_request_wants_the_machine(machine):
 def test_a_request_loaded_and_running_holds_the_workload_back(machine):
     """Between its posting and its end the request wants the machine at every stage:
     queued behind its task's earlier call, loaded with its wake-up queued, running
-    (TASK_RUNNING) in the kernel; the workers' calls that end meanwhile do not go on."""
+    (TASK_RUNNING) in the kernel; the workers' calls that end meanwhile do not go on,
+    not even to queue the calls of a child a fork of theirs made."""
     k, w, started, now = machine
     task = k.spawn("cat")
     seen = []
@@ -69,17 +70,23 @@ def test_a_request_loaded_and_running_holds_the_workload_back(machine):
         seen.append(may_run())
         return seen[-1]
     k.background_may_run = looking
+    submitted = []
+    submit = k.submit
+    k.submit = lambda task, name, *args, **kw: (submitted.append(name),
+                                                submit(task, name, *args, **kw))[1]
     with k.lock:
         _settle(k)
         now[0] += 0.02
         w.pump()                                # the workers' calls are in flight
-        assert len(started) == 3
+        assert started == ["socket", "fork", "newfstatat"]
         seen.clear()
+        submitted.clear()
         first = k.submit(task, "getppid")
         second = k.submit(task, "getpid")      # queued behind the first
         _settle(k)
         assert first.done.is_set() and second.done.is_set()
     assert len(started) == 3 and seen and not any(seen)
+    assert submitted == ["getppid", "getpid"]
 
 
 def test_a_request_asleep_in_the_kernel_leaves_the_machine_to_the_workload(machine):

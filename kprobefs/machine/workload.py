@@ -97,7 +97,11 @@ class Workload:
             kernel.upcall("host_binary_create", program)
         self._tasks = [kernel.spawn(f"kworker-load{i}") for i in range(workers)]
         self._gens = {t.pid: self._worker(t, i) for i, t in enumerate(self._tasks)}
+        #: The call each waiting worker makes next; and the result a worker held back
+        #: as background work waits has yet to get (it then says what it does next:
+        #: the calls a fork's child makes are queued as it goes on).
         self._ready: dict[int, tuple] = {t.pid: next(self._gens[t.pid]) for t in self._tasks}
+        self._held: dict[int, int] = {}
 
     # ---- driving ---------------------------------------------------------------------
     def _submit(self, task: Task, call: tuple) -> None:
@@ -114,27 +118,41 @@ class Workload:
             self.results.append((task.comm, name, result))
         if result < 0:
             self.errors[name] = self.errors.get(name, 0) + 1
+        if not self._unlimited:
+            if self._budget >= 1 and self.kernel.background_may_run():
+                self._budget -= self._go_on(task, result)
+            else:
+                self._held[task.pid] = result
+            return
         try:
             call = self._gens[task.pid].send(result)
         except StopIteration:
             return
-        if self._unlimited and (self._budget_left is None or self._budget_left > 0):
-            self._submit(task, call)
-        elif (not self._unlimited and self._budget >= 1
-              and self.kernel.background_may_run()):
-            self._budget -= 1
+        if self._budget_left is None or self._budget_left > 0:
             self._submit(task, call)
         else:
             self._ready[task.pid] = call
 
+    def _go_on(self, task: Task, result: int) -> int:
+        """Gives a worker its call's result and submits the call it makes next; 0 if
+        it has none."""
+        try:
+            call = self._gens[task.pid].send(result)
+        except StopIteration:
+            return 0
+        self._submit(task, call)
+        return 1
+
     def _release(self, limit: float) -> int:
         n = 0
-        for pid in list(self._ready):
+        for task in self._tasks:
             if n >= limit:
                 break
-            task = next(t for t in self._tasks if t.pid == pid)
-            self._submit(task, self._ready.pop(pid))
-            n += 1
+            if task.pid in self._held:
+                n += self._go_on(task, self._held.pop(task.pid))
+            elif task.pid in self._ready:
+                self._submit(task, self._ready.pop(task.pid))
+                n += 1
         return n
 
     def run(self, ops: int, timeout: float = 60.0) -> None:
@@ -145,7 +163,7 @@ class Workload:
             self._unlimited = True
             self._budget_left = ops
             try:
-                self._release(min(len(self._ready), ops))
+                self._release(min(len(self._ready) + len(self._held), ops))
                 while self.kernel.run_slice():
                     if time.monotonic() > deadline:
                         raise TimeoutError("the workload did not make progress")
