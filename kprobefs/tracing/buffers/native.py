@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from ...errors import ImageError
 from ..events.fetch import (
@@ -38,10 +38,12 @@ from ..events.fetch import (
     StoreRaw, StoreString,
 )
 from ..triggers.filter import as_field_type
+from .batch import struct_columns
 from .raw_page import TYPE_DATA_MAX, TYPE_TIME_EXTEND
 from .ring_buffer import Chunk
 
-__all__ = ["NativeRecorder", "NativeProbe", "encode_programs", "encode_filter"]
+__all__ = ["NativeRecorder", "NativeProbe", "StagedColumns", "split_head", "encode_programs",
+           "encode_filter"]
 
 _ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
 
@@ -77,8 +79,6 @@ _RAW_LONG_HEAD = struct.Struct("<IIHBBi")        # type_len 0: a length word fol
 _RAW_EXTEND = struct.Struct("<II")
 _DELTA_MASK = (1 << 27) - 1
 _PADS = (b"", b"\0\0\0", b"\0\0", b"\0")         # by data length % 4
-#: (layout, argument codes, entry size) -> the struct of a whole entry (_rows)
-_ROWS: dict = {}
 
 
 def _signed(value: int) -> int:
@@ -234,6 +234,33 @@ def encode_filter(program: Sequence, at: int) -> bytes | None:
             return None
     preds.append((_TF_END, 0, 0, 0, 0, 0, 0))
     return _pack_array(_PRED, preds, at)
+
+
+def split_head(head: int) -> tuple[int, int, int]:
+    """(type, flags, pid) of a staged entry's context word: struct tn_entry's type,
+    flags, pad and pid read as one little-endian u64 (StagedColumns.heads)."""
+    pid = head >> 32
+    return head & 0xFFFF, head >> 16 & 0xFF, pid - (1 << 32) if pid >> 31 else pid
+
+
+class StagedColumns(NamedTuple):
+    """Staged entries of one layout read a field at a time (NativeRecorder._rows): one
+    list a field, in the entries' order."""
+
+    stamps: list
+    #: each entry's type, flags and pid as one number (equal for equal contexts):
+    #: ``split`` gives them back
+    heads: list
+    ips: list
+    #: a kretprobe's return addresses (``ips`` are then its function's), else None
+    ret_ips: list | None
+    #: one sequence an argument (batch.struct_columns)
+    args: list
+    #: type -> event, of every type the entries have
+    events: dict
+    #: each entry's bytes
+    size: int
+    split: Callable[[int], tuple[int, int, int]] = split_head
 
 
 @dataclass(eq=False)
@@ -471,19 +498,17 @@ class NativeRecorder:
             offset += size
         return out
 
-    def _rows(self, data: bytes, codes_of: Callable, types: dict) -> tuple | None:
-        """Staged entries as flat rows, for ``trace`` text made without record tuples
-        (output.TraceFormatter): (the rows, their timestamps, the events by type).  A
-        row is an entry's header (ts, size, length, type, flags, pid), then its probed
-        address (a kretprobe's function and return address) and its arguments unpacked
+    def _rows(self, data: bytes, codes_of: Callable, types: dict) -> StagedColumns | None:
+        """Staged entries read as columns, for ``trace`` text made without record tuples
+        (output.TraceFormatter): each entry's timestamp, context (:func:`split_head`),
+        probed address (a kretprobe's function and return address) and arguments read
         with ``codes_of(event)`` (struct codes; ``None``: the event's text is not
-        compiled); the rows come from one ``iter_unpack``, read once.  ``None`` unless
-        every entry is a kprobe's or every entry a kretprobe's, all of one size, of
-        events that unpack alike and are not gone (then the caller decodes the chunk).
-        ``types`` is the caller's, kept over the chunks of one read: type -> (event,
-        layout, its codes)."""
+        compiled).  ``None`` unless every entry is a kprobe's or every entry a
+        kretprobe's, all of one size, of events that unpack alike and are not gone
+        (then the caller decodes the entries).  ``types`` is the caller's, kept over the
+        chunks of one read: type -> (event, layout, its codes)."""
         if not data:
-            return (), [], {}
+            return StagedColumns([], [], [], None, [], {}, 8)
         _ts, size, length, type_, _flags, _pid = _ENTRY.unpack_from(data, 0)
         known = types.get(type_)
         if known is None:
@@ -493,8 +518,8 @@ class NativeRecorder:
         event, layout, codes = known
         if codes is None or size % 8 or len(data) % size:
             return None
-        fixed = (8 if layout == _KPROBE else 16) + struct.calcsize("<" + codes)
-        if fixed != length or _ENTRY_SIZE + length > size:
+        head = 8 if layout == _KPROBE else 16
+        if head + struct.calcsize("<" + codes) != length or _ENTRY_SIZE + length > size:
             return None
         # Every entry's size (a u32 at 8) and type (a u16 at 16), read in place: an
         # entry of another size would be read at its own offset with the wrong size,
@@ -513,13 +538,12 @@ class NativeRecorder:
             if known[1] != layout or known[2] != codes:
                 return None
             events[other] = known[0]
-        key = (layout, codes, size)
-        rows_layout = _ROWS.get(key)
-        if rows_layout is None:
-            rows_layout = _ROWS[key] = struct.Struct(
-                f"<QIIHBxi{'Q' if layout == _KPROBE else 'QQ'}{codes}"
-                f"{size - _ENTRY_SIZE - length}x")
-        return rows_layout.iter_unpack(data), view.cast("Q")[::size // 8].tolist(), events
+        words = view.cast("Q")
+        step = size // 8
+        return StagedColumns(
+            words[::step].tolist(), words[2::step].tolist(), words[3::step].tolist(),
+            None if layout == _KPROBE else words[4::step].tolist(),
+            struct_columns(data, _ENTRY_SIZE + head, size, codes), events, size)
 
     def _raw(self, data: bytes, last: int | None):
         """Staged entries as trace_pipe_raw events (raw_page.py's layout): the bytes,

@@ -9,10 +9,12 @@ hit path.
 from __future__ import annotations
 
 import struct
+from functools import partial
 from itertools import compress, groupby, repeat
-from operator import add, call, floordiv, getitem, is_, itemgetter, mod
+from operator import call, is_, itemgetter, mod
 from typing import Callable, Iterable, NamedTuple, Sequence
 
+from kprobefs.tracing.buffers.batch import line_values, struct_columns
 from kprobefs.tracing.buffers.ring_buffer import Chunk
 
 __all__ = [
@@ -295,11 +297,62 @@ class _Made(dict):
         return value
 
 
+class _LineHeads(dict):
+    """(cpu, pid, flags) -> the part of a line's format before the event text: the
+    context columns and the timestamp's conversions, made at the first lookup.  It
+    holds no reference to its formatter, nor do the format makers below: a read's
+    caches are freed with it, by reference counting (a cycle would leave every key
+    of them to the cyclic collector once the read is done)."""
+
+    __slots__ = ("_find_comm", "_options", "_stamp", "_flags")
+
+    def __init__(self, find_comm: Callable[[int], str], options: TraceOptions):
+        super().__init__()
+        self._find_comm = find_comm
+        self._options = options
+        self._stamp = " %5d.%06d: " if options.in_ns else " %12d: "
+        self._flags: dict[int, str] = {}
+
+    def __missing__(self, key: tuple) -> str:
+        cpu, pid, flags = key
+        if not self._options.context_info:
+            self[key] = ""
+            return ""
+        comm = self._find_comm(pid)
+        head = f"{comm:>16s}-{pid:<7d} [{cpu:03d}] "
+        if "%" in comm:
+            head = head.replace("%", "%%")
+        if self._options.irq_info:
+            text = self._flags.get(flags)
+            if text is None:
+                text = self._flags[flags] = flags_text(flags)
+            head += text
+        head = self[key] = head + self._stamp
+        return head
+
+
+def _line_format(texts: dict, heads: _LineHeads, key: tuple) -> str:
+    """The format of a compiled event's line (``key``: (cpu, pid, flags, event, ip,
+    return ip)): its ``%`` takes the timestamp's numbers, then the arguments."""
+    cpu, pid, flags, ev, ip, ret_ip = key
+    text = texts[id(ev)]
+    return heads[cpu, pid, flags] + text.fold((ret_ip, ip) if text.is_return else ip)
+
+
+def _staged_format(texts: dict, heads: _LineHeads, events: dict, pids: set, cpu: int,
+                   split: Callable[[int], tuple], key: tuple) -> str:
+    """The format of the line of a staged entry on ``cpu``: ``key`` is (its context
+    word, ip[, return ip]), the word split into (type, flags, pid) by ``split``, the
+    type's event in ``events``; the pid is added to ``pids``."""
+    type_, flags, pid = split(key[0])
+    pids.add(pid)
+    text = texts[id(events[type_])]
+    return heads[cpu, pid, flags] + text.fold((key[2], key[1]) if text.is_return else key[1])
+
+
 _TS = itemgetter(0)
 _PID = itemgetter(1)
 _EVENT = itemgetter(3)
-_ARGS = itemgetter(6)
-_LINE_KEY = slice(1, 6)                   # (pid, flags, event, ip, return ip)
 
 
 class KeptLines(NamedTuple):
@@ -351,62 +404,24 @@ def _overlap(old: list, new: list) -> int | None:
     return at
 
 
-_STAGED_LINES: dict = {}
-
-
-def _staged_lines_function(nargs: int, is_return: bool, context_info: bool,
-                           in_ns: bool) -> Callable:
-    """``lines(rows, formats, make, append)``: append the line of each of
-    NativeRecorder._rows' rows (``nargs`` arguments, a return probe's when
-    ``is_return``), its format looked up in ``formats`` by (type, pid, flags, ip[,
-    return ip]) and made by ``make(type, pid, flags, ip, return ip)`` when missing.
-    Generated once per shape, so that a row is unpacked into names and formatted with
-    one ``%`` and no call."""
-    shape = (nargs, is_return, context_info, in_ns)
-    fn = _STAGED_LINES.get(shape)
-    if fn is not None:
-        return fn
-    args = [f"a{i}" for i in range(nargs)]
-    ret = "ret_ip" if is_return else "0"
-    key = "(type_, pid, flags, ip, ret_ip)" if is_return else "(type_, pid, flags, ip)"
-    stamp, values = "", args
-    if context_info and in_ns:
-        stamp = "us = (ts + 500) // 1000"
-        values = ["us // 1000000", "us % 1000000"] + args
-    elif context_info:
-        values = ["ts"] + args
-    source = (
-        "def lines(rows, formats, make, append):\n"
-        "    get = formats.get\n"
-        f"    for ts, _size, _length, type_, flags, pid, ip, "
-        f"{'ret_ip, ' if is_return else ''}{''.join(a + ', ' for a in args)}in rows:\n"
-        f"        key = {key}\n"
-        "        fmt = get(key)\n"
-        "        if fmt is None:\n"
-        f"            fmt = formats[key] = make(type_, pid, flags, ip, {ret})\n"
-        f"        {stamp}\n"
-        f"        append(fmt % ({''.join(v + ', ' for v in values)}))\n")
-    namespace: dict = {}
-    exec(compile(source, f"<trace lines {shape}>", "exec"), namespace)
-    fn = _STAGED_LINES[shape] = namespace["lines"]
-    return fn
-
-
 class TraceFormatter:
     """Many records to ``trace`` lines at once, each line one ``%`` over a format made
     once per (cpu, pid, flags, event, address): the context columns and the event's
     compiled text (``compile(ev)``) folded in, the timestamp and the arguments left.
 
-    When every event compiles (numeric kprobe events) each step is a ``map`` over all
-    the records, so that Python runs only for a format not made yet: a line costs its
-    conversions and allocations (1.4 µs a line where the per-record loop took 1.7, on
-    this project's machine).  Other events take that loop, their text
-    ``general(record)``.
+    When every event compiles (numeric kprobe events) the records are read a field
+    at a time (batch.py: the arguments of events that unpack alike from their bytes
+    joined, at once) and each step is a ``map`` or ``zip`` over all of them, so that
+    Python runs only for a format not made yet.  Other events take a loop over the
+    records, their text ``general(record)``.
 
     Records the kernel recorded may come as chunks of staged bytes (RingBuffer.runs
-    with ``staged``): a chunk whose records unpack alike (``chunk.rows``) is formatted
-    from its rows without record tuples, by a loop generated for its shape; another is
-    decoded and formatted as records are.
+    with ``staged``): consecutive chunks whose entries are laid out alike
+    (``chunk.rows``) are read as columns from their bytes together, without record
+    tuples; another chunk is decoded and formatted as records are.
+
+    The formatter's caches hold no reference back to it, so a read's are freed as the
+    read ends (_LineHeads).
     """
 
     def __init__(self, find_comm: Callable[[int], str], options: TraceOptions,
@@ -415,9 +430,11 @@ class TraceFormatter:
         self._options = options
         self._compile = compile
         self._texts: dict = {}
-        self._formats = _Made(self._line_format)
-        self._staged_formats: dict = {}         # cpu -> (type, pid, flags, ip…) -> format
-        self._heads: dict = {}
+        self._heads = _LineHeads(find_comm, options)
+        self._formats = _Made(partial(_line_format, self._texts, self._heads))
+        self._staged_formats: dict = {}         # cpu -> (context, ip…) -> format
+        self._staged_events: dict = {}          # type -> event, of the staged entries
+        self._staged_pids: set = set()          # the pids of their lines
         self._types: dict = {}                  # chunk.rows' cache of the types seen
 
     def render(self, pairs: Sequence[tuple[int, tuple]],
@@ -489,22 +506,43 @@ class TraceFormatter:
                 stamps += map(_TS, records)
                 counts += repeat(1, len(records))
                 continue
-            for chunk in group:
-                got = None if chunk.rows is None else chunk.rows(
-                    chunk.data, lambda ev: self._codes_of(ev, general), self._types)
-                if got is None:
-                    records = chunk.decode(chunk.data)
-                    unpack = self._unpackers(records, general)
-                    keep = keep and unpack is not None
-                    lines += self._lines(repeat(cpu), records, general, unpack)
-                    stamps += map(_TS, records)
-                    counts.append(len(records))
-                else:
-                    rows, row_stamps, events = got
-                    self._staged_lines(cpu, rows, events, lines.append)
-                    stamps += row_stamps
-                    counts.append(len(row_stamps))
+            keep = self._chunk_lines(cpu, list(group), general, lines, stamps,
+                                     counts) and keep
         return lines, stamps, keep, counts
+
+    def _chunk_lines(self, cpu: int, chunks: list, general: Callable[[tuple], str],
+                     lines: list, stamps: list, counts: list) -> bool:
+        """Append the lines of consecutive chunks, their timestamps and each chunk's
+        count of lines; return whether every line is of a compiled event.  The chunks
+        are read as columns together when their entries are all laid out alike
+        (``chunk.rows``), else each on its own, or decoded."""
+        def codes_of(ev):
+            return self._codes_of(ev, general)
+        rows = chunks[0].rows
+        if len(chunks) > 1 and rows is not None \
+                and all(chunk.rows == rows for chunk in chunks):
+            got = rows(b"".join([chunk.data for chunk in chunks]), codes_of, self._types)
+            if got is not None:
+                self._staged_lines(cpu, got, lines.extend)
+                stamps += got.stamps
+                counts += [len(chunk.data) // got.size for chunk in chunks]
+                return True
+        keep = True
+        for chunk in chunks:
+            got = None if chunk.rows is None else chunk.rows(chunk.data, codes_of,
+                                                             self._types)
+            if got is None:
+                records = chunk.decode(chunk.data)
+                unpack = self._unpackers(records, general)
+                keep = keep and unpack is not None
+                lines += self._lines(repeat(cpu), records, general, unpack)
+                stamps += map(_TS, records)
+                counts.append(len(records))
+            else:
+                self._staged_lines(cpu, got, lines.extend)
+                stamps += got.stamps
+                counts.append(len(got.stamps))
+        return keep
 
     def _codes_of(self, ev, general: Callable[[tuple], str]) -> str | None:
         """The struct codes of ``ev``'s compiled text's arguments, ``None`` when its
@@ -515,26 +553,25 @@ class TraceFormatter:
             text = self._texts[key] = self._compile(ev) or general
         return text.codes if type(text) is CompiledText else None
 
-    def _staged_lines(self, cpu: int, rows: list, events: dict,
-                      append: Callable[[str], None]) -> None:
-        """Append the lines of NativeRecorder._rows' ``rows`` of ``events`` (by type;
-        each compiled, all unpacking alike)."""
-        if not events:
+    def _staged_lines(self, cpu: int, got, extend: Callable[[Iterable[str]], None]
+                      ) -> None:
+        """Extend with the lines of staged entries read as columns (NativeRecorder._rows'
+        StagedColumns: compiled events, all unpacking alike), each line's format
+        looked up by (context, ip[, return ip]) and made once per CPU."""
+        if not got.stamps:
             return
-        text = self._texts[id(next(iter(events.values())))]
-        nargs = len(text.codes)
-        options = self._options
-        lines = _staged_lines_function(nargs, text.is_return, options.context_info,
-                                       options.in_ns)
+        self._staged_events.update(got.events)
         formats = self._staged_formats.get(cpu)
         if formats is None:
-            formats = self._staged_formats[cpu] = {}
-        texts, head = self._texts, self._head
-
-        def make(type_: int, pid: int, flags: int, ip: int, ret_ip: int) -> str:
-            text = texts[id(events[type_])]
-            return head(cpu, pid, flags) + text.fold((ret_ip, ip) if text.is_return else ip)
-        lines(rows, formats, make, append)
+            formats = self._staged_formats[cpu] = _Made(partial(
+                _staged_format, self._texts, self._heads, self._staged_events,
+                self._staged_pids, cpu, got.split))
+        keys = zip(got.heads, got.ips) if got.ret_ips is None else \
+            zip(got.heads, got.ips, got.ret_ips)
+        options = self._options
+        extend(map(mod, map(formats.__getitem__, keys),
+                   line_values(got.stamps, got.args, None, options.context_info,
+                               options.in_ns)))
 
     def _kept_lines(self, cpu: int, records: list, general: Callable[[tuple], str],
                     kept: dict[int, KeptLines], key: object) -> tuple[list[str], list[int]]:
@@ -594,8 +631,7 @@ class TraceFormatter:
             # the pids of these lines only (a live trace sees ever new pids)
             pids = set(map(_PID, (item for item in records if type(item) is not Chunk))) \
                 if counts is not None else set(map(_PID, records))
-            for formats in self._staged_formats.values():
-                pids.update(map(_PID, formats))
+            pids.update(self._staged_pids)
             if counts is not None and done:
                 # the pids of the chunks' lines kept: not known line by line, those of
                 # the last call (a pid gone from them stays until no line is kept)
@@ -625,33 +661,26 @@ class TraceFormatter:
         unpack = unpack or self._unpackers(records, general)
         if unpack is None:
             return self._lines_one_by_one(cpus, records)
-        args = map(call, map(unpack.__getitem__, map(_EVENT, records)), map(_ARGS, records))
+        if not records:
+            return []
+        stamps, pids, flags, events, ips, ret_ips, args = zip(*records)
+        columns = rows = None
+        codes = {self._texts[id(ev)].codes for ev in unpack}
+        if len(codes) == 1:
+            # every event unpacks alike: the arguments of all at once
+            codes = codes.pop()
+            size = struct.calcsize("<" + codes)
+            if size and len(args[0]) == size and len(set(map(len, args))) == 1:
+                columns = struct_columns(b"".join(args), 0, size, codes)
+            elif not size:
+                columns = []
+        if columns is None:
+            rows = map(call, map(unpack.__getitem__, events), args)
         options = self._options
-        if options.context_info:
-            stamps = map(divmod, map(floordiv, map(add, map(_TS, records), repeat(500)),
-                                     repeat(1000)), repeat(_US_PER_S)) \
-                if options.in_ns else zip(map(_TS, records))
-            args = map(add, stamps, args)
-        keys = zip(cpus, map(getitem, records, repeat(_LINE_KEY)))
-        return list(map(mod, map(self._formats.__getitem__, keys), args))
-
-    def _line_format(self, key: tuple) -> str:
-        """The format of a compiled event's line (``(cpu, (pid, flags, event, ip, return
-        ip))``): its ``%`` takes the timestamp's numbers, then the arguments."""
-        cpu, (pid, flags, ev, ip, ret_ip) = key
-        text = self._texts[id(ev)]
-        return self._head(cpu, pid, flags) + text.fold(
-            (ret_ip, ip) if text.is_return else ip)
-
-    def _head(self, cpu: int, pid: int, flags: int) -> str:
-        """The part of a line's format before the event text: the context columns and
-        the timestamp's conversions, made once per (cpu, pid, flags)."""
-        head = self._heads.get((cpu, pid, flags))
-        if head is None:
-            head = "" if not self._options.context_info else (
-                self._context(cpu, pid, flags).replace("%", "%%") + self._stamp_format())
-            self._heads[(cpu, pid, flags)] = head
-        return head
+        keys = zip(cpus, pids, flags, events, ips, ret_ips)
+        return list(map(mod, map(self._formats.__getitem__, keys),
+                        line_values(stamps, columns, rows, options.context_info,
+                                    options.in_ns)))
 
     def _context(self, cpu: int, pid: int, flags: int) -> str:
         return f"{self._find_comm(pid):>16s}-{pid:<7d} [{cpu:03d}] " + (
