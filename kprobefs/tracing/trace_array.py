@@ -966,11 +966,11 @@ class TraceArray:
                                   lambda rec: formatter.render(((0, rec),), general), options)
 
     def _formatter(self, options: TraceOptions) -> TraceFormatter:
-        symbolize = self.symbols.symbolize
+        symbolize, token = self.symbols.symbolize, self.symbols.modules_token()
 
         def compile_text(ev):
             compile_ = getattr(ev, "compile_text", None)
-            return compile_(symbolize) if compile_ is not None else None
+            return compile_(symbolize, token) if compile_ is not None else None
         return TraceFormatter(self.comm_cache.find, options, compile_text)
 
     def trace_header(self, options: TraceOptions, cpu: int | None = None,

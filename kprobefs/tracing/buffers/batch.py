@@ -50,21 +50,23 @@ def struct_columns(data: bytes, offset: int, stride: int, codes: str) -> list[Se
 
 
 def line_values(stamps: Sequence[int], columns: Sequence[Sequence] | None,
-                rows: Iterable[tuple] | None, context_info: bool, in_ns: bool
+                rows: Iterable[tuple] | None, options, contexts: Iterable[str] | None
                 ) -> Iterator[tuple]:
-    """What each line's ``%`` takes, in the records' order: the timestamp's numbers
+    """What each line's ``%`` takes, in the records' order: with ``options.context_info``
+    the line's context columns (from ``contexts``) and the timestamp's numbers
     (seconds and microseconds, rounded as format_timestamp rounds them, or the raw
-    count; none without ``context_info``), then the record's arguments, from
-    ``columns`` (one sequence a field) or else ``rows`` (a tuple a record)."""
-    if not context_info:
+    count unless ``options.in_ns``), then the record's arguments, from ``columns``
+    (one sequence a field) or else ``rows`` (a tuple a record)."""
+    if not options.context_info:
         if rows is not None:
             return iter(rows)
         return zip(*columns) if columns else repeat((), len(stamps))
-    if in_ns:
+    if options.in_ns:
         usecs = list(map(floordiv, map(add, stamps, repeat(500)), repeat(1000)))
-        head = (map(floordiv, usecs, repeat(_US_PER_S)), map(mod, usecs, repeat(_US_PER_S)))
+        head = (contexts, map(floordiv, usecs, repeat(_US_PER_S)),
+                map(mod, usecs, repeat(_US_PER_S)))
     else:
-        head = (stamps,)
+        head = (contexts, stamps)
     if rows is not None:
         return map(add, zip(*head), rows)
     return zip(*head, *columns)

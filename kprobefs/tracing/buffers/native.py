@@ -248,6 +248,7 @@ class StagedColumns(NamedTuple):
     list a field, in the entries' order."""
 
     stamps: list
+    types: list
     #: each entry's type, flags and pid as one number (equal for equal contexts):
     #: ``split`` gives them back
     heads: list
@@ -508,7 +509,7 @@ class NativeRecorder:
         (then the caller decodes the entries).  ``types`` is the caller's, kept over the
         chunks of one read: type -> (event, layout, its codes)."""
         if not data:
-            return StagedColumns([], [], [], None, [], {}, 8)
+            return StagedColumns([], [], [], [], None, [], {}, 8)
         _ts, size, length, type_, _flags, _pid = _ENTRY.unpack_from(data, 0)
         known = types.get(type_)
         if known is None:
@@ -529,7 +530,8 @@ class NativeRecorder:
         if sizes.tobytes() != _U32.pack(size) * len(sizes):
             return None
         events = {type_: event}
-        for other in set(view.cast("H")[8::size // 2]) - {type_}:
+        column = view.cast("H")[8::size // 2].tolist()
+        for other in set(column) - {type_}:
             known = types.get(other)
             if known is None:
                 ev, lay = self._layout(other)
@@ -541,7 +543,7 @@ class NativeRecorder:
         words = view.cast("Q")
         step = size // 8
         return StagedColumns(
-            words[::step].tolist(), words[2::step].tolist(), words[3::step].tolist(),
+            words[::step].tolist(), column, words[2::step].tolist(), words[3::step].tolist(),
             None if layout == _KPROBE else words[4::step].tolist(),
             struct_columns(data, _ENTRY_SIZE + head, size, codes), events, size)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from functools import partial
 from itertools import compress, groupby, repeat
-from operator import call, is_, itemgetter, mod
+from operator import call, getitem, is_, itemgetter, mod
 from typing import Callable, Iterable, NamedTuple, Sequence
 
 from kprobefs.tracing.buffers.batch import line_values, struct_columns
@@ -217,6 +217,8 @@ class CommCache:
 # ------------------------------------------------------------------ formatting in bulk
 
 _UNSIGNED_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
+#: struct codes -> their unpack_from, shared by the compiled texts of every event
+_UNPACKERS: dict = {}
 _SIGNED_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
 
 
@@ -261,7 +263,9 @@ def compile_probe_text(name: str, is_return: bool, args: Sequence,
         texts.append(f" {arg.name}=".replace("%", "%%")
                      + ("0x%x" if ftype.name[0] == "x" else "%d"))
     codes = "".join(codes)
-    unpack = struct.Struct("<" + codes).unpack_from
+    unpack = _UNPACKERS.get(codes)
+    if unpack is None:
+        unpack = _UNPACKERS[codes] = struct.Struct("<" + codes).unpack_from
     name = name.replace("%", "%%")
     tail = "".join(texts) + "\n"
     folded: dict = {}
@@ -297,62 +301,65 @@ class _Made(dict):
         return value
 
 
-class _LineHeads(dict):
-    """(cpu, pid, flags) -> the part of a line's format before the event text: the
-    context columns and the timestamp's conversions, made at the first lookup.  It
-    holds no reference to its formatter, nor do the format makers below: a read's
-    caches are freed with it, by reference counting (a cycle would leave every key
-    of them to the cyclic collector once the read is done)."""
+class _Contexts(dict):
+    """(cpu, pid, flags) -> a line's context columns (``comm-pid [cpu] flags``), made at
+    the first lookup; a line's ``%`` takes them as its first value (``%s``), so that
+    the formats are made per event and address only.  It holds no reference to its
+    formatter, nor do the format makers below: a read's caches are freed with it, by
+    reference counting (a cycle would leave every key of them to the cyclic collector
+    once the read is done)."""
 
-    __slots__ = ("_find_comm", "_options", "_stamp", "_flags")
+    __slots__ = ("_find_comm", "_irq_info", "_flags")
 
-    def __init__(self, find_comm: Callable[[int], str], options: TraceOptions):
+    def __init__(self, find_comm: Callable[[int], str], irq_info: bool):
         super().__init__()
         self._find_comm = find_comm
-        self._options = options
-        self._stamp = " %5d.%06d: " if options.in_ns else " %12d: "
+        self._irq_info = irq_info
         self._flags: dict[int, str] = {}
 
     def __missing__(self, key: tuple) -> str:
         cpu, pid, flags = key
-        if not self._options.context_info:
-            self[key] = ""
-            return ""
-        comm = self._find_comm(pid)
-        head = f"{comm:>16s}-{pid:<7d} [{cpu:03d}] "
-        if "%" in comm:
-            head = head.replace("%", "%%")
-        if self._options.irq_info:
+        context = f"{self._find_comm(pid):>16s}-{pid:<7d} [{cpu:03d}] "
+        if self._irq_info:
             text = self._flags.get(flags)
             if text is None:
                 text = self._flags[flags] = flags_text(flags)
-            head += text
-        head = self[key] = head + self._stamp
-        return head
+            context += text
+        self[key] = context
+        return context
 
 
-def _line_format(texts: dict, heads: _LineHeads, key: tuple) -> str:
-    """The format of a compiled event's line (``key``: (cpu, pid, flags, event, ip,
-    return ip)): its ``%`` takes the timestamp's numbers, then the arguments."""
-    cpu, pid, flags, ev, ip, ret_ip = key
+def _line_format(texts: dict, head: str, key: tuple) -> str:
+    """The format of a compiled event's line (``key``: (event, ip, return ip)): ``head``
+    (the context's ``%s`` and the timestamp's conversions, or nothing), then the
+    event's text, whose conversions take the arguments."""
+    ev, ip, ret_ip = key
     text = texts[id(ev)]
-    return heads[cpu, pid, flags] + text.fold((ret_ip, ip) if text.is_return else ip)
+    return head + text.fold((ret_ip, ip) if text.is_return else ip)
 
 
-def _staged_format(texts: dict, heads: _LineHeads, events: dict, pids: set, cpu: int,
-                   split: Callable[[int], tuple], key: tuple) -> str:
-    """The format of the line of a staged entry on ``cpu``: ``key`` is (its context
-    word, ip[, return ip]), the word split into (type, flags, pid) by ``split``, the
-    type's event in ``events``; the pid is added to ``pids``."""
-    type_, flags, pid = split(key[0])
+def _staged_format(texts: dict, events: dict, head: str, key: tuple) -> str:
+    """_line_format of a staged entry's line: ``key`` is (its type, ip[, return ip]),
+    the type's event in ``events``."""
+    text = texts[id(events[key[0]])]
+    return head + text.fold((key[2], key[1]) if text.is_return else key[1])
+
+
+def _staged_context(contexts: _Contexts, pids: set, cpu: int,
+                    split: Callable[[int], tuple], word: int) -> str:
+    """The context columns of a staged entry on ``cpu`` by its context word (split into
+    (type, flags, pid) by ``split``); its pid is added to ``pids``."""
+    _type, flags, pid = split(word)
     pids.add(pid)
-    text = texts[id(events[type_])]
-    return heads[cpu, pid, flags] + text.fold((key[2], key[1]) if text.is_return else key[1])
+    return contexts[cpu, pid, flags]
 
 
 _TS = itemgetter(0)
 _PID = itemgetter(1)
+_FLAGS = itemgetter(2)
 _EVENT = itemgetter(3)
+_ARGS = itemgetter(6)
+_LINE_KEY = slice(3, 6)                   # (event, ip, return ip): a line's format
 
 
 class KeptLines(NamedTuple):
@@ -430,10 +437,14 @@ class TraceFormatter:
         self._options = options
         self._compile = compile
         self._texts: dict = {}
-        self._heads = _LineHeads(find_comm, options)
-        self._formats = _Made(partial(_line_format, self._texts, self._heads))
-        self._staged_formats: dict = {}         # cpu -> (context, ip…) -> format
+        self._contexts = _Contexts(find_comm, options.irq_info)
+        #: what a compiled line's format has before the event's text
+        self._line_head = ("%s" + self._stamp_format()) if options.context_info else ""
+        self._formats = _Made(partial(_line_format, self._texts, self._line_head))
         self._staged_events: dict = {}          # type -> event, of the staged entries
+        self._staged_formats = _Made(partial(_staged_format, self._texts,
+                                             self._staged_events, self._line_head))
+        self._staged_contexts: dict = {}        # cpu -> context word -> its columns
         self._staged_pids: set = set()          # the pids of their lines
         self._types: dict = {}                  # chunk.rows' cache of the types seen
 
@@ -556,22 +567,28 @@ class TraceFormatter:
     def _staged_lines(self, cpu: int, got, extend: Callable[[Iterable[str]], None]
                       ) -> None:
         """Extend with the lines of staged entries read as columns (NativeRecorder._rows'
-        StagedColumns: compiled events, all unpacking alike), each line's format
-        looked up by (context, ip[, return ip]) and made once per CPU."""
+        StagedColumns: compiled events, all unpacking alike): each line's format
+        looked up by (type, ip[, return ip]), its context by the entry's context word."""
         if not got.stamps:
             return
         self._staged_events.update(got.events)
-        formats = self._staged_formats.get(cpu)
-        if formats is None:
-            formats = self._staged_formats[cpu] = _Made(partial(
-                _staged_format, self._texts, self._heads, self._staged_events,
-                self._staged_pids, cpu, got.split))
-        keys = zip(got.heads, got.ips) if got.ret_ips is None else \
-            zip(got.heads, got.ips, got.ret_ips)
+        formats = self._staged_formats
+        if len(got.events) == 1 and got.ret_ips is None \
+                and got.ips.count(got.ips[0]) == len(got.ips):
+            fmts = repeat(formats[got.types[0], got.ips[0]], len(got.ips))
+        elif got.ret_ips is None:
+            fmts = map(formats.__getitem__, zip(got.types, got.ips))
+        else:
+            fmts = map(formats.__getitem__, zip(got.types, got.ips, got.ret_ips))
         options = self._options
-        extend(map(mod, map(formats.__getitem__, keys),
-                   line_values(got.stamps, got.args, None, options.context_info,
-                               options.in_ns)))
+        contexts = None
+        if options.context_info:
+            made = self._staged_contexts.get(cpu)
+            if made is None:
+                made = self._staged_contexts[cpu] = _Made(partial(
+                    _staged_context, self._contexts, self._staged_pids, cpu, got.split))
+            contexts = map(made.__getitem__, got.heads)
+        extend(map(mod, fmts, line_values(got.stamps, got.args, None, options, contexts)))
 
     def _kept_lines(self, cpu: int, records: list, general: Callable[[tuple], str],
                     kept: dict[int, KeptLines], key: object) -> tuple[list[str], list[int]]:
@@ -645,7 +662,8 @@ class TraceFormatter:
         compiled text (numeric kprobe events: eq=False dataclasses, so hashable);
         ``None`` otherwise."""
         # id -> event, each event once (other events need not be hashable)
-        events = dict(zip(map(id, map(_EVENT, records)), map(_EVENT, records)))
+        events = list(map(_EVENT, records))
+        events = dict(zip(map(id, events), events))
         texts = self._texts
         for key, ev in events.items():
             if key not in texts:
@@ -663,7 +681,10 @@ class TraceFormatter:
             return self._lines_one_by_one(cpus, records)
         if not records:
             return []
-        stamps, pids, flags, events, ips, ret_ips, args = zip(*records)
+        # a field at a time, each a C loop over the records (zip(*records) makes an
+        # iterator a record, dearer than these together)
+        stamps = list(map(_TS, records))
+        args = list(map(_ARGS, records))
         columns = rows = None
         codes = {self._texts[id(ev)].codes for ev in unpack}
         if len(codes) == 1:
@@ -675,12 +696,13 @@ class TraceFormatter:
             elif not size:
                 columns = []
         if columns is None:
-            rows = map(call, map(unpack.__getitem__, events), args)
+            rows = map(call, map(unpack.__getitem__, map(_EVENT, records)), args)
         options = self._options
-        keys = zip(cpus, pids, flags, events, ips, ret_ips)
-        return list(map(mod, map(self._formats.__getitem__, keys),
-                        line_values(stamps, columns, rows, options.context_info,
-                                    options.in_ns)))
+        contexts = map(self._contexts.__getitem__, zip(cpus, map(_PID, records),
+                                                       map(_FLAGS, records))) \
+            if options.context_info else None
+        formats = map(self._formats.__getitem__, map(getitem, records, repeat(_LINE_KEY)))
+        return list(map(mod, formats, line_values(stamps, columns, rows, options, contexts)))
 
     def _context(self, cpu: int, pid: int, flags: int) -> str:
         return f"{self._find_comm(pid):>16s}-{pid:<7d} [{cpu:03d}] " + (

@@ -158,6 +158,7 @@ class DynamicEvents:
             self._events_by_id[event.id & 0xFFFF] = event
             self.probes.append(tp)
             self.dynamic.append(tp)
+            self._compile_text(tp)
             return tp
 
     def _check_room(self) -> None:
@@ -182,7 +183,16 @@ class DynamicEvents:
         event.probes.append(tp)
         self.probes.append(tp)
         self.dynamic.append(tp)
+        self._compile_text(tp)
         return tp
+
+    def _compile_text(self, tp: TraceProbe) -> None:
+        """Make the event's text for ``trace`` now, with the name of the probe's address
+        (TraceEvent.compile_text), as Linux sets an event's print format when the
+        probe is created: a read of ``trace`` then formats only."""
+        text = tp.event.compile_text(self.symbols.symbolize, self.symbols.modules_token())
+        if text is not None and not tp.spec.is_return:
+            text.fold(tp.address)
 
     def _registration_error(self, exc: OSError, words: list[str]) -> OSError:
         err = exc.errno or errno.EINVAL

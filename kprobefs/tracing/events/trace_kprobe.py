@@ -230,6 +230,8 @@ class TraceEvent:
     #: what the hit path records into, or runs the triggers of.
     on: tuple = ()
     dir_handle: Any = None
+    #: (primary spec, symbolize, modules token, compile_text's answer) last made
+    _text: tuple | None = field(default=None, repr=False)
 
     @property
     def primary(self) -> ProbeSpec:
@@ -253,13 +255,23 @@ class TraceEvent:
             head += _QWORD.pack(ret_ip)
         return head + args
 
-    def compile_text(self, symbolize) -> Callable[[tuple], str] | None:
+    def compile_text(self, symbolize, token: object = None) -> Callable[[tuple], str] | None:
         """The event text as one compiled format (output.compile_probe_text), or
-        ``None`` when an argument needs :meth:`render`."""
+        ``None`` when an argument needs :meth:`render`.  Made once for the primary
+        probe and the symbols (``symbolize``, and ``token``: KernelSymbols.modules_token,
+        what the names of addresses depend on) and kept, with the names of the
+        addresses it printed: as Linux sets an event's print format when the event is
+        created (Tracer.create makes it then), not when ``trace`` is read."""
         if not self.probes:
             return None
         spec = self.primary
-        return compile_probe_text(self.name, spec.is_return, spec.args, symbolize)
+        kept = self._text
+        if kept is not None and kept[0] is spec and kept[1] == symbolize \
+                and (kept[2] is token or kept[2] == token):
+            return kept[3]
+        text = compile_probe_text(self.name, spec.is_return, spec.args, symbolize)
+        self._text = (spec, symbolize, token, text)
+        return text
 
     def render(self, record: tuple, tracer, options: TraceOptions) -> str:
         """Return the event text of a probe record (after the context columns)."""
