@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+from kprobefs.tracing.buffers import output
+from kprobefs.tracing.buffers.batch import struct_columns
 from kprobefs.tracing.buffers.output import TraceOptions, format_context
 from tracer_fakes import VFS_READ, echo, make_tracer, node
 
@@ -102,3 +104,47 @@ def test_each_cpus_records_merged_by_time_as_the_pairs_are(numeric, filled, opti
         top = t.tracer.top
         runs = top.buffer.runs()
         assert top.render_runs(runs, options) == top.render(top.buffer.snapshot(), options)
+
+
+@pytest.fixture
+def alike():
+    """Events whose arguments unpack alike (the arguments of all records read at once,
+    batch.struct_columns): aligned to their sizes, not aligned, and no argument."""
+    t = make_tracer(nr_cpus=2)
+    echo(t.root, "kprobe_events",
+         "p:wa vfs_read a=%di:x64 b=%si:s64 c=%di:u64\n"
+         "p:wb vfs_read x=%si:x64 y=%di:s64 z=%si:u64\n"
+         "p:ua vfs_read+1 a=%di:u8 b=%si:s64 c=%di:x16\n"
+         "p:ub vfs_read+1 d=%si:u8 e=%di:s64 f=%si:x16\n"
+         "p:none vfs_read+2\n"
+         "r:rets vfs_read rv=$retval:s32 x=%si:x32\n")
+    return t
+
+
+@pytest.mark.parametrize("events", [("wa", "wb"), ("ua", "ub"), ("none",), ("rets",),
+                                    ("wa", "ua")])
+@pytest.mark.parametrize("options", [
+    TraceOptions(), TraceOptions(irq_info=False), TraceOptions(context_info=False),
+    TraceOptions(in_ns=False)])
+def test_events_that_unpack_alike_match_the_per_record_path(alike, events, options,
+                                                            monkeypatch):
+    read_at_once = []
+    monkeypatch.setattr(output, "struct_columns", lambda *args: read_at_once.append(
+        args) or struct_columns(*args))
+    for name in events:
+        echo(alike.root, f"events/kprobes/{name}/enable", "1")
+    for i, v in enumerate(VALUES):
+        alike.kernel.run_as(100 + i % 3, f"t%{i % 3}", cpu=i % 2)
+        for at in (VFS_READ, VFS_READ + 1, VFS_READ + 2):
+            alike.engine.hit(at, di=v, si=VALUES[-1 - i])
+        alike.engine.ret(VFS_READ, VFS_READ + 0x40 + i, ax=v, si=v)
+        alike.clock.advance(1_000 * (i + 1))
+    top = alike.tracer.top
+    pairs = top.buffer.snapshot()
+    assert {rec[3].name for _cpu, rec in pairs} == set(events)
+    text = per_record(alike, pairs, options)
+    assert top.render(pairs, options) == text
+    assert top.render_runs(top.buffer.runs(), options, top.buffer) == text
+    assert top.render_runs(top.buffer.runs(), options, top.buffer) == text
+    # the arguments of records of events that unpack alike were read at once
+    assert bool(read_at_once) == (events in (("wa", "wb"), ("ua", "ub"), ("rets",)))
