@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from itertools import repeat
+from operator import and_, rshift
 from typing import Callable, NamedTuple, Sequence
 
 from ...errors import ImageError
@@ -42,7 +44,7 @@ from .batch import struct_columns
 from .raw_page import TYPE_DATA_MAX, TYPE_TIME_EXTEND
 from .ring_buffer import Chunk
 
-__all__ = ["NativeRecorder", "NativeProbe", "StagedColumns", "split_head", "encode_programs",
+__all__ = ["NativeRecorder", "NativeProbe", "StagedColumns", "split_heads", "encode_programs",
            "encode_filter"]
 
 _ARG_REGS = ("di", "si", "dx", "cx", "r8", "r9")
@@ -236,11 +238,14 @@ def encode_filter(program: Sequence, at: int) -> bytes | None:
     return _pack_array(_PRED, preds, at)
 
 
-def split_head(head: int) -> tuple[int, int, int]:
-    """(type, flags, pid) of a staged entry's context word: struct tn_entry's type,
+def split_heads(heads: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(the flags, the pids) of staged entries' context words: struct tn_entry's type,
     flags, pad and pid read as one little-endian u64 (StagedColumns.heads)."""
-    pid = head >> 32
-    return head & 0xFFFF, head >> 16 & 0xFF, pid - (1 << 32) if pid >> 31 else pid
+    flags = list(map(and_, map(rshift, heads, repeat(16)), repeat(0xFF)))
+    pids = list(map(rshift, heads, repeat(32)))
+    if pids and max(pids) >> 31:
+        pids = [pid - (1 << 32) if pid >> 31 else pid for pid in pids]
+    return flags, pids
 
 
 class StagedColumns(NamedTuple):
@@ -250,7 +255,7 @@ class StagedColumns(NamedTuple):
     stamps: list
     types: list
     #: each entry's type, flags and pid as one number (equal for equal contexts):
-    #: ``split`` gives them back
+    #: ``split`` gives the flags and pids of a list of them
     heads: list
     ips: list
     #: a kretprobe's return addresses (``ips`` are then its function's), else None
@@ -261,7 +266,7 @@ class StagedColumns(NamedTuple):
     events: dict
     #: each entry's bytes
     size: int
-    split: Callable[[int], tuple[int, int, int]] = split_head
+    split: Callable[[Sequence[int]], tuple[list, list]] = split_heads
 
 
 @dataclass(eq=False)
@@ -501,7 +506,7 @@ class NativeRecorder:
 
     def _rows(self, data: bytes, codes_of: Callable, types: dict) -> StagedColumns | None:
         """Staged entries read as columns, for ``trace`` text made without record tuples
-        (output.TraceFormatter): each entry's timestamp, context (:func:`split_head`),
+        (output.TraceFormatter): each entry's timestamp, context (:func:`split_heads`),
         probed address (a kretprobe's function and return address) and arguments read
         with ``codes_of(event)`` (struct codes; ``None``: the event's text is not
         compiled).  ``None`` unless every entry is a kprobe's or every entry a

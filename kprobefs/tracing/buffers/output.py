@@ -303,30 +303,32 @@ class _Made(dict):
 
 class _Contexts(dict):
     """(cpu, pid, flags) -> a line's context columns (``comm-pid [cpu] flags``), made at
-    the first lookup; a line's ``%`` takes them as its first value (``%s``), so that
-    the formats are made per event and address only.  It holds no reference to its
-    formatter, nor do the format makers below: a read's caches are freed with it, by
-    reference counting (a cycle would leave every key of them to the cyclic collector
-    once the read is done)."""
+    the first lookup or for many keys at once (:meth:`make`); a line's ``%`` takes
+    them as its first value (``%s``), so that the formats are made per event and
+    address only.  It holds no reference to its formatter, nor do the format makers
+    below: a read's caches are freed with it, by reference counting (a cycle would
+    leave every key of them to the cyclic collector once the read is done)."""
 
-    __slots__ = ("_find_comm", "_irq_info", "_flags")
+    __slots__ = ("_find_comm", "_format", "_flags")
 
     def __init__(self, find_comm: Callable[[int], str], irq_info: bool):
         super().__init__()
         self._find_comm = find_comm
-        self._irq_info = irq_info
-        self._flags: dict[int, str] = {}
+        # as format_context's columns (its f-string's conversions, in % terms)
+        self._format = "%16s-%-7d [%03d] %s" if irq_info else "%16s-%-7d [%03d] %.0s"
+        self._flags = _Made(flags_text)
 
     def __missing__(self, key: tuple) -> str:
-        cpu, pid, flags = key
-        context = f"{self._find_comm(pid):>16s}-{pid:<7d} [{cpu:03d}] "
-        if self._irq_info:
-            text = self._flags.get(flags)
-            if text is None:
-                text = self._flags[flags] = flags_text(flags)
-            context += text
-        self[key] = context
-        return context
+        self.make((key,))
+        return self[key]
+
+    def make(self, keys: Iterable[tuple]) -> None:
+        """Make the columns of each of ``keys`` not made yet."""
+        new = [key for key in set(keys) if key not in self]
+        if new:
+            cpus, pids, flags = zip(*new)
+            self.update(zip(new, map(mod, repeat(self._format), zip(
+                map(self._find_comm, pids), pids, cpus, map(self._flags.__getitem__, flags)))))
 
 
 def _line_format(texts: dict, head: str, key: tuple) -> str:
@@ -343,15 +345,6 @@ def _staged_format(texts: dict, events: dict, head: str, key: tuple) -> str:
     the type's event in ``events``."""
     text = texts[id(events[key[0]])]
     return head + text.fold((key[2], key[1]) if text.is_return else key[1])
-
-
-def _staged_context(contexts: _Contexts, pids: set, cpu: int,
-                    split: Callable[[int], tuple], word: int) -> str:
-    """The context columns of a staged entry on ``cpu`` by its context word (split into
-    (type, flags, pid) by ``split``); its pid is added to ``pids``."""
-    _type, flags, pid = split(word)
-    pids.add(pid)
-    return contexts[cpu, pid, flags]
 
 
 _TS = itemgetter(0)
@@ -583,10 +576,14 @@ class TraceFormatter:
         options = self._options
         contexts = None
         if options.context_info:
-            made = self._staged_contexts.get(cpu)
-            if made is None:
-                made = self._staged_contexts[cpu] = _Made(partial(
-                    _staged_context, self._contexts, self._staged_pids, cpu, got.split))
+            made = self._staged_contexts.setdefault(cpu, {})
+            new = list(set(got.heads).difference(made))
+            if new:
+                flags, pids = got.split(new)
+                keys = list(zip(repeat(cpu), pids, flags))
+                self._contexts.make(keys)
+                made.update(zip(new, map(self._contexts.__getitem__, keys)))
+                self._staged_pids.update(pids)
             contexts = map(made.__getitem__, got.heads)
         extend(map(mod, fmts, line_values(got.stamps, got.args, None, options, contexts)))
 
