@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import struct
 import sys
-from itertools import repeat
+from bisect import bisect_left, bisect_right
+from itertools import chain, repeat
 from operator import add, floordiv, mod
 from typing import Iterable, Iterator, Sequence
 
-__all__ = ["struct_columns", "line_values"]
+__all__ = ["struct_columns", "line_values", "merge_lines"]
 
 _US_PER_S = 1_000_000
 _LITTLE = sys.byteorder == "little"
@@ -70,3 +71,41 @@ def line_values(stamps: Sequence[int], columns: Sequence[Sequence] | None,
     if rows is not None:
         return map(add, zip(*head), rows)
     return zip(*head, *columns)
+
+
+def merge_lines(lines: Sequence[list[str]], stamps: Sequence[Sequence[int]]) -> str:
+    """The lines of several runs (``lines[r]``, in time order, ``stamps[r]`` their
+    timestamps) joined in timestamp order, a tie going to the earlier run: the
+    order a stable sort of all of them by timestamp gives.  Taken a stretch of one run
+    at a time (where the next run's line falls, by bisection) while the stretches are
+    long, as CPUs' records mostly are (a task runs a while on one CPU); the rest, when
+    they turn out short, by that sort."""
+    parts: list = []
+    at = [0] * len(lines)
+    live = [r for r in range(len(lines)) if lines[r]]
+    steps = sum(map(len, lines)) >> 8
+    while len(live) > 1 and steps > 0:
+        steps -= 1
+        _stamp, r = min([(stamps[i][at[i]], i) for i in live])
+        mine, start = stamps[r], at[r]
+        end = len(mine)
+        for other in live:
+            if other != r:
+                head = stamps[other][at[other]]
+                # the other run's next line comes after this run's of its time when
+                # it is a later run, before them when an earlier one
+                end = min(end, bisect_right(mine, head, start) if other > r
+                          else bisect_left(mine, head, start))
+        parts.append(lines[r][start:end])
+        at[r] = end
+        if end == len(mine):
+            live.remove(r)
+    rest = [lines[r][at[r]:] for r in live]
+    if len(rest) == 1:
+        parts += rest
+    elif rest:
+        rest_lines = list(chain.from_iterable(rest))
+        rest_stamps = list(chain.from_iterable(stamps[r][at[r]:] for r in live))
+        parts.append(map(rest_lines.__getitem__, sorted(range(len(rest_stamps)),
+                                                        key=rest_stamps.__getitem__)))
+    return "".join(chain.from_iterable(parts))

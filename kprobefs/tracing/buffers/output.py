@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import struct
 from functools import partial
-from itertools import compress, groupby, repeat
+from itertools import chain, compress, groupby, repeat
 from operator import call, getitem, is_, itemgetter, mod
 from typing import Callable, Iterable, NamedTuple, Sequence
 
-from kprobefs.tracing.buffers.batch import line_values, struct_columns
+from kprobefs.tracing.buffers.batch import line_values, merge_lines, struct_columns
 from kprobefs.tracing.buffers.ring_buffer import Chunk
 
 __all__ = [
@@ -459,8 +459,8 @@ class TraceFormatter:
         and each pid's comm is still the one printed; when that is every line of the
         same CPUs (the same records: none gone, none new), the text is the last call's
         (``kept.whole``): a stopped buffer read again is neither formatted nor merged."""
-        lines: list[str] = []
-        stamps: list[int] = []
+        lines: list[list[str]] = []
+        stamps: list[list[int]] = []
         merge = len(runs) > 1
         whole = kept is not None
         for cpu, records in runs:
@@ -471,17 +471,12 @@ class TraceFormatter:
                 made, made_stamps = self._kept_lines(cpu, records, general, kept, key)
                 entry = kept.get(cpu)
                 whole = whole and entry is not None and entry.reused == len(made)
-            lines += made
-            if merge:
-                stamps += made_stamps
+            lines.append(made)
+            stamps.append(made_stamps)
         cpus = tuple(cpu for cpu, _records in runs)
         if whole and kept.whole is not None and kept.whole[0] == cpus:
             return kept.whole[1]
-        if not merge:
-            text = "".join(lines)
-        else:
-            text = "".join(map(lines.__getitem__, sorted(range(len(stamps)),
-                                                         key=stamps.__getitem__)))
+        text = merge_lines(lines, stamps) if merge else "".join(chain.from_iterable(lines))
         if kept is not None:
             kept.whole = (cpus, text)
         return text

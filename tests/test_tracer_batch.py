@@ -1,0 +1,48 @@
+"""Records read as columns and lines merged by time (tracing/buffers/batch.py), against
+the plain ways: struct.iter_unpack record by record, a stable sort of every line."""
+
+import random
+import struct
+
+import pytest
+
+from kprobefs.tracing.buffers.batch import merge_lines, struct_columns
+
+
+@pytest.mark.parametrize("offset, codes, pad", [
+    (32, "QQQQ", 0), (32, "Qi", 4), (40, "bQhI", 1), (24, "BHIQ", 1), (0, "q", 0),
+    (8, "hh", 4), (24, "", 8)])
+def test_columns_are_the_fields_of_each_record(offset, codes, pad):
+    rng = random.Random(codes)
+    record = struct.Struct(f"<{offset}x{codes}{pad}x")
+    fields = struct.Struct("<" + codes)
+    rows = [fields.unpack(rng.randbytes(fields.size)) for _ in range(50)]
+    data = b"".join(record.pack(*row) for row in rows)
+    columns = struct_columns(data, offset, record.size, codes)
+    assert [tuple(column) for column in columns] == list(zip(*rows)) or \
+        (not codes and columns == [])
+    assert struct_columns(b"", offset, record.size, codes) == [[] for _code in codes]
+
+
+def sorted_merge(lines, stamps):
+    pairs = [(stamp, line) for run, times in zip(lines, stamps)
+             for line, stamp in zip(run, times)]
+    return "".join(line for _stamp, line in sorted(pairs, key=lambda pair: pair[0]))
+
+
+@pytest.mark.parametrize("stretch", [1, 3, 300, 5000])
+@pytest.mark.parametrize("nruns", [1, 2, 3])
+def test_merged_lines_are_a_stable_sort_of_them(stretch, nruns):
+    # runs of ever later stamps, a stretch of one CPU at a time, with ties among them
+    rng = random.Random(stretch * 10 + nruns)
+    lines = [[] for _ in range(nruns)]
+    stamps = [[] for _ in range(nruns)]
+    now = 0
+    for n in range(20_000 // stretch + 1):
+        run = rng.randrange(nruns)
+        for _ in range(rng.randrange(1, 2 * stretch)):
+            now += rng.choice((0, 0, 1, 5))
+            stamps[run].append(now)
+            lines[run].append(f"{run}:{now}:{len(lines[run])}\n")
+    assert merge_lines(lines, stamps) == sorted_merge(lines, stamps)
+    assert merge_lines([[]] + lines, [[]] + stamps) == sorted_merge(lines, stamps)
