@@ -46,3 +46,23 @@ def test_merged_lines_are_a_stable_sort_of_them(stretch, nruns):
             lines[run].append(f"{run}:{now}:{len(lines[run])}\n")
     assert merge_lines(lines, stamps) == sorted_merge(lines, stamps)
     assert merge_lines([[]] + lines, [[]] + stamps) == sorted_merge(lines, stamps)
+
+
+def test_events_are_told_apart_by_identity():
+    # output._by_id: kprobe events hash by identity; others may be equal one to
+    # another (NamedTuples) or not hashable: each event object stays one entry
+    from collections import namedtuple
+    from kprobefs.tracing.buffers.output import _by_id
+
+    class Plain:
+        pass
+
+    class Unhashable:
+        __hash__ = None
+
+    Named = namedtuple("Named", "name")
+    a, b = Plain(), Plain()
+    same1, same2 = Named("x"), Named("x")
+    odd = Unhashable()
+    for events in ([a, b, a], [same1, same2, a], [odd, a, odd], []):
+        assert _by_id(events) == {id(ev): ev for ev in events}

@@ -355,6 +355,20 @@ _ARGS = itemgetter(6)
 _LINE_KEY = slice(3, 6)                   # (event, ip, return ip): a line's format
 
 
+def _by_id(events: Iterable) -> dict:
+    """id -> event, each event once.  Events that hash by identity (kprobe events:
+    eq=False dataclasses) are told apart by a set; others need not be hashable, or
+    may be equal one to another: by their ids."""
+    events = list(events)
+    try:
+        once = set(events)
+    except TypeError:
+        once = None
+    if once is not None and all(type(ev).__hash__ is object.__hash__ for ev in once):
+        return {id(ev): ev for ev in once}
+    return dict(zip(map(id, events), events))
+
+
 class KeptLines(NamedTuple):
     """What one CPU's records printed as, kept for the next read of the same buffer
     (TraceFormatter.render_runs): the key the lines were made under, the records
@@ -653,9 +667,7 @@ class TraceFormatter:
         """event -> its compiled text's ``unpack`` when every event of records has a
         compiled text (numeric kprobe events: eq=False dataclasses, so hashable);
         ``None`` otherwise."""
-        # id -> event, each event once (other events need not be hashable)
-        events = list(map(_EVENT, records))
-        events = dict(zip(map(id, events), events))
+        events = _by_id(map(_EVENT, records))
         texts = self._texts
         for key, ev in events.items():
             if key not in texts:
