@@ -209,3 +209,14 @@ def test_records_the_host_wrote_read_at_once():
     assert first == read(root, "trace")
     assert lines_of(first) == per_record(tracer.top, tracer.top.buffer.runs(staged=True),
                                          tracer.trace_options())
+
+
+def test_events_at_one_address_share_chunks():
+    # the kernel records both (one address, two types: the types read, the address not)
+    events = ("p:first kprobe_target_traced+5 a=%di b=%si:s32\n"
+              "p:second kprobe_target_traced+5 x=%di y=%si:s32\n")
+    _kernel, tracer, _root = traced(events)
+    runs = check(tracer.top)
+    names = {line.split(": ")[1] for line in staged_text(tracer.top, runs, TraceOptions())
+             .splitlines()}
+    assert names == {"first", "second"}

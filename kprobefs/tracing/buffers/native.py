@@ -238,6 +238,14 @@ def encode_filter(program: Sequence, at: int) -> bytes | None:
     return _pack_array(_PRED, preds, at)
 
 
+def _varied(column: memoryview) -> list | None:
+    """The values of a field (a strided view of the entries), or None when every entry
+    has the first's (compared as bytes, no value made)."""
+    if column.tobytes() == column[:1].tobytes() * len(column):
+        return None
+    return column.tolist()
+
+
 def split_heads(heads: Sequence[int]) -> tuple[list[int], list[int]]:
     """(the flags, the pids) of staged entries' context words: struct tn_entry's type,
     flags, pad and pid read as one little-endian u64 (StagedColumns.heads)."""
@@ -253,12 +261,16 @@ class StagedColumns(NamedTuple):
     list a field, in the entries' order."""
 
     stamps: list
-    types: list
     #: each entry's type, flags and pid as one number (equal for equal contexts):
     #: ``split`` gives the flags and pids of a list of them
     heads: list
-    ips: list
-    #: a kretprobe's return addresses (``ips`` are then its function's), else None
+    #: the first entry's type, and each entry's (None: all are of that type)
+    type: int
+    types: list | None
+    #: the first entry's probed address, and each entry's (None: all are that)
+    ip: int
+    ips: list | None
+    #: a kretprobe's return addresses (the ips are then its function's), else None
     ret_ips: list | None
     #: one sequence an argument (batch.struct_columns)
     args: list
@@ -514,7 +526,7 @@ class NativeRecorder:
         (then the caller decodes the entries).  ``types`` is the caller's, kept over the
         chunks of one read: type -> (event, layout, its codes)."""
         if not data:
-            return StagedColumns([], [], [], [], None, [], {}, 8)
+            return StagedColumns([], [], 0, None, 0, None, None, [], {}, 8)
         _ts, size, length, type_, _flags, _pid = _ENTRY.unpack_from(data, 0)
         known = types.get(type_)
         if known is None:
@@ -535,8 +547,8 @@ class NativeRecorder:
         if sizes.tobytes() != _U32.pack(size) * len(sizes):
             return None
         events = {type_: event}
-        column = view.cast("H")[8::size // 2].tolist()
-        for other in set(column) - {type_}:
+        column = _varied(view.cast("H")[8::size // 2])
+        for other in set(column or ()) - {type_}:
             known = types.get(other)
             if known is None:
                 ev, lay = self._layout(other)
@@ -547,9 +559,10 @@ class NativeRecorder:
             events[other] = known[0]
         words = view.cast("Q")
         step = size // 8
+        ips = words[3::step]
         return StagedColumns(
-            words[::step].tolist(), column, words[2::step].tolist(), words[3::step].tolist(),
-            None if layout == _KPROBE else words[4::step].tolist(),
+            words[::step].tolist(), words[2::step].tolist(), type_, column, ips[0],
+            _varied(ips), None if layout == _KPROBE else words[4::step].tolist(),
             struct_columns(data, _ENTRY_SIZE + head, size, codes), events, size)
 
     def _raw(self, data: bytes, last: int | None):

@@ -575,13 +575,16 @@ class TraceFormatter:
             return
         self._staged_events.update(got.events)
         formats = self._staged_formats
-        if len(got.events) == 1 and got.ret_ips is None \
-                and got.ips.count(got.ips[0]) == len(got.ips):
-            fmts = repeat(formats[got.types[0], got.ips[0]], len(got.ips))
-        elif got.ret_ips is None:
-            fmts = map(formats.__getitem__, zip(got.types, got.ips))
+        count = len(got.stamps)
+        types = repeat(got.type, count) if got.types is None else got.types
+        ips = repeat(got.ip, count) if got.ips is None else got.ips
+        if got.ret_ips is not None:
+            fmts = map(formats.__getitem__, zip(types, ips, got.ret_ips))
+        elif got.types is None and got.ips is None:
+            # one event at one address: every line of one format
+            fmts = repeat(formats[got.type, got.ip], count)
         else:
-            fmts = map(formats.__getitem__, zip(got.types, got.ips, got.ret_ips))
+            fmts = map(formats.__getitem__, zip(types, ips))
         options = self._options
         contexts = None
         if options.context_info:
