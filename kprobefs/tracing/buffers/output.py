@@ -420,8 +420,9 @@ def _overlap(old: list, new: list) -> int | None:
 
 class TraceFormatter:
     """Many records to ``trace`` lines at once, each line one ``%`` over a format made
-    once per (cpu, pid, flags, event, address): the context columns and the event's
-    compiled text (``compile(ev)``) folded in, the timestamp and the arguments left.
+    once per (event, address): the timestamp's conversions and the event's compiled
+    text (``compile(ev)``), whose values are the line's context columns (made once
+    per cpu, pid and flags), the timestamp's numbers and the arguments.
 
     When every event compiles (numeric kprobe events) the records are read a field
     at a time (batch.py: the arguments of events that unpack alike from their bytes
@@ -435,7 +436,7 @@ class TraceFormatter:
     tuples; another chunk is decoded and formatted as records are.
 
     The formatter's caches hold no reference back to it, so a read's are freed as the
-    read ends (_LineHeads).
+    read ends (_Contexts).
     """
 
     def __init__(self, find_comm: Callable[[int], str], options: TraceOptions,
