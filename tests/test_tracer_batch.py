@@ -66,3 +66,11 @@ def test_events_are_told_apart_by_identity():
     odd = Unhashable()
     for events in ([a, b, a], [same1, same2, a], [odd, a, odd], []):
         assert _by_id(events) == {id(ev): ev for ev in events}
+
+
+def test_runs_out_of_time_order_merge_as_the_sort_does():
+    rng = random.Random(7)
+    stamps = [[rng.randrange(1000) for _ in range(3000)] for _ in range(2)]
+    stamps[1].sort()
+    lines = [[f"{r}:{i}\n" for i in range(len(run))] for r, run in enumerate(stamps)]
+    assert merge_lines(lines, stamps) == sorted_merge(lines, stamps)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import struct
 import sys
 from bisect import bisect_left, bisect_right
-from itertools import chain, repeat
-from operator import add, floordiv, mod
+from itertools import chain, islice, repeat
+from operator import add, floordiv, le, mod
 from typing import Iterable, Iterator, Sequence
 
 __all__ = ["struct_columns", "line_values", "merge_lines"]
@@ -79,11 +79,13 @@ def merge_lines(lines: Sequence[list[str]], stamps: Sequence[Sequence[int]]) -> 
     order a stable sort of all of them by timestamp gives.  Taken a stretch of one run
     at a time (where the next run's line falls, by bisection) while the stretches are
     long, as CPUs' records mostly are (a task runs a while on one CPU); the rest, when
-    they turn out short, by that sort."""
+    they turn out short (or a run is out of time order), by that sort."""
     parts: list = []
     at = [0] * len(lines)
     live = [r for r in range(len(lines)) if lines[r]]
     steps = sum(map(len, lines)) >> 8
+    if not all(all(map(le, stamps[r], islice(stamps[r], 1, None))) for r in live):
+        steps = 0               # a run out of time order: the sort alone
     while len(live) > 1 and steps > 0:
         steps -= 1
         _stamp, r = min([(stamps[i][at[i]], i) for i in live])
