@@ -64,7 +64,8 @@ def test_events_are_told_apart_by_identity():
     a, b = Plain(), Plain()
     same1, same2 = Named("x"), Named("x")
     odd = Unhashable()
-    for events in ([a, b, a], [same1, same2, a], [odd, a, odd], []):
+    for events in ([a, b, a], [same1, same2, a], [odd, a, odd], [], [a, b] * 40,
+                   [same1, same2, a] * 30, [odd, a] * 40):
         assert _by_id(events) == {id(ev): ev for ev in events}
 
 

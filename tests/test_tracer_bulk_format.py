@@ -133,10 +133,10 @@ def test_events_that_unpack_alike_match_the_per_record_path(alike, events, optio
         args) or struct_columns(*args))
     for name in events:
         echo(alike.root, f"events/kprobes/{name}/enable", "1")
-    for i, v in enumerate(VALUES):
+    for i, v in enumerate(VALUES * 6):      # enough records to read as columns
         alike.kernel.run_as(100 + i % 3, f"t%{i % 3}", cpu=i % 2)
         for at in (VFS_READ, VFS_READ + 1, VFS_READ + 2):
-            alike.engine.hit(at, di=v, si=VALUES[-1 - i])
+            alike.engine.hit(at, di=v, si=VALUES[-1 - i % len(VALUES)])
         alike.engine.ret(VFS_READ, VFS_READ + 0x40 + i, ax=v, si=v)
         alike.clock.advance(1_000 * (i + 1))
     top = alike.tracer.top

@@ -353,6 +353,10 @@ _FLAGS = itemgetter(2)
 _EVENT = itemgetter(3)
 _ARGS = itemgetter(6)
 _LINE_KEY = slice(3, 6)                   # (event, ip, return ip): a line's format
+#: the fewest records whose arguments are read as columns (fewer, as the latency
+#: format and function_graph render one at a time, unpack each: dearer a line, but
+#: without the columns' fixed cost)
+_COLUMNS_FROM = 64
 
 
 def _by_id(events: Iterable) -> dict:
@@ -360,6 +364,8 @@ def _by_id(events: Iterable) -> dict:
     eq=False dataclasses) are told apart by a set; others need not be hashable, or
     may be equal one to another: by their ids."""
     events = list(events)
+    if len(events) < _COLUMNS_FROM:
+        return dict(zip(map(id, events), events))
     try:
         once = set(events)
     except TypeError:
@@ -694,7 +700,8 @@ class TraceFormatter:
         stamps = list(map(_TS, records))
         args = list(map(_ARGS, records))
         columns = rows = None
-        codes = {self._texts[id(ev)].codes for ev in unpack}
+        codes = {self._texts[id(ev)].codes for ev in unpack} \
+            if len(records) >= _COLUMNS_FROM else ()
         if len(codes) == 1:
             # every event unpacks alike: the arguments of all at once
             codes = codes.pop()
