@@ -508,6 +508,44 @@ def test_a_namespaces_mount_table_is_read_again_only_after_a_mount(tmp_path):
         tables.close()
 
 
+def test_the_daemons_own_namespace_is_read_through_itself_and_kept():
+    """A process in the daemon's own mount namespace (most callers) has its table read
+    through the daemon: once that process exits and is forgotten, the next caller's
+    lookup takes the same lines, not a read of its own (each new `sh` read and parsed
+    the table again)."""
+    from kprobefs.fs.hostproc import MountTables
+    tables = MountTables()
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        first = tables.lines(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    tables.forget(child.pid)
+    tables.PRUNE_EVERY = 0
+    try:
+        assert first is not None and tables.lines(os.getpid()) is first
+    finally:
+        tables.close()
+
+
+def test_a_mount_table_read_again_unchanged_is_not_parsed_again(monkeypatch):
+    """The same lines read again (through another process of the namespace) keep the
+    parsed mounts and the answers already given."""
+    from kprobefs.fs import hostproc
+    lines = ["36 25 0:31 / /mnt/k rw - fuse.kprobefs debugfs rw",
+             "22 1 8:1 / / rw - ext4 /dev/sda1 rw"]
+    parsed = []
+    real = hostproc.parse_mountinfo
+    monkeypatch.setattr(hostproc, "parse_mountinfo",
+                        lambda ls: parsed.append(1) or real(ls))
+    assert hostproc.mount_relative(lines, "/mnt/k/tracing") == "/tracing"
+    assert hostproc.mount_relative(list(lines), "/mnt/k/tracing") == "/tracing"
+    assert len(parsed) == 1
+    assert hostproc.mount_relative(lines[1:], "/mnt/k/tracing") is None
+    assert len(parsed) == 2
+
+
 def test_an_open_file_used_by_another_process_meanwhile_is_still_checked(monkeypatch):
     """rmdir's wait asks which processes that used a file still hold it while other
     requests add processes to it (it failed with "dictionary changed size")."""

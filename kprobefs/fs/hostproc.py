@@ -160,8 +160,11 @@ class MountTables:
             self._prune()
             table = self._tables.get(ns)
             if table is None:
+                # The daemon's own namespace (most callers'), through the daemon
+                # itself: kept while it runs, not read again as each caller exits.
+                opener = os.getpid() if ns == _own_namespace() else pid
                 try:
-                    table = _MountTable(open(f"/proc/{pid}/mountinfo", "rb"), pid)
+                    table = _MountTable(open(f"/proc/{opener}/mountinfo", "rb"), opener)
                 except OSError:
                     return None
                 self._tables[ns] = table
@@ -198,6 +201,13 @@ class MountTables:
             if not os.path.exists(f"/proc/{table.pid}"):
                 del self._tables[ns]
                 table.close()
+
+
+def _own_namespace() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return None
 
 
 class _MountTable:
@@ -240,17 +250,23 @@ def mount_relative_of(pid: int, path: str) -> str | None:
 
 def open_mount_paths(pid: int):
     """The paths, relative to a kprobefs mount, that the process's open descriptors
-    name (nothing once it is gone)."""
+    name (nothing once it is gone).  The process's mount table is asked once for them
+    all."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return
+    lines = None
     for n in fds:
         try:
             link = os.readlink(f"/proc/{pid}/fd/{n}")
         except OSError:
             continue
-        rel = mount_relative_of(pid, link)
+        if lines is None:
+            lines = _MOUNT_TABLES.lines(pid)
+            if lines is None:
+                return
+        rel = mount_relative(lines, link)
         if rel is not None:
             yield rel
 
@@ -326,7 +342,10 @@ def _parsed(mountinfo: list[str]) -> tuple[list[Mount], dict]:
     global _PARSED
     lines, mounts, known = _PARSED
     if lines is not mountinfo:
-        mounts, known = parse_mountinfo(mountinfo), {}
+        # Another table, or the same one read again (through another process of the
+        # namespace): parsed again only when its lines differ.
+        if lines != mountinfo:
+            mounts, known = parse_mountinfo(mountinfo), {}
         _PARSED = (mountinfo, mounts, known)
     return mounts, known
 
