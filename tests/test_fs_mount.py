@@ -345,6 +345,23 @@ def test_real_names_that_go_away_are_gone_at_once(real):
                                 "cleared", "inst", "inst-gone"]
 
 
+def test_real_a_caller_one_request_at_a_time_keeps_the_pool_small(real):
+    """A thread counts as idle before it writes its reply: the caller that reply wakes
+    makes its next request at once, and a thread idle already takes it.  Counted busy
+    until its write returned, the thread made the pool grow by one at nearly every
+    request (tens of threads for a loop of reads: the next request's thread holds
+    the interpreter while it runs the system call, and the last one waits for it)."""
+    pid, = daemon_pids(real)
+    before = len(os.listdir(f"/proc/{pid}/task"))
+    fd = os.open(f"{real}/tracing/tracing_on", os.O_RDONLY)
+    try:
+        for _ in range(3000):
+            os.pread(fd, 4096, 0)
+    finally:
+        os.close(fd)
+    assert len(os.listdir(f"/proc/{pid}/task")) <= before + 2
+
+
 def test_fake_truncate_busy(fake):
     t = f"{fake}/tracing"
     assert sh(f"echo 'p:a vfs_read' > {t}/kprobe_events && echo 1 > {t}/tracing_on").returncode == 0

@@ -433,13 +433,25 @@ class FuseSession:
                 more = self._idle == 0 and self._workers < MAX_THREADS
             if more:
                 self._spawn()
+            request = err = data = None
             try:
-                self._handle(buf)
+                request, err, data = self._handle(buf)
             finally:
+                # Counted idle before its reply is written: the caller that reply wakes
+                # makes its next request at once, and another thread, idle already,
+                # takes it (counted busy meanwhile, this one made the pool grow by a
+                # thread at nearly every request).
                 with self._pool:
                     self._idle += 1
+                    send = request is not None and not request.answered
+                    if send:
+                        request.answered = True
+            if send:
+                self._reply(request.unique, err, data)
 
-    def _handle(self, buf: bytes) -> None:
+    def _handle(self, buf: bytes) -> tuple["_Request | None", int, bytes]:
+        """Runs one request; returns (the request, errno, data) to answer it with, the
+        request None when it takes no answer."""
         _len, op, unique, nodeid, uid, gid, pid, _ext, _pad = _IN.unpack_from(buf)
         body = buf[_IN.size:]
         handler = self._ops.get(op)
@@ -455,19 +467,18 @@ class FuseSession:
             if not (isinstance(err, int) and 0 < err < 4096):
                 log.error("request %d on node %d failed: %r", op, nodeid, e)
                 err = errno.EIO
-            self._answer(request, err)
-            return
+            return request, err, b""
         except Exception:
             log.exception("request %d on node %d failed", op, nodeid)
-            self._answer(request, errno.EIO)
-            return
+            return request, errno.EIO, b""
         finally:
             self._inflight.pop(me, None)
-        if op not in _NO_REPLY:
-            self._answer(request, 0, out or b"")
+        if op in _NO_REPLY:
+            return None, 0, b""
+        return request, 0, out or b""
 
     def _answer(self, request: "_Request", err: int, data: bytes = b"") -> None:
-        """Replies to request unless the stuck-request watch has (once only)."""
+        """Replies to request unless it was answered already (once only)."""
         with self._pool:
             if request.answered:
                 return
