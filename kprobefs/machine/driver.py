@@ -34,6 +34,7 @@ class MachineDriver:
         if self._machine_thread is None:
             self._machine_thread = threading.Thread(target=self._machine_loop,
                                                     name="kprobefs-machine", daemon=True)
+            self._machine_running = True
             self._machine_thread.start()
             # A process that exits while the thread is inside Unicorn crashes in the
             # interpreter's finalization: it is stopped first (unless close() ran).
@@ -48,6 +49,12 @@ class MachineDriver:
             thread.join(timeout=5)
 
     def _machine_loop(self) -> None:
+        try:
+            self._machine_loop_body()
+        finally:
+            self._machine_running = False
+
+    def _machine_loop_body(self) -> None:
         next_periodic = 0.0
         while not self._closing:
             self._work.clear()
@@ -83,11 +90,15 @@ class MachineDriver:
             except Exception:
                 log.exception("periodic machine work failed")
 
+    #: Whether the machine thread runs its loop (set as it starts, cleared as the loop
+    #: ends however it ends): Thread.is_alive() costs a lock operation, and every
+    #: system call asks.
+    _machine_running = False
+
     def _serving_elsewhere(self) -> bool:
         """Whether another thread drives the machine (the caller must only wait)."""
-        thread = self._machine_thread
-        return thread is not None and thread.is_alive() and \
-            thread is not threading.current_thread()
+        return self._machine_running and \
+            self._machine_thread.ident != threading.get_ident()
 
     def _await(self, done, timeout: float | None, what: str) -> None:
         """Wait for done (a Flag or threading.Event), driving the machine unless the

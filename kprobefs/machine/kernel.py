@@ -380,16 +380,21 @@ class Kernel(MachineDriver, SystemCalls):
         bound = self._wakeup_cpus
         if not bound:
             return self._wakeups.popleft() if any_cpu and self._wakeups else None
-        switching = any(c.idling and c.state == "running" and c is not cpu
-                        for c in self.cpus)
+        switching = None        # asked only of a wake-up bound to this CPU
+        cpus, mine = self.cpus, cpu.index
         for i, word in enumerate(self._wakeups):
             want, only = bound.get(word, (None, False))
-            if want is not None and (self.cpus[want].state not in ("running", "idle")
-                                     or not only and self.cpus[want].state != "idle"):
-                want = None
-            if want == cpu.index and switching:
-                continue
-            if want == cpu.index or (want is None and any_cpu):
+            if want is not None:
+                state = cpus[want].state
+                if state != "idle" and (state != "running" or not only):
+                    want = None
+            if want == mine:
+                if switching is None:
+                    switching = any(c.idling and c.state == "running" and c is not cpu
+                                    for c in cpus)
+                if switching:
+                    continue
+            if want == mine or (want is None and any_cpu):
                 del self._wakeups[i]
                 bound.pop(word, None)
                 return word

@@ -30,6 +30,9 @@ class UserBuffer:
         self.addr: int | None = None
 
 
+_PASSED_TYPES = _ARG_TYPES + (UserBuffer,)
+
+
 @dataclass(eq=False)
 class Task:
     """The host's record of a user task (one with a user window)."""
@@ -124,10 +127,12 @@ def check_syscall_args(args) -> None:
     """TypeError for an argument a system call cannot take (checked before it is queued:
     marshalling happens later, on the machine's thread)."""
     for a in args:
+        if type(a) is int:
+            continue
         if isinstance(a, (list, tuple)):
             if not all(isinstance(s, (str, bytes)) for s in a):
                 raise TypeError("a string array holds str or bytes only")
-        elif not isinstance(a, _ARG_TYPES + (UserBuffer,)):
+        elif not isinstance(a, _PASSED_TYPES):
             raise TypeError(f"cannot pass {type(a).__name__} to a system call")
 
 
@@ -139,6 +144,9 @@ def marshal(mem, task: Task, req: SyscallRequest) -> list[int]:
     cursor = task.window + PAGE
     out = []
     for a in req.args:
+        if type(a) is int:          # most arguments (fds, sizes, flags)
+            out.append(a & _U64)
+            continue
         if isinstance(a, (list, tuple)):
             pointers = []
             for s in a:
