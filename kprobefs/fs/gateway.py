@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 from ..errors import KernelError, KernelOops, KernelStuck, KernelWedged, MachineError
+from ..machine.flag import Flag
 from ..machine.kernel import ProcessExited, UserBuffer
 from .callers import Caller, HostCaller, HostCallers
 from .hostproc import host_cpu, host_signal_pending, host_start_time, open_mount_paths
@@ -137,7 +138,8 @@ class _FlushLook:
     of: _OpenFile
     pid: int
     fd: _Fd
-    done: threading.Event = field(default_factory=threading.Event)
+    #: A bare lock's wait and set (threading.Event's go through a Condition in Python).
+    done: Flag = field(default_factory=Flag)
 
 
 class Gateway(HostCallers):
