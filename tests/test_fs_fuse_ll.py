@@ -90,6 +90,29 @@ def test_a_lookup_is_cached_only_for_a_name_that_stays_with_its_directory():
         gateway.close()
 
 
+def test_a_reply_is_one_write_made_keeping_the_interpreters_lock(caplog):
+    """A reply is written whole, in one write(2) made through PyDLL (the interpreter's
+    lock kept: the thread that took the next request is not held up by this one taking
+    the lock back); a reply to a request that went away (ENOENT) or to a device that
+    is gone (EBADF) is dropped without a word."""
+    import ctypes
+    assert fuse_ll._write_keeping_gil._flags_ & ctypes._FUNCFLAG_PYTHONAPI
+    session = FuseSession(_FakeGateway(), "/nonexistent")
+    r, w = os.pipe()
+    try:
+        session._fd = w
+        session._reply(7, errno.EACCES, b"data")
+        got = os.read(r, 100)
+        assert got == struct.pack("<IiQ", 16 + 4, -errno.EACCES, 7) + b"data"
+    finally:
+        os.close(r)
+        os.close(w)
+    session._fd = -1        # EBADF
+    with caplog.at_level("ERROR", logger="kprobefs.fs.fuse"):
+        session._reply(8, 0)
+    assert not caplog.records
+
+
 class _IdleKernel:
     driver = None
 

@@ -504,12 +504,17 @@ class FuseSession:
             self._answer(request, errno.EIO)
 
     def _reply(self, unique: int, err: int, data: bytes = b"") -> None:
-        try:
-            os.write(self._fd, _OUT.pack(_OUT.size + len(data), -err, unique) + data)
-        except OSError as e:
-            # ENOENT: the request was interrupted (its caller is gone); ENODEV: unmounted.
-            if e.errno not in (errno.ENOENT, errno.ENODEV, errno.EBADF):
-                log.error("answering request %d failed: %s", unique, e)
+        reply = _OUT.pack(_OUT.size + len(data), -err, unique) + data
+        while True:
+            # Written keeping the interpreter's lock (see _write_keeping_gil).
+            if _write_keeping_gil(self._fd, reply, len(reply)) >= 0:
+                return
+            e = ctypes.get_errno()
+            if e != errno.EINTR:
+                break
+        # ENOENT: the request was interrupted (its caller is gone); ENODEV: unmounted.
+        if e not in (errno.ENOENT, errno.ENODEV, errno.EBADF):
+            log.error("answering request %d failed: %s", unique, os.strerror(e))
 
     # ==== requests =======================================================================
     def _init(self, _nodeid, body, _caller) -> bytes:
@@ -749,6 +754,22 @@ def _failing(err: int) -> Callable:
 
 def _libc():
     return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+
+def _gil_keeping_write():
+    """write(2) called with the interpreter's lock kept (PyDLL).  A reply is written
+    so: its caller wakes and makes its next request at once, which another thread of
+    the pool takes; had the write let the lock go, this thread would take it back on
+    its way to read the device again, in the middle of that request's emulation,
+    whose next hook then waits for the lock to come back through a sleep and a wake-up.
+    The write itself does not block (it copies the reply and wakes the caller)."""
+    write = ctypes.PyDLL(ctypes.util.find_library("c"), use_errno=True).write
+    write.restype = ctypes.c_ssize_t
+    write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
+    return write
+
+
+_write_keeping_gil = _gil_keeping_write()
 
 
 #: The set-uid helpers that mount and unmount FUSE for a user, FUSE 3's first: Debian's
