@@ -90,27 +90,67 @@ def test_a_lookup_is_cached_only_for_a_name_that_stays_with_its_directory():
         gateway.close()
 
 
-def test_a_reply_is_one_write_made_keeping_the_interpreters_lock(caplog):
-    """A reply is written whole, in one write(2) made through PyDLL (the interpreter's
-    lock kept: the thread that took the next request is not held up by this one taking
-    the lock back); a reply to a request that went away (ENOENT) or to a device that
-    is gone (EBADF) is dropped without a word."""
+def test_a_reads_reply_is_one_write_made_keeping_the_interpreters_lock(caplog, monkeypatch):
+    """A reply is written whole, in one write(2); a READ's through PyDLL (the
+    interpreter's lock kept: the thread that took the next read is not held up by this
+    one taking the lock back), any other's through os.write (the lock let go: the
+    caller may take this thread's CPU meanwhile).  A reply to a request that went away
+    (ENOENT) or to a device that is gone (EBADF) is dropped without a word."""
     import ctypes
     assert fuse_ll._write_keeping_gil._flags_ & ctypes._FUNCFLAG_PYTHONAPI
     session = FuseSession(_FakeGateway(), "/nonexistent")
+    kept = []
+    real = fuse_ll._write_keeping_gil
+    monkeypatch.setattr(fuse_ll, "_write_keeping_gil",
+                        lambda fd, data, n: kept.append(n) or real(fd, data, n))
     r, w = os.pipe()
     try:
         session._fd = w
-        session._reply(7, errno.EACCES, b"data")
-        got = os.read(r, 100)
-        assert got == struct.pack("<IiQ", 16 + 4, -errno.EACCES, 7) + b"data"
+        for unique, op in ((7, fuse_ll.READ), (8, fuse_ll.WRITE)):
+            request = _Request(unique, op)
+            session._inflight.clear()
+            session._reply(request.unique, errno.EACCES, b"data",
+                           keep_gil=request.op == fuse_ll.READ)
+            got = os.read(r, 100)
+            assert got == struct.pack("<IiQ", 16 + 4, -errno.EACCES, unique) + b"data"
+        assert kept == [20]
     finally:
         os.close(r)
         os.close(w)
     session._fd = -1        # EBADF
     with caplog.at_level("ERROR", logger="kprobefs.fs.fuse"):
-        session._reply(8, 0)
+        session._reply(9, 0, keep_gil=True)
+        session._reply(10, 0)
     assert not caplog.records
+
+
+def test_the_pool_answers_a_read_keeping_the_interpreters_lock_and_others_not(monkeypatch):
+    """Through the pool's own loop: a READ's answer is written keeping the lock, a
+    GETATTR's (any other) letting it go."""
+    import socket
+    session = FuseSession(_FakeGateway(), "/nonexistent")
+    kept = []
+    monkeypatch.setattr(session, "_reply",
+                        lambda unique, err, data=b"", keep_gil=False: kept.append((unique, keep_gil)))
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    session._fd = ours.fileno()
+    worker = threading.Thread(target=session._worker, daemon=True)
+    worker.start()
+    try:
+        for unique, op in ((5, fuse_ll.READ), (6, fuse_ll.GETATTR)):
+            body = bytes(fuse_ll._READ_IN.size)
+            theirs.send(fuse_ll._IN.pack(fuse_ll._IN.size + len(body), op, unique, 99,
+                                         0, 0, os.getpid(), 0, 0) + body)
+        deadline = time.monotonic() + 10
+        while len(kept) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(kept) == [(5, True), (6, False)]
+    finally:
+        session._gone.set()
+        theirs.send(fuse_ll._IN.pack(fuse_ll._IN.size, fuse_ll.STATFS, 7, 1, 0, 0, 0, 0, 0))
+        worker.join(10)
+        ours.close()
+        theirs.close()
 
 
 class _IdleKernel:

@@ -447,7 +447,7 @@ class FuseSession:
                     if send:
                         request.answered = True
             if send:
-                self._reply(request.unique, err, data)
+                self._reply(request.unique, err, data, keep_gil=request.op == READ)
 
     def _handle(self, buf: bytes) -> tuple["_Request | None", int, bytes]:
         """Runs one request; returns (the request, errno, data) to answer it with, the
@@ -503,18 +503,22 @@ class FuseSession:
                       time.monotonic() - driver[1])
             self._answer(request, errno.EIO)
 
-    def _reply(self, unique: int, err: int, data: bytes = b"") -> None:
+    def _reply(self, unique: int, err: int, data: bytes = b"", keep_gil: bool = False) -> None:
+        """Writes the answer to request unique; with keep_gil, keeping the interpreter's
+        lock (see _write_keeping_gil)."""
         reply = _OUT.pack(_OUT.size + len(data), -err, unique) + data
-        while True:
-            # Written keeping the interpreter's lock (see _write_keeping_gil).
-            if _write_keeping_gil(self._fd, reply, len(reply)) >= 0:
+        try:
+            if not keep_gil:
+                os.write(self._fd, reply)
                 return
-            e = ctypes.get_errno()
-            if e != errno.EINTR:
-                break
-        # ENOENT: the request was interrupted (its caller is gone); ENODEV: unmounted.
-        if e not in (errno.ENOENT, errno.ENODEV, errno.EBADF):
-            log.error("answering request %d failed: %s", unique, os.strerror(e))
+            while _write_keeping_gil(self._fd, reply, len(reply)) < 0:
+                e = ctypes.get_errno()
+                if e != errno.EINTR:
+                    raise OSError(e, os.strerror(e))
+        except OSError as e:
+            # ENOENT: the request was interrupted (its caller is gone); ENODEV: unmounted.
+            if e.errno not in (errno.ENOENT, errno.ENODEV, errno.EBADF):
+                log.error("answering request %d failed: %s", unique, e)
 
     # ==== requests =======================================================================
     def _init(self, _nodeid, body, _caller) -> bytes:
@@ -757,12 +761,16 @@ def _libc():
 
 
 def _gil_keeping_write():
-    """write(2) called with the interpreter's lock kept (PyDLL).  A reply is written
-    so: its caller wakes and makes its next request at once, which another thread of
-    the pool takes; had the write let the lock go, this thread would take it back on
-    its way to read the device again, in the middle of that request's emulation,
-    whose next hook then waits for the lock to come back through a sleep and a wake-up.
-    The write itself does not block (it copies the reply and wakes the caller)."""
+    """write(2) called with the interpreter's lock kept (PyDLL).  A READ's reply is
+    written so: its caller, reading on, makes its next request at once, which another
+    thread of the pool takes; had the write let the lock go, this thread would take it
+    back on its way to read the device again, in the middle of that request's
+    emulation, whose next hook then waits for the lock to come back through a sleep and
+    a wake-up.  The write does not block (it copies the reply and wakes the caller),
+    but the caller it wakes may take this thread's CPU: other replies let the lock go,
+    since after them a shell goes on with its own work meanwhile (the daemon's other
+    threads, which mirror its forks and execs, would wait; an `echo >>` took a tenth
+    longer)."""
     write = ctypes.PyDLL(ctypes.util.find_library("c"), use_errno=True).write
     write.restype = ctypes.c_ssize_t
     write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
