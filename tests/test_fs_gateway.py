@@ -546,6 +546,69 @@ def test_a_mount_table_read_again_unchanged_is_not_parsed_again(monkeypatch):
     assert len(parsed) == 2
 
 
+def _flushed(kernel, gateway, held: dict, holding: bool, *answer) -> bool:
+    """Whether a FLUSH closed the fd of an open file the caller holds or not (held:
+    what the faked /proc look gives per pid)."""
+    fh = gateway.open("/tracing/tracing_on", O_RDONLY, ME)
+    held[ME.pid] = ["/tracing/tracing_on"] if holding else []
+    before = len(kernel.syscalls)
+    gateway.flush(fh, ME, *answer)
+    closed = [c[2] for c in kernel.syscalls[before:]] == ["close"]
+    gateway.release(fh)
+    return closed
+
+
+def _held_up_look():
+    """A faked /proc look held up as a process in execve holds it: (the look, the
+    event it sets once it is held up, the event that lets it go)."""
+    stuck, go = threading.Event(), threading.Event()
+
+    def in_execve(pid):
+        stuck.set()
+        go.wait(10)
+        return iter(())
+    return in_execve, stuck, go
+
+
+def test_a_flush_the_fuse_loop_can_answer_looks_in_its_own_thread(setup, monkeypatch):
+    """With ``answer`` (fuse_ll's FLUSH), the look at the caller's descriptors is made in
+    the calling thread, no thread of looks started: the fd closed or kept as before,
+    and ``answer`` not called.  A look held up (a process in execve) has its FLUSH
+    answered from the watch once it has taken FLUSH_WAIT, while flush() itself returns
+    when the look is done."""
+    from kprobefs.fs import gateway as gw_module
+    kernel, _, gateway = setup
+    held: dict[int, list[str]] = {}
+    looked_in = []
+
+    def paths(pid):
+        looked_in.append(threading.get_ident())
+        return iter(held.get(pid, ()))
+    monkeypatch.setattr(gw_module, "open_mount_paths", paths)
+    answered = []
+    assert _flushed(kernel, gateway, held, False, lambda: answered.append(1))
+    assert not _flushed(kernel, gateway, held, True, lambda: answered.append(1))
+    assert set(looked_in) == {threading.get_ident()} and not answered
+    assert not [t for t in threading.enumerate() if t.name == "kprobefs-flush"]
+
+    in_execve, stuck, go = _held_up_look()
+    monkeypatch.setattr(gw_module, "open_mount_paths", in_execve)
+    fh = gateway.open("/tracing/tracing_on", O_RDONLY, ME)
+    answer = threading.Event()
+    flushing = threading.Thread(target=gateway.flush, args=(fh, ME, answer.set))
+    flushing.start()
+    assert answer.wait(10) and stuck.is_set() and flushing.is_alive()
+    go.set()
+    flushing.join(10)
+    assert not flushing.is_alive()
+    gateway.release(fh)
+    gateway.close()
+    deadline = time.monotonic() + 5
+    while any(t.name == "kprobefs-flush-watch" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the look watch left after close()"
+        time.sleep(0.01)
+
+
 def test_an_open_file_used_by_another_process_meanwhile_is_still_checked(monkeypatch):
     """rmdir's wait asks which processes that used a file still hold it while other
     requests add processes to it (it failed with "dictionary changed size")."""
@@ -571,28 +634,13 @@ def test_flush_closes_the_callers_last_descriptor_on_its_threads(setup, monkeypa
     held: dict[int, list[str]] = {}
     monkeypatch.setattr(gw_module, "open_mount_paths", lambda pid: iter(held.get(pid, ())))
 
-    def flushed(holding: bool) -> bool:
-        """Whether a FLUSH closed the fd of an open file the caller holds or not."""
-        fh = gateway.open("/tracing/tracing_on", O_RDONLY, ME)
-        held[ME.pid] = ["/tracing/tracing_on"] if holding else []
-        before = len(kernel.syscalls)
-        gateway.flush(fh, ME)
-        closed = [c[2] for c in kernel.syscalls[before:]] == ["close"]
-        gateway.release(fh)
-        return closed
-
     for _ in range(5):
-        assert flushed(holding=False)
-        assert not flushed(holding=True)
+        assert _flushed(kernel, gateway, held, holding=False)
+        assert not _flushed(kernel, gateway, held, holding=True)
     lookers = [t for t in threading.enumerate() if t.name == "kprobefs-flush"]
     assert len(lookers) == 1
 
-    stuck, go = threading.Event(), threading.Event()
-
-    def in_execve(pid):
-        stuck.set()
-        go.wait(10)
-        return iter(())
+    in_execve, stuck, go = _held_up_look()
     monkeypatch.setattr(gw_module, "open_mount_paths", in_execve)
     fh = gateway.open("/tracing/tracing_on", O_RDONLY, ME)
     t = time.monotonic()

@@ -695,8 +695,12 @@ class FuseSession:
         self.gateway.release(_U64.unpack_from(body)[0])
 
     def _flush(self, _nodeid, body, caller) -> None:
-        """close(2) of a descriptor, answered before close returns (see Gateway.flush)."""
-        self.gateway.flush(_U64.unpack_from(body)[0], caller)
+        """close(2) of a descriptor, answered before close returns (see Gateway.flush:
+        its look is made in this thread, and the FLUSH answered from the gateway's
+        watch when the look is held up)."""
+        request = self._inflight.get(threading.get_ident())
+        answer = None if request is None else lambda: self._answer(request, 0)
+        self.gateway.flush(_U64.unpack_from(body)[0], caller, answer)
 
     def _statfs(self, _nodeid, _body, _caller) -> bytes:
         return struct.pack("<QQQQQIIII6I", 0, 0, 0, 0, 0, 4096, 255, 4096, 0, *([0] * 6))

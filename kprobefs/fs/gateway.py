@@ -187,6 +187,9 @@ class Gateway(HostCallers):
         #: flush()'s looks for its threads, and how many of those wait for one.
         self._looks: queue.SimpleQueue = queue.SimpleQueue()
         self._lookers = self._lookers_free = 0
+        #: Looks made in calling threads (flush's ``answer``): token -> (deadline, answer).
+        self._looking: dict[object, tuple[float, Callable[[], None]]] = {}
+        self._look_watch = False
 
     def watch_host_processes(self, events: ProcessEvents | None) -> None:
         """Mirror the host's process events from now on (None: stop)."""
@@ -591,7 +594,8 @@ class Gateway(HostCallers):
     #: How long FLUSH waits for its look at the caller's descriptors (see flush()).
     FLUSH_WAIT = 0.2
 
-    def flush(self, fh: int, ctx: Caller) -> None:
+    def flush(self, fh: int, ctx: Caller,
+              answer: Callable[[], None] | None = None) -> None:
         """The caller closed one of its descriptors of fh (FUSE FLUSH, which the host
         sends inside close(2), before it returns; RELEASE comes later, in no order with
         what the process does next).  When the caller holds no other descriptor on the
@@ -605,12 +609,36 @@ class Gateway(HostCallers):
         for at most FLUSH_WAIT: the close may come from an execve's close-on-exec, and
         while the host holds that process's exec lock its /proc links do not answer
         until the FLUSH does.  Past the wait the FLUSH is answered and the look
-        finishes afterwards (or RELEASE closes the fd)."""
+        finishes afterwards (or RELEASE closes the fd).
+
+        ``answer``, where the FUSE loop can answer the FLUSH from another thread (fuse_ll):
+        the look is made in the calling thread, and a watch calls ``answer()`` once it
+        has taken FLUSH_WAIT (see _watch_looks); flush() returns when the look is done.
+        No hand-off to a thread and back (two wake-ups, each a scheduling delay on a
+        busy host) for the look that answers at once."""
         with self._lock:
             of = self._files.get(fh)
             fd = of.fds.get(ctx.pid) if of is not None and ctx.pid > 0 else None
             if fd is None:
                 return
+            if answer is not None:
+                token = object()
+                self._looking[token] = (time.monotonic() + self.FLUSH_WAIT, answer)
+                watch = not self._look_watch
+                self._look_watch = True
+        if answer is not None:
+            if watch:
+                threading.Thread(target=self._watch_looks, name="kprobefs-flush-watch",
+                                 daemon=True).start()
+            try:
+                self._flush_close(of, ctx.pid, fd)
+            except Exception:
+                log.exception("the look of a FLUSH for pid %d failed", ctx.pid)
+            finally:
+                with self._lock:
+                    self._looking.pop(token, None)
+            return
+        with self._lock:
             # A look waiting on a process in execve holds its thread: a new one starts
             # when every thread has a look to make.
             start = not self._lookers_free
@@ -624,6 +652,25 @@ class Gateway(HostCallers):
         look = _FlushLook(of, ctx.pid, fd)
         self._looks.put(look)
         look.done.wait(self.FLUSH_WAIT)
+
+    #: How often the watch of flush()'s looks in calling threads looks at them (s).
+    LOOK_WATCH_EVERY = 0.05
+
+    def _watch_looks(self) -> None:
+        """Answers each FLUSH whose look, made in its calling thread, has taken
+        FLUSH_WAIT (a process in execve: see flush()); ends at close().  It polls: a
+        look that answers at once never wakes it."""
+        while not self._closing.wait(self.LOOK_WATCH_EVERY):
+            now = time.monotonic()
+            with self._lock:
+                late = [token for token, (deadline, _) in self._looking.items()
+                        if deadline <= now]
+                answers = [self._looking.pop(token)[1] for token in late]
+            for answer in answers:
+                try:
+                    answer()
+                except Exception:
+                    log.exception("answering a FLUSH whose look is held up failed")
 
     def _flush_looker(self) -> None:
         """A thread of flush()'s looks: takes them one at a time, and stays for the next
