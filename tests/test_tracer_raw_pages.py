@@ -6,6 +6,7 @@ out): short and long events, time extends, the lost-events count, and a page bei
 written."""
 
 import os
+import struct
 import time
 
 import pytest
@@ -53,18 +54,28 @@ def read_raw(root, cpu: int) -> list[bytes]:
     return pages
 
 
-@pytest.fixture
-def recorded():
+def recording(events: str, kb: int):
+    """A one-CPU kernel whose ``events`` record, optimized, into ``kb`` KiB."""
     kernel, tracer, root = make(True, cpus=1)
-    write(root, "buffer_size_kb", "12")
-    write(root, "kprobe_events", EVENTS)
+    write(root, "buffer_size_kb", str(kb))
+    write(root, "kprobe_events", events)
     write(root, "events/kprobes/enable", "1")
     kernel.wait_for_kprobe_optimizer()
+    return kernel, tracer, root
+
+
+def stop(tracer, root) -> None:
+    write(root, "events/kprobes/enable", "0")
+    tracer.buffer.counts()              # the staged records taken into their pages
+
+
+@pytest.fixture
+def recorded():
+    kernel, tracer, root = recording(EVENTS, 12)
     kernel.upcall("kprobe_bench_loop", 400, 1)
     time.sleep(0.3)                     # over 2^27 ns: the next record needs a time extend
     kernel.upcall("kprobe_bench_loop", 20, 1)
-    write(root, "events/kprobes/enable", "0")
-    tracer.buffer.counts()              # the staged records taken into their pages
+    stop(tracer, root)
     return kernel, tracer, root
 
 
@@ -156,3 +167,58 @@ def test_the_page_being_written_is_taken_and_recording_goes_on(recorded):
     kernel.upcall("kprobe_bench_loop", 2, 1)
     pages = read_raw(root, 0)
     assert len(decode_page(pages[0], layout).events) == 2 * 3
+
+
+# One event: every chunk's entries are alike, and its page is gathered from the entries.
+# SHORT's data is 21 bytes, 3 of padding that the kernel zeroes (%si:u8 is stored as 8
+# bytes of the register); LONG's payload is past 112 bytes (a length word follows).
+SHORT = "p:one kprobe_target_traced+5 a=%di b=%si:u32 c=%si:u8\n"
+LONG = "p:one kprobe_target_traced+5 " + " ".join(f"x{i}=%si" for i in range(13)) + "\n"
+
+
+def staged_events(data: bytes) -> list[tuple[int, bytes]]:
+    """What the kernel recorded in a chunk, read with struct tn_entry's layout (ts,
+    size, len, the event header, then the record: the common fields, the data): each
+    entry's (time, record), the record padded to 4 bytes with zeroes."""
+    out, at = [], 0
+    while at < len(data):
+        ts, size, length = struct.unpack_from("<QII", data, at)
+        record = data[at + 24:at + 32 + length]
+        out.append((ts, record + bytes(-len(record) % 4)))
+        at += size
+    return out
+
+
+@pytest.mark.parametrize("events", [SHORT, LONG], ids=["short", "long"])
+def test_pages_of_one_event_are_what_the_kernel_recorded(events):
+    """Each page holds the kernel's staged records byte for byte, at their times, and
+    is the page the record-by-record path makes.  A chunk's events are gathered from
+    its entries (NativeRecorder._raw_whole) where the kernel wrote each one's header
+    word, a chunk continuing a page taking its first delta from the chunk before; a
+    chunk with a time extend inside goes entry by entry."""
+    kernel, tracer, root = recording(events, 64)
+    kernel.upcall("kprobe_bench_loop", 250, 1)
+    tracer.buffer.counts()              # the chunk taken: the next one goes on in its page
+    kernel.upcall("kprobe_bench_loop", 30, 1)
+    time.sleep(0.3)                     # over 2^27 ns: the next record needs a time extend
+    kernel.upcall("kprobe_bench_loop", 30, 1)
+    stop(tracer, root)
+    buf = tracer.buffer.cpus[0]
+    assert buf.overrun == 0 and len(buf.pages) > 2
+    chunks = [chunk for page in buf.pages for chunk in page]
+    assert all(type(chunk) is Chunk for chunk in chunks)
+    recorded = [[ev for chunk in page for ev in staged_events(chunk.data)]
+                for page in buf.pages]
+    expected = expected_pages(buf.pages, 0)
+    sizes = {len(record) for page in recorded for _ts, record in page}
+    assert sizes == {8 + 21 + 3} or min(sizes) > 112
+    # every chunk but the one with the time extend in it is gathered whole
+    native = tracer.native
+    whole = [native._raw_whole(chunk.data, None) is not None for chunk in chunks]
+    assert whole.count(False) == 1 and len(whole) > 2
+    pages = read_raw(root, 0)
+    assert pages == expected
+    layout = parse_layout(read(root, "events/header_page"), read(root, "events/header_event"))
+    decoded = [decode_page(page, layout) for page in pages]
+    assert [page.events for page in decoded] == recorded
+    assert sum(page.extends for page in decoded) == 1

@@ -123,6 +123,13 @@ struct tn_entry {
 	u64 ts;
 	u32 size;		/* bytes of this entry, header included, a multiple of 8 */
 	u32 len;		/* bytes of data */
+	/* The record's ring-buffer event header as a trace_pipe_raw page holds it, ending
+	 * where the common fields begin (the data's padding to 4 bytes is zeroed): a short
+	 * event's word (type_len 1..28) in rb[1], rb[0] zero; a long one's (type_len 0)
+	 * in rb[0], its length word in rb[1].  The delta is from the CPU's last record;
+	 * one that needs a time extend leaves the word RINGBUF_TYPE_TIME_EXTEND alone
+	 * (the host then makes the event itself). */
+	u32 rb[2];
 	/* From here on, the record as Linux lays it out (what format files and filters
 	 * count offsets in): the common fields, then the data. */
 	u16 type;
@@ -139,10 +146,12 @@ struct tn_entry {
 /* Pages the kernel may close itself before the host takes them (in overwrite mode,
  * where opening a page always succeeds): one hypercall per TN_BATCH_MAX pages. */
 #define TN_BATCH_MAX 8
-/* A page of the smallest records takes at most 1.6 pages here (32 bytes staged for 20
- * accounted); TN_BATCH_MAX of them, then the largest record, must fit. */
-#define TN_STAGE_SIZE 65536
+/* A page of the smallest kprobe records takes at most 2 pages here (40 bytes staged for
+ * 20 accounted); TN_BATCH_MAX of them, then the largest record, must fit. */
+#define TN_STAGE_SIZE (72 * 1024)
 #define TN_TS_DELTA_MAX (1UL << 27)
+#define TN_RB_TYPE_DATA_MAX 28	/* RINGBUF_TYPE_DATA_TYPE_LEN_MAX */
+#define TN_RB_TYPE_TIME_EXTEND 30
 
 struct tn_cpu {
 	u32 used;		/* accounted bytes in the host's open page */

@@ -157,6 +157,7 @@ const struct kabi_entry kabi[] = {
 	KABI("trace_native.batch", offsetof(typeof(trace_native_cpu[0]), batch)),
 	KABI("trace_native.batch_max", TN_BATCH_MAX),
 	KABI("trace_native.probe_insns", offsetof(struct trace_native_probe, insns)),
+	KABI("trace_native.entry_size", sizeof(struct tn_entry)),
 	KABI("kmem_cache.size", sizeof(struct kmem_cache)),
 	KOFF("kmem_cache.name", struct kmem_cache, name),
 	KOFF("kmem_cache.object_size", struct kmem_cache, size),

@@ -494,12 +494,36 @@ static __always_inline void save_comm(struct tn_cpu *c, int cpu, struct task_str
 	}
 }
 
+/* Write e's ring-buffer event header (struct tn_entry's rb) for `len` data bytes
+ * stamped ts, and zero the data's padding to 4 bytes: the event as a trace_pipe_raw
+ * page holds it is then the entry's bytes from its header word on. */
+static __always_inline void set_event_header(struct tn_cpu *c, struct tn_entry *e,
+					     u32 len, u64 ts)
+{
+	u32 payload = ALIGN(8 + len, 4);	/* the common fields, then the data */
+	u64 delta = c->has_last && ts > c->last_ts ? ts - c->last_ts : 0;
+	u32 i;
+
+	for (i = len; i & 3; i++)
+		e->data[i] = 0;
+	if (delta >= TN_TS_DELTA_MAX) {
+		e->rb[0] = e->rb[1] = TN_RB_TYPE_TIME_EXTEND;
+	} else if (payload <= TN_RB_TYPE_DATA_MAX * 4) {
+		e->rb[0] = 0;
+		e->rb[1] = payload >> 2 | (u32)delta << 5;
+	} else {
+		e->rb[0] = (u32)delta << 5;
+		e->rb[1] = payload + 4;		/* the length word counts itself */
+	}
+}
+
 /* Stage the record at e, `len` data bytes, its common fields written. */
 static __always_inline void stage_commit(struct tn_cpu *c, int cpu, struct tn_entry *e,
 					 u32 len, u32 acct, u64 ts)
 {
 	u32 size = sizeof(*e) + ALIGN(len, 8);
 
+	set_event_header(c, e, len, ts);
 	e->ts = ts;
 	e->size = size;
 	e->len = len;

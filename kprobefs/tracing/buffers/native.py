@@ -61,12 +61,16 @@ _U16 = struct.Struct("<H")
 _TNP_RETURN = 2
 _TNP_HOST = 4
 _RET_INSTANCE = struct.Struct("<QQQQQ")     # struct tn_ret_instance
-_ENTRY = struct.Struct("<QIIHBxi")          # struct tn_entry
+#: struct tn_entry: ts, size, len, the ring-buffer event header (rb, read in place by
+#: _raw_whole), the common fields (type, flags, preempt_count, pid).
+_ENTRY = struct.Struct("<QII8xHBxi")
 _CPU = struct.Struct("<IIQII")              # struct tn_cpu: used .. count
 _SYNC = struct.Struct("<IIQ")               # struct tn_cpu: used, has_last, last_ts
 _STAGED = struct.Struct("<II")              # struct tn_cpu: staged, count
 _STAGED_AT, _COUNT_AT, _WAITERS_AT, _COMM_TASK_AT = 16, 20, 24, 32
 _ENTRY_SIZE = _ENTRY.size
+_ENTRY_RB_AT = 16                           # struct tn_entry's rb
+_ENTRY_TYPE_AT = 24                         # its common_type
 _Q = struct.Struct("<Q")
 _QQ = struct.Struct("<QQ")
 #: How a staged entry's data is laid out (native._decode): a kprobe's (the probed
@@ -79,8 +83,11 @@ _ARENA_UNIT = 64
 _RAW_HEAD = struct.Struct("<IHBBi")
 _RAW_LONG_HEAD = struct.Struct("<IIHBBi")        # type_len 0: a length word follows
 _RAW_EXTEND = struct.Struct("<II")
+_RAW_LONG_WORDS = struct.Struct("<II")          # type_len 0's header word, length word
 _DELTA_MASK = (1 << 27) - 1
 _PADS = (b"", b"\0\0\0", b"\0\0", b"\0")         # by data length % 4
+_RAW_SHORT_MAX = TYPE_DATA_MAX * 4              # a payload with its size in type_len
+_LOW5 = bytes(b & 31 for b in range(256))       # a byte's type_len bits
 
 
 def _signed(value: int) -> int:
@@ -324,6 +331,8 @@ class NativeRecorder:
                      for cpu in range(kernel.nr_cpus)]
         if kernel.kabi["trace_native.probe_insns"] != _PROBE.size:
             raise ImageError("struct trace_native_probe does not match the host's layout")
+        if kernel.kabi.get("trace_native.entry_size") != _ENTRY_SIZE:
+            raise ImageError("struct tn_entry does not match the host's layout")
         self._next = self._arena
         self._free: dict[int, list[int]] = {}
         self._zombies: list[NativeProbe] = []     # freed with returns still pending
@@ -539,7 +548,7 @@ class NativeRecorder:
         head = 8 if layout == _KPROBE else 16
         if head + struct.calcsize("<" + codes) != length or _ENTRY_SIZE + length > size:
             return None
-        # Every entry's size (a u32 at 8) and type (a u16 at 16), read in place: an
+        # Every entry's size (a u32 at 8) and type (a u16 at 24), read in place: an
         # entry of another size would be read at its own offset with the wrong size,
         # so every size checked is every entry read where it is.
         view = memoryview(data)
@@ -547,7 +556,7 @@ class NativeRecorder:
         if sizes.tobytes() != _U32.pack(size) * len(sizes):
             return None
         events = {type_: event}
-        column = _varied(view.cast("H")[8::size // 2])
+        column = _varied(view.cast("H")[_ENTRY_TYPE_AT // 2::size // 2])
         for other in set(column or ()) - {type_}:
             known = types.get(other)
             if known is None:
@@ -559,10 +568,11 @@ class NativeRecorder:
             events[other] = known[0]
         words = view.cast("Q")
         step = size // 8
-        ips = words[3::step]
+        at = _ENTRY_SIZE // 8               # the probed address (a kretprobe's function)
+        ips = words[at::step]
         return StagedColumns(
-            words[::step].tolist(), words[2::step].tolist(), type_, column, ips[0],
-            _varied(ips), None if layout == _KPROBE else words[4::step].tolist(),
+            words[::step].tolist(), words[_ENTRY_TYPE_AT // 8::step].tolist(), type_, column,
+            ips[0], _varied(ips), None if layout == _KPROBE else words[at + 1::step].tolist(),
             struct_columns(data, _ENTRY_SIZE + head, size, codes), events, size)
 
     def _raw(self, data: bytes, last: int | None):
@@ -572,6 +582,9 @@ class NativeRecorder:
         common fields then the staged data, as every layout's ``raw`` makes it (see
         :meth:`_decode`); entries of a gone type are left out, as there.  ``None``
         when no entry is left."""
+        whole = self._raw_whole(data, last)
+        if whole is not None:
+            return whole
         parts = []
         append = parts.append
         offset, end = 0, len(data)
@@ -608,6 +621,50 @@ class NativeRecorder:
         if first is None:
             return None
         return b"".join(parts), first, last
+
+    def _raw_whole(self, data: bytes, last: int | None):
+        """:meth:`_raw` of entries all of one size and length and of one type, made
+        without a loop over them: each entry holds its event as the page does (the
+        kernel wrote its header word, struct tn_entry's rb), so the events are the
+        entries' bytes from that word on, gathered a column of words at a time; only
+        the first one's delta, from ``last``, is made here.  ``None`` when the entries
+        are not alike, a type is gone, or a delta needs a time extend (then _raw goes
+        entry by entry)."""
+        if not data:
+            return None
+        ts, size, length, type_, _flags, _pid = _ENTRY.unpack_from(data, 0)
+        n, rest = divmod(len(data), size)
+        if rest or size % 8:
+            return None
+        view = memoryview(data)
+        if (view.cast("Q")[1::size // 8].tobytes() != data[8:16] * n      # size, len
+                or view.cast("H")[_ENTRY_TYPE_AT // 2::size // 2].tobytes()
+                != _U16.pack(type_) * n):
+            return None
+        event = self._layout(type_)[0]
+        if event is None or event.id & 0xFFFF != type_:
+            return None
+        payload = (length + 11) & ~3          # the common fields' 8 bytes, then data
+        short = payload <= _RAW_SHORT_MAX
+        at = _ENTRY_RB_AT + 4 if short else _ENTRY_RB_AT      # the event's first byte
+        type_len = payload >> 2 if short else 0
+        # every header word but the first (made below) is the kernel's: no time extend
+        if data[at + size::size].translate(_LOW5) != bytes((type_len,)) * (n - 1):
+            return None
+        delta = ts - last if last is not None and ts > last else 0
+        if delta > _DELTA_MASK:
+            return None
+        event_size = payload + _ENTRY_TYPE_AT - at
+        out = bytearray(n * event_size)
+        dst, src = memoryview(out).cast("I"), view.cast("I")
+        step, words, first = size // 4, event_size // 4, at // 4
+        for i in range(words):
+            dst[i::words] = src[first + i::step]
+        if short:
+            _U32.pack_into(out, 0, type_len | delta << 5)
+        else:
+            _RAW_LONG_WORDS.pack_into(out, 0, delta << 5, payload + 4)
+        return out, ts, _Q.unpack_from(data, len(data) - size)[0]
 
     def _layout(self, type_: int) -> tuple:
         """(event, how its entry is laid out) of an event type; (None, None) when the
