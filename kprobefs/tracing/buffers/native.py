@@ -27,6 +27,7 @@ paths write the same record.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 from itertools import repeat
@@ -83,7 +84,7 @@ _ARENA_UNIT = 64
 _RAW_HEAD = struct.Struct("<IHBBi")
 _RAW_LONG_HEAD = struct.Struct("<IIHBBi")        # type_len 0: a length word follows
 _RAW_EXTEND = struct.Struct("<II")
-_RAW_LONG_WORDS = struct.Struct("<II")          # type_len 0's header word, length word
+_RAW_LONG_HEAD_WORDS = struct.Struct("<II")     # type_len 0's header word, length word
 _DELTA_MASK = (1 << 27) - 1
 _PADS = (b"", b"\0\0\0", b"\0\0", b"\0")         # by data length % 4
 _RAW_SHORT_MAX = TYPE_DATA_MAX * 4              # a payload with its size in type_len
@@ -297,6 +298,16 @@ class NativeProbe:
     ip: int
     is_return: bool = False
     filter: tuple | None = None     # (program, address, size) of its filter in the arena
+
+
+@functools.lru_cache(maxsize=256)
+def _gather(size: int, at: int, event_size: int, head: int, n: int) -> struct.Struct:
+    """The struct that reads the events out of ``n`` entries of ``size`` bytes, each
+    ``event_size`` bytes from ``at`` on, the first one without its ``head`` bytes of
+    header (NativeRecorder._raw_whole): one C call, where a slice an entry is a loop."""
+    skip = size - at - event_size
+    return struct.Struct(f"<{at + head}x{event_size - head}s{skip}x"
+                         + f"{at}x{event_size}s{skip}x" * (n - 1))
 
 
 class NativeRecorder:
@@ -626,8 +637,8 @@ class NativeRecorder:
         """:meth:`_raw` of entries all of one size and length and of one type, made
         without a loop over them: each entry holds its event as the page does (the
         kernel wrote its header word, struct tn_entry's rb), so the events are the
-        entries' bytes from that word on, gathered a column of words at a time; only
-        the first one's delta, from ``last``, is made here.  ``None`` when the entries
+        entries' bytes from that word on, read out with one struct (_gather); only
+        the first one's header, its delta from ``last``, is made here.  ``None`` when the entries
         are not alike, a type is gone, or a delta needs a time extend (then _raw goes
         entry by entry)."""
         if not data:
@@ -654,17 +665,10 @@ class NativeRecorder:
         delta = ts - last if last is not None and ts > last else 0
         if delta > _DELTA_MASK:
             return None
-        event_size = payload + _ENTRY_TYPE_AT - at
-        out = bytearray(n * event_size)
-        dst, src = memoryview(out).cast("I"), view.cast("I")
-        step, words, first = size // 4, event_size // 4, at // 4
-        for i in range(words):
-            dst[i::words] = src[first + i::step]
-        if short:
-            _U32.pack_into(out, 0, type_len | delta << 5)
-        else:
-            _RAW_LONG_WORDS.pack_into(out, 0, delta << 5, payload + 4)
-        return out, ts, _Q.unpack_from(data, len(data) - size)[0]
+        head = (_U32.pack(type_len | delta << 5) if short
+                else _RAW_LONG_HEAD_WORDS.pack(delta << 5, payload + 4))
+        events = _gather(size, at, payload + _ENTRY_TYPE_AT - at, len(head), n).unpack(data)
+        return b"".join((head,) + events), ts, _Q.unpack_from(data, len(data) - size)[0]
 
     def _layout(self, type_: int) -> tuple:
         """(event, how its entry is laid out) of an event type; (None, None) when the
