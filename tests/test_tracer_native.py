@@ -17,10 +17,12 @@ import time
 import pytest
 
 from kprobefs import Kernel, Kprobe
+from kprobefs.errors import ImageError
 from kprobefs.machine import UserBuffer
 from kprobefs.machine.kernel import ProcessExited
 from kprobefs.machine.abi import AT_FDCWD, O_CREAT, O_RDWR
 from kprobefs.tracing import Tracer
+from kprobefs.tracing.buffers.native import NativeRecorder
 
 from test_tracer_e2e import node, read, write
 
@@ -503,3 +505,12 @@ def test_a_native_hit_on_a_faulting_user_copy_still_gets_efault(boost):
     # Nothing is left current on the CPU: the next hit is not taken for a reentry.
     assert kernel.syscall(t, "wait4", child, 0x10, 0, 0) in (-errno.EFAULT, -errno.ECHILD)
     assert ap.nmissed == 0
+
+
+def test_a_kernel_whose_staged_entries_differ_is_refused():
+    """The host reads struct tn_entry in place (a page of trace_pipe_raw is its bytes):
+    a kernel that lays it out otherwise is not recorded with."""
+    kernel = Kernel(cpus=1, seed=0)
+    kernel.kabi = dict(kernel.kabi, **{"trace_native.entry_size": 24})
+    with pytest.raises(ImageError, match="tn_entry"):
+        NativeRecorder(kernel, kernel.kprobes.pt_regs_fields, lambda: None, lambda _id: None)
