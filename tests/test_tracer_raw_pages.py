@@ -222,3 +222,21 @@ def test_pages_of_one_event_are_what_the_kernel_recorded(events):
     decoded = [decode_page(page, layout) for page in pages]
     assert [page.events for page in decoded] == recorded
     assert sum(page.extends for page in decoded) == 1
+
+
+def test_records_of_a_gone_event_are_left_out_and_the_next_delta_made(monkeypatch):
+    """The records of an event that is gone (the recorder no longer knows its type)
+    are left out of the pages, as trace leaves them out; the event after one of them
+    takes its delta from the event kept before it, not the kernel's from the record
+    left out."""
+    kernel, tracer, root = recording(EVENTS, 64)
+    kernel.upcall("kprobe_bench_loop", 40, 1)
+    stop(tracer, root)
+    gone = int(read(root, "events/kprobes/long/id"))
+    known = tracer.native._event_of
+    monkeypatch.setattr(tracer.native, "_event_of", lambda i: None if i == gone else known(i))
+    expected = expected_pages(tracer.buffer.cpus[0].pages, 0)
+    layout = parse_layout(read(root, "events/header_page"), read(root, "events/header_event"))
+    pages = read_raw(root, 0)
+    assert pages == expected
+    assert sum(len(decode_page(page, layout).events) for page in pages) == 40 * 2

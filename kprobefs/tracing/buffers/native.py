@@ -65,6 +65,7 @@ _RET_INSTANCE = struct.Struct("<QQQQQ")     # struct tn_ret_instance
 #: struct tn_entry: ts, size, len, the ring-buffer event header (rb, read in place by
 #: _raw_whole), the common fields (type, flags, preempt_count, pid).
 _ENTRY = struct.Struct("<QII8xHBxi")
+_RAW_ENTRY = struct.Struct("<QIIIIHBxi")        # the same with the event header
 _CPU = struct.Struct("<IIQII")              # struct tn_cpu: used .. count
 _SYNC = struct.Struct("<IIQ")               # struct tn_cpu: used, has_last, last_ts
 _STAGED = struct.Struct("<II")              # struct tn_cpu: staged, count
@@ -592,24 +593,38 @@ class NativeRecorder:
         (``None``: the first starts the page, delta 0).  The record of each is the
         common fields then the staged data, as every layout's ``raw`` makes it (see
         :meth:`_decode`); entries of a gone type are left out, as there.  ``None``
-        when no entry is left."""
+        when no entry is left.  An entry whose header word the kernel made as the page
+        has it (struct tn_entry's rb: the delta from the event before it here) is one
+        slice; the first event, one after a gone entry and one that needs a time extend
+        get their header made here."""
         whole = self._raw_whole(data, last)
         if whole is not None:
             return whole
         parts = []
         append = parts.append
         offset, end = 0, len(data)
-        unpack = _ENTRY.unpack_from
+        unpack = _RAW_ENTRY.unpack_from
         head, long_head = _RAW_HEAD.pack, _RAW_LONG_HEAD.pack
         ids: dict = {}            # type -> the event's common_type, None when gone
         first = None
+        made = False              # the kernel's header word follows the event before
         while offset < end:
-            ts, size, length, type_, flags, pid = unpack(data, offset)
+            ts, size, length, rb0, rb1, type_, flags, pid = unpack(data, offset)
             common_type = ids.get(type_, -1)
             if common_type == -1:
                 event = self._layout(type_)[0]
                 common_type = ids[type_] = None if event is None else event.id & 0xFFFF
-            if common_type is not None:
+            if common_type is None:
+                made = False
+                offset += size
+                continue
+            padded = (length + 11) & ~3           # the common fields' 8 bytes, then data
+            short = padded <= _RAW_SHORT_MAX
+            if made and (rb1 if short else rb0) & 31 != TYPE_TIME_EXTEND \
+                    and common_type == type_:
+                append(data[offset + (_ENTRY_RB_AT + 4 if short else _ENTRY_RB_AT):
+                            offset + _ENTRY_TYPE_AT + padded])
+            else:
                 if first is None:
                     first = ts
                     if last is None:
@@ -620,14 +635,14 @@ class NativeRecorder:
                                             delta >> 27))
                     delta = 0
                 start = offset + _ENTRY_SIZE
-                padded = (length + 11) & ~3       # the common fields' 8 bytes, then data
-                if padded <= TYPE_DATA_MAX * 4:
+                if short:
                     append(head(padded >> 2 | delta << 5, common_type, flags, 0, pid))
                 else:
                     append(long_head(delta << 5, padded + 4, common_type, flags, 0, pid))
                 append(data[start:start + length])
                 append(_PADS[length & 3])
-                last = ts
+                made = True
+            last = ts
             offset += size
         if first is None:
             return None
