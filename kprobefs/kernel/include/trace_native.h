@@ -127,8 +127,8 @@ struct tn_entry {
 	 * where the common fields begin (the data's padding to 4 bytes is zeroed): a short
 	 * event's word (type_len 1..28) in rb[1], rb[0] zero; a long one's (type_len 0)
 	 * in rb[0], its length word in rb[1].  The delta is from the CPU's last record;
-	 * one that needs a time extend leaves the word RINGBUF_TYPE_TIME_EXTEND alone
-	 * (the host then makes the event itself). */
+	 * one that needs a time extend gets both words RINGBUF_TYPE_TIME_EXTEND instead
+	 * (the host then makes the event's header itself). */
 	u32 rb[2];
 	/* From here on, the record as Linux lays it out (what format files and filters
 	 * count offsets in): the common fields, then the data. */
