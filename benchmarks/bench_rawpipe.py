@@ -4,6 +4,9 @@ returns.
 In process (the default), on the tracefs file objects (no FUSE): a buffer filled with N
 records of a 2-argument kprobe event is read whole through per_cpu/cpu0/trace_pipe_raw
 (binary pages, consumed) and, refilled the same way, through trace (text, not consumed).
+The records are the host's (a fake kernel's probe hits); with ``--kernel`` they are the
+emulated kernel's own recorder's (a 4-argument event on an optimized probe, hit by a
+kernel loop), whose trace_pipe_raw pages are read out of its staged entries (native.py).
 
 With ``--mount``, through a real FUSE mount of a daemon this script starts (root and
 /dev/fuse needed): the daemon's background workload runs under the function tracer for
@@ -13,7 +16,7 @@ page by page with O_NONBLOCK until EAGAIN (consumed; this process, through the m
 then the buffer is filled again for as long and emptied with splice(2) into a pipe, as
 trace-cmd's recorders do (through the host's page cache, a READ per page).
 
-    python3 benchmarks/bench_rawpipe.py [--records N]
+    python3 benchmarks/bench_rawpipe.py [--records N] [--kernel]
     python3 benchmarks/bench_rawpipe.py --mount [--fill S] [--workload RATE]
 """
 
@@ -39,6 +42,23 @@ def _fill(records):
         t.engine.hit(VFS_READ, di=i, si=i)
         t.clock.advance(1000)
     return t
+
+
+def _fill_kernel(records):
+    """The emulated kernel's recorder: ``records`` hits of a 4-argument event."""
+    from types import SimpleNamespace
+
+    from kprobefs import Kernel
+    from kprobefs.tracing import Tracer
+    kernel = Kernel(cpus=1, seed=0)
+    root = Tracer(kernel.kprobes, kernel).tracefs_root()
+    echo(root, "buffer_size_kb", "32768", append=False)
+    echo(root, "kprobe_events", "p:ev kprobe_target_traced+5 a=%di b=%si c=%dx d=%cx")
+    echo(root, "events/kprobes/ev/enable", "1")
+    kernel.wait_for_kprobe_optimizer()
+    kernel.upcall("kprobe_bench_loop", records, 1)
+    echo(root, "events/kprobes/ev/enable", "0")
+    return SimpleNamespace(root=root)
 
 
 def _read_all(t, path, chunk):
@@ -135,6 +155,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--mount", action="store_true", help="read through a real mount")
+    ap.add_argument("--kernel", action="store_true",
+                    help="in process, the records of the emulated kernel's recorder")
     ap.add_argument("--fill", type=float, default=5.0, help="seconds of workload (--mount)")
     ap.add_argument("--workload", type=float, default=2000.0,
                     help="the daemon's workload rate, operations/s (--mount)")
@@ -146,10 +168,12 @@ def main():
         return
     for name, path, chunk in (("trace_pipe_raw", "per_cpu/cpu0/trace_pipe_raw", 4096),
                               ("trace", "trace", 65536)):
-        total, elapsed = _read_all(_fill(args.records), path, chunk)
+        fill = _fill_kernel if args.kernel else _fill
+        total, elapsed = _read_all(fill(args.records), path, chunk)
+        pages = f"  {elapsed / (total / 4096) * 1e6:6.1f} µs/page" if chunk == 4096 else ""
         print(f"{name:15s} {args.records} records  {total / 1e6:8.2f} MB  "
               f"{elapsed:6.2f} s  {total / 1e6 / elapsed:8.2f} MB/s  "
-              f"{args.records / elapsed:10.0f} records/s")
+              f"{args.records / elapsed:10.0f} records/s{pages}")
 
 
 if __name__ == "__main__":
