@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from kprobefs.tracing.buffers.raw_page import PageWriter
 from raw_decoder import decode_page, get_field, parse_format, parse_layout
 from tracer_fakes import VFS_READ, cat, echo, make_tracer, node
 
@@ -125,3 +126,24 @@ def test_stats_format(t):
         "dropped events", "read events"]
     assert lines[0] == "entries: 1"
     assert re.fullmatch(r"oldest event ts: +\d+\.\d{6}", lines[4])
+
+
+def test_a_page_takes_events_while_they_fit(t):
+    """PageWriter.add reckons an event's size once and takes it only while it fits
+    (the first always): 40-byte events fill the 4080 data bytes exactly, a time
+    extend and a long event's length word are counted."""
+    writer = PageWriter(1000)
+    taken = 0
+    while writer.add(bytes(range(36)), 1000 + taken):
+        taken += 1
+    assert taken == 4080 // 40 and writer.used == 4080
+    layout = _layout(t)
+    page = decode_page(writer.page(), layout)
+    assert [ts for ts, _rec in page.events] == [1000 + i for i in range(taken)]
+    assert all(rec == bytes(range(36)) for _ts, rec in page.events)
+    writer = PageWriter(0)
+    assert writer.add(b"x", 0) and writer.add(bytes(113), 1 << 28)
+    assert writer.used == 8 + (8 + 8 + 116)
+    page = decode_page(writer.page(), layout)
+    assert page.extends == 1 and [ts for ts, _rec in page.events] == [0, 1 << 28]
+    assert [rec for _ts, rec in page.events] == [b"x\0\0\0", bytes(116)]

@@ -42,6 +42,8 @@ TYPE_TIME_STAMP = 31
 _DELTA_BITS = 27
 _DELTA_MASK = (1 << _DELTA_BITS) - 1
 _U32 = struct.Struct("<I")
+_EXTEND = struct.Struct("<II")                  # two header words
+_PADS = (b"", b"\0\0\0", b"\0\0", b"\0")         # by data length % 4
 _COMMON = struct.Struct("<HBBi")
 
 
@@ -73,24 +75,36 @@ class PageWriter:
     def fits(self, data_len: int, ts: int) -> bool:
         return self.used + raw_size(data_len, max(0, ts - self._last)) <= _DATA_SIZE
 
-    def add(self, data: bytes, ts: int) -> None:
-        """Append an event stamped ``ts``; the caller checked ``fits``."""
-        delta = max(0, ts - self._last)
-        self.used += raw_size(len(data), delta)
+    def add(self, data: bytes, ts: int) -> bool:
+        """Append an event stamped ``ts`` if it fits, or the page is empty; return
+        whether it did (``fits`` and ``add`` in one, its size reckoned once)."""
+        last = self._last
+        delta = ts - last if ts > last else 0
+        length = len(data)
+        if not length:
+            data, length = b"\0", 1
+        padded = (length + 3) & ~3
+        size = padded + (4 if padded <= TYPE_DATA_MAX * 4 else 8)
+        if delta > _DELTA_MASK:
+            size += 8
+        if self.used and self.used + size > _DATA_SIZE:
+            return False
+        self.used += size
         parts = self._parts
         if delta > _DELTA_MASK:
-            parts.append(_U32.pack(TYPE_TIME_EXTEND | (delta & _DELTA_MASK) << 5))
-            parts.append(_U32.pack(delta >> _DELTA_BITS))
+            parts.append(_EXTEND.pack(TYPE_TIME_EXTEND | (delta & _DELTA_MASK) << 5,
+                                      delta >> _DELTA_BITS))
             delta = 0
-        padded = (data or b"\0") + bytes(-len(data or b"\0") % 4)
-        if len(padded) <= TYPE_DATA_MAX * 4:
-            parts.append(_U32.pack(len(padded) // 4 | delta << 5))
+        if padded <= TYPE_DATA_MAX * 4:
+            parts.append(_U32.pack(padded >> 2 | delta << 5))
         else:
-                # type_len 0: the length word counts itself as well as the data.
-            parts.append(_U32.pack(delta << 5))
-            parts.append(_U32.pack(len(padded) + 4))
-        parts.append(padded)
+            # type_len 0: the length word counts itself as well as the data.
+            parts.append(_EXTEND.pack(delta << 5, padded + 4))
+        parts.append(data)
+        if padded != length:
+            parts.append(_PADS[length & 3])
         self._last = ts
+        return True
 
     def page(self, missed: int = 0) -> bytes:
         """Return the 4096-byte page; ``missed`` events lost before it set the flags

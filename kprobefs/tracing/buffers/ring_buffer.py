@@ -637,6 +637,7 @@ class RingBuffer:
             writer = None
             while pages:
                 page = pages[0]
+                taken = 0
                 while page:
                     if page.chunks:
                         buf.undecoded -= page.expand_head()
@@ -645,13 +646,13 @@ class RingBuffer:
                     if data is not None:
                         if writer is None:
                             writer = PageWriter(head[0])
-                        elif not writer.fits(len(data), head[0]):
+                        if not writer.add(data, head[0]):
                             break
-                        writer.add(data, head[0])
                     page.popleft()
-                    page.entries -= 1
-                    buf.entries -= 1
-                    buf.read_events += 1
+                    taken += 1
+                page.entries -= taken
+                buf.entries -= taken
+                buf.read_events += taken
                 if page or len(pages) == 1:
                     break
                 pages.popleft()
