@@ -84,8 +84,7 @@ _ARENA_UNIT = 64
 #: A trace_pipe_raw event's header word and the record's common fields (raw_page.py).
 _RAW_HEAD = struct.Struct("<IHBBi")
 _RAW_LONG_HEAD = struct.Struct("<IIHBBi")        # type_len 0: a length word follows
-_RAW_EXTEND = struct.Struct("<II")
-_RAW_LONG_HEAD_WORDS = struct.Struct("<II")     # type_len 0's header word, length word
+_RAW_WORDS = struct.Struct("<II")     # a time extend's two words; type_len 0's and its length
 _DELTA_MASK = (1 << 27) - 1
 _PADS = (b"", b"\0\0\0", b"\0\0", b"\0")         # by data length % 4
 _RAW_SHORT_MAX = TYPE_DATA_MAX * 4              # a payload with its size in type_len
@@ -607,7 +606,8 @@ class NativeRecorder:
         head, long_head = _RAW_HEAD.pack, _RAW_LONG_HEAD.pack
         ids: dict = {}            # type -> the event's common_type, None when gone
         first = None
-        made = False              # the kernel's header word follows the event before
+        made = False              # the next entry's header word (the kernel's) follows
+                                  # an event made here
         while offset < end:
             ts, size, length, rb0, rb1, type_, flags, pid = unpack(data, offset)
             common_type = ids.get(type_, -1)
@@ -631,8 +631,8 @@ class NativeRecorder:
                         last = ts
                 delta = ts - last if ts > last else 0
                 if delta > _DELTA_MASK:
-                    append(_RAW_EXTEND.pack(TYPE_TIME_EXTEND | (delta & _DELTA_MASK) << 5,
-                                            delta >> 27))
+                    append(_RAW_WORDS.pack(TYPE_TIME_EXTEND | (delta & _DELTA_MASK) << 5,
+                                           delta >> 27))
                     delta = 0
                 start = offset + _ENTRY_SIZE
                 if short:
@@ -653,9 +653,9 @@ class NativeRecorder:
         without a loop over them: each entry holds its event as the page does (the
         kernel wrote its header word, struct tn_entry's rb), so the events are the
         entries' bytes from that word on, read out with one struct (_gather); only
-        the first one's header, its delta from ``last``, is made here.  ``None`` when the entries
-        are not alike, a type is gone, or a delta needs a time extend (then _raw goes
-        entry by entry)."""
+        the first one's header, its delta from ``last``, is made here.  ``None`` when
+        the entries are not alike, a type is gone, or a delta needs a time extend (then
+        _raw goes entry by entry)."""
         if not data:
             return None
         ts, size, length, type_, _flags, _pid = _ENTRY.unpack_from(data, 0)
@@ -681,7 +681,7 @@ class NativeRecorder:
         if delta > _DELTA_MASK:
             return None
         head = (_U32.pack(type_len | delta << 5) if short
-                else _RAW_LONG_HEAD_WORDS.pack(delta << 5, payload + 4))
+                else _RAW_WORDS.pack(delta << 5, payload + 4))
         events = _gather(size, at, payload + _ENTRY_TYPE_AT - at, len(head), n).unpack(data)
         return b"".join((head,) + events), ts, _Q.unpack_from(data, len(data) - size)[0]
 
