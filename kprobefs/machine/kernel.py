@@ -273,8 +273,9 @@ class Kernel(MachineDriver, SystemCalls):
         self._foreground: set = set()
         self._foreground_ended = 0.0
         #: Background duties (the workload's pump): run with the periodic ones, and
-        #: FOREGROUND_QUIET after the last request someone waits for has ended
-        #: (background_due, the machine thread's).
+        #: once FOREGROUND_QUIET has passed since the last request someone waits for
+        #: ended (background_due), when the machine thread next wakes: at once if that
+        #: request left it work (a read that blocks), else at its next round.
         self.background: list[Callable[[], None]] = []
         self.background_due = 0.0
         self._task_state_off = self.kabi["task.state"]

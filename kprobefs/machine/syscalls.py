@@ -166,8 +166,10 @@ class SystemCalls:
             self._foreground.discard(req)
             self._foreground_ended = now = time.monotonic()
             if not self._foreground and self.background:
+                # Not woken for it: a waiter that drove the request itself wakes the
+                # machine thread when it leaves work behind (a read that blocks),
+                # and a stream of requests should not pay a wake-up each.
                 self.background_due = now + self.FOREGROUND_QUIET
-                self._work.set()
         if req.on_done is not None:
             req.on_done(req)
         if self._machine_thread is None:
