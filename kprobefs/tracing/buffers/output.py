@@ -343,8 +343,7 @@ def _line_format(texts: dict, head: str, key: tuple) -> str:
 def _staged_format(texts: dict, events: dict, head: str, key: tuple) -> str:
     """_line_format of a staged entry's line: ``key`` is (its type, ip[, return ip]),
     the type's event in ``events``."""
-    text = texts[id(events[key[0]])]
-    return head + text.fold((key[2], key[1]) if text.is_return else key[1])
+    return _line_format(texts, head, (events[key[0]], key[1], key[2] if len(key) > 2 else 0))
 
 
 _TS = itemgetter(0)
