@@ -194,6 +194,12 @@ class KernelImage:
         """Addresses of the vmlinux `call __fentry__` sites, from __mcount_loc."""
         return tuple(sorted(self._quads("__mcount_loc")))
 
+    @cached_property
+    def bulk_string_sites(self) -> tuple[int, ...]:
+        """Addresses of the long `rep movs`/`rep stos` the host carries out whole (see
+        machine/strings.py), from __bulk_string."""
+        return tuple(sorted(self._quads("__bulk_string")))
+
     @property
     def ftrace_sites(self) -> tuple[int, ...]:
         """Every ftrace site: the kernel's, then those of the loaded modules, sorted."""

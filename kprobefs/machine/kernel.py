@@ -59,6 +59,7 @@ from .task import (
 )
 from .watchdog import MachineLock, Watchdog
 from .meminfo import KernelMemory
+from .strings import BulkStrings
 from .memory import EFER_NXE, PAGE, PAGE_OFFSET, AddressSpace, FaultError, PhysicalLayout
 
 __all__ = ["Kernel", "Task", "UserBuffer", "SyscallRequest", "Cpu", "ProcessExited"]
@@ -208,6 +209,8 @@ class Kernel(MachineDriver, SystemCalls):
         #: Every lockup, oops and stuck machine, newest last: (monotonic time, text).
         self.incidents: collections.deque = collections.deque(maxlen=32)
         self._load(pid_auto_base)
+        #: The kernel's long string instructions, carried out by the host.
+        self.bulk_strings = BulkStrings(self, self.image.bulk_string_sites)
         self.host_work = HostWork(self)
         self._boot()
         #: Loadable modules (load, unload, /proc/modules, the module notifier chain).

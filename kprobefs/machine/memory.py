@@ -84,6 +84,9 @@ class AddressSpace:
         self.pml4 = self._alloc_table()
         self._pages: dict[int, int] = {}  # virtual page number -> physical page address
         self._exec_pages: set[int] = set()  # virtual page numbers mapped executable
+        self._ro_pages: set[int] = set()    # virtual page numbers mapped read-only
+        #: physical page number -> how many virtual pages map it executable
+        self._exec_frames: dict[int, int] = {}
         #: user window slot -> its mapped virtual page numbers (release without a scan
         #: of every page of the machine)
         self._window_pages: dict[int, list[int]] = {}
@@ -130,16 +133,27 @@ class AddressSpace:
         flags = (_P | (_W if writable else 0) | (_U if user else 0)
                  | (0 if executable else _NX))
         struct.pack_into("<Q", self.ram, self._entry_addr(va, 3), pa | flags)
+        self._forget_page(va >> 12)
         self._pages[va >> 12] = pa
         if executable:
             self._exec_pages.add(va >> 12)
-        else:
-            self._exec_pages.discard(va >> 12)
+            self._exec_frames[pa >> 12] = self._exec_frames.get(pa >> 12, 0) + 1
+        if not writable:
+            self._ro_pages.add(va >> 12)
 
     def unmap_page(self, va: int) -> None:
         struct.pack_into("<Q", self.ram, self._entry_addr(va, 3), 0)
-        self._pages.pop(va >> 12, None)
-        self._exec_pages.discard(va >> 12)
+        self._forget_page(va >> 12)
+
+    def _forget_page(self, vpn: int) -> None:
+        """Drops the host's record of virtual page vpn's mapping."""
+        pa = self._pages.pop(vpn, None)
+        self._ro_pages.discard(vpn)
+        if vpn in self._exec_pages:
+            self._exec_pages.discard(vpn)
+            left = self._exec_frames.pop(pa >> 12, 1) - 1
+            if left:
+                self._exec_frames[pa >> 12] = left
 
     def is_executable(self, va: int) -> bool:
         """Whether the page of va is mapped executable (kernel or module text)."""
@@ -200,15 +214,61 @@ class AddressSpace:
         if 0 <= pa and pa + size <= self._ram_size:
             return pa, size
         pa = self.translate(va)
-        n = min(size, PAGE - (va & 0xFFF))
-        while n < size:
-            try:
-                if self.translate(va + n) != pa + n:
+        n = PAGE - (va & 0xFFF)
+        if n >= size:
+            return pa, size
+        start, end, _delta = self._linear
+        if start <= va < end:
+            return pa, min(size, end - va)
+        vpn, frame, pages = va >> 12, pa - (va & 0xFFF), self._pages
+        while n < size:     # an unmapped page ends it: the caller meets it next
+            vpn += 1
+            frame += PAGE
+            if pages.get(vpn) != frame:
+                break
+            n += PAGE
+        return pa, min(n, size)
+
+    def spans(self, va: int, size: int, write: bool) -> tuple[list[tuple[int, int]], int]:
+        """The physical runs ``[(pa, length)]`` of the longest start of [va, va+size)
+        that the CPU may read (with write: write, where CR0.WP holds it to the page
+        tables, and not onto a page of code, whose translations the emulator would keep),
+        and how many bytes they hold."""
+        runs = []
+        done = 0
+        ram_size = self._ram_size
+        start, end, delta = self._linear
+        pages, read_only, code = self._pages, self._ro_pages, self._exec_frames
+        while done < size:
+            at = (va + done) & 0xFFFFFFFFFFFFFFFF
+            want = size - done
+            pa = at - PAGE_OFFSET
+            if 0 <= pa < ram_size:                  # the direct map, writable
+                n = min(want, ram_size - pa)
+            elif start <= at < end:                 # the image's data, writable
+                pa, n = at - delta, min(want, end - at)
+            else:
+                vpn = at >> 12
+                frame = pages.get(vpn)
+                if frame is None or (write and vpn in read_only):
                     break
-            except FaultError:
-                break       # the caller meets it at its next run
-            n = min(size, n + PAGE)
-        return pa, n
+                pa, n = frame | (at & 0xFFF), PAGE - (at & 0xFFF)
+                while n < want:         # the pages that follow it physically
+                    vpn += 1
+                    frame += PAGE
+                    if pages.get(vpn) != frame or (write and vpn in read_only):
+                        break
+                    n += PAGE
+                n = min(n, want)
+            if write and code and not code.keys().isdisjoint(
+                    range(pa >> 12, ((pa + n - 1) >> 12) + 1)):
+                break
+            if runs and runs[-1][0] + runs[-1][1] == pa:
+                runs[-1] = (runs[-1][0], runs[-1][1] + n)
+            else:
+                runs.append((pa, n))
+            done += n
+        return runs, done
 
     def read(self, va: int, size: int) -> bytes:
         """Read size bytes at a virtual address (may span pages)."""

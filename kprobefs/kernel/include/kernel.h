@@ -280,6 +280,15 @@ static __always_inline void cpu_relax_yield(void)
 }
 
 /* ---- lib ------------------------------------------------------------------------- */
+/* A `rep movs` or `rep stos` of BULK_STRING_BYTES or more runs at an instruction listed
+ * in __bulk_string: the emulator takes one iteration of a rep instruction a turn of its
+ * loop, so the host carries out such an instruction whole, with its registers left as
+ * the last iteration leaves them, where every page it touches is mapped for the access
+ * (else the instruction runs, and faults, as any other).  Shorter ones stay with the
+ * emulator, which does them faster than a call to the host. */
+#define BULK_STRING_BYTES 1024
+#define _ASM_BULK_STRING(insn) \
+	".pushsection __bulk_string,\"a\"\n\t.balign 8\n\t.quad " #insn "\n\t.popsection\n\t"
 void *memcpy(void *dst, const void *src, size_t n);
 void *memset(void *s, int c, size_t n);
 void *memmove(void *dst, const void *src, size_t n);

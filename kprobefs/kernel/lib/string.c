@@ -7,7 +7,11 @@ void *memcpy(void *dst, const void *src, size_t n)
 
 	size_t quads = n >> 3, tail = n & 7;
 
-	__asm__ __volatile__("rep movsq" : "+D"(dst), "+S"(src), "+c"(quads) : : "memory");
+	if (n >= BULK_STRING_BYTES)
+		__asm__ __volatile__("1: rep movsq\n\t" _ASM_BULK_STRING(1b)
+				     : "+D"(dst), "+S"(src), "+c"(quads) : : "memory");
+	else
+		__asm__ __volatile__("rep movsq" : "+D"(dst), "+S"(src), "+c"(quads) : : "memory");
 	__asm__ __volatile__("rep movsb" : "+D"(dst), "+S"(src), "+c"(tail) : : "memory");
 	return ret;
 }
@@ -20,7 +24,11 @@ void *memset(void *s, int c, size_t n)
 	unsigned long pattern = 0x0101010101010101UL * (unsigned char)c;
 	size_t quads = n >> 3, tail = n & 7;
 
-	__asm__ __volatile__("rep stosq" : "+D"(s), "+c"(quads) : "a"(pattern) : "memory");
+	if (n >= BULK_STRING_BYTES)
+		__asm__ __volatile__("1: rep stosq\n\t" _ASM_BULK_STRING(1b)
+				     : "+D"(s), "+c"(quads) : "a"(pattern) : "memory");
+	else
+		__asm__ __volatile__("rep stosq" : "+D"(s), "+c"(quads) : "a"(pattern) : "memory");
 	__asm__ __volatile__("rep stosb" : "+D"(s), "+c"(tail) : "a"(pattern) : "memory");
 	return ret;
 }

@@ -9,13 +9,23 @@ static noinline unsigned long copy_user_generic(void *to, const void *from, unsi
 {
 	unsigned long quads = n >> 3, tail = n & 7;
 
-	__asm__ __volatile__(
-		"1:	rep movsq\n"
-		"2:\n"
-		_ASM_EXTABLE(1b, 2b)
-		: "+c"(quads), "+D"(to), "+S"(from)
-		:
-		: "memory");
+	if (n >= BULK_STRING_BYTES)
+		__asm__ __volatile__(
+			"1:	rep movsq\n"
+			"2:\n"
+			_ASM_EXTABLE(1b, 2b)
+			_ASM_BULK_STRING(1b)
+			: "+c"(quads), "+D"(to), "+S"(from)
+			:
+			: "memory");
+	else
+		__asm__ __volatile__(
+			"1:	rep movsq\n"
+			"2:\n"
+			_ASM_EXTABLE(1b, 2b)
+			: "+c"(quads), "+D"(to), "+S"(from)
+			:
+			: "memory");
 	if (unlikely(quads))
 		return quads * 8 + tail;
 	__asm__ __volatile__(
@@ -60,13 +70,23 @@ unsigned long clear_user(void __user *to, unsigned long n)
 {
 	if (!access_ok(to, n))
 		return n;
-	__asm__ __volatile__(
-		"1:	rep stosb\n"
-		"2:\n"
-		_ASM_EXTABLE(1b, 2b)
-		: "+c"(n), "+D"(to)
-		: "a"(0)
-		: "memory");
+	if (n >= BULK_STRING_BYTES)
+		__asm__ __volatile__(
+			"1:	rep stosb\n"
+			"2:\n"
+			_ASM_EXTABLE(1b, 2b)
+			_ASM_BULK_STRING(1b)
+			: "+c"(n), "+D"(to)
+			: "a"(0)
+			: "memory");
+	else
+		__asm__ __volatile__(
+			"1:	rep stosb\n"
+			"2:\n"
+			_ASM_EXTABLE(1b, 2b)
+			: "+c"(n), "+D"(to)
+			: "a"(0)
+			: "memory");
 	return n;
 }
 
