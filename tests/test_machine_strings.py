@@ -30,7 +30,7 @@ def test_a_long_copy_to_and_from_user_is_the_hosts_and_moves_the_same_bytes(kern
     done, moved = bulk.done, bulk.bytes
     fd = _file(kernel, t, "/tmp/long", data)
     assert bulk.done > done and bulk.bytes - moved >= len(data) // 8 * 8
-    for offset, size in ((0, len(data)), (3, 20_000), (len(data) - 1030, 4096)):
+    for offset, size in ((0, len(data)), (3, 20_000), (len(data) - 17_000, 32_768)):
         assert kernel.syscall(t, "lseek", fd, offset, 0) == offset
         buf = UserBuffer(size)
         done = bulk.done
@@ -38,21 +38,21 @@ def test_a_long_copy_to_and_from_user_is_the_hosts_and_moves_the_same_bytes(kern
         assert n == min(size, len(data) - offset)
         assert buf.data[:n] == data[offset:offset + n]
         assert bulk.done == done + 1
-    # a short copy stays with the emulator
+    # a shorter copy stays with the emulator
     assert kernel.syscall(t, "lseek", fd, 0, 0) == 0
     done = bulk.done
-    buf = UserBuffer(100)
-    assert kernel.syscall(t, "read", fd, buf, 100) == 100 and buf.data == data[:100]
+    buf = UserBuffer(4096)
+    assert kernel.syscall(t, "read", fd, buf, 4096) == 4096 and buf.data == data[:4096]
     assert bulk.done == done
 
 
 def test_a_long_clear_user_fills_with_zeroes(kernel):
     t = kernel.spawn("zero")
     fd = kernel.syscall(t, "openat", AT_FDCWD, "/dev/zero", O_RDONLY, 0)
-    buf = UserBuffer(9000, b"\xff" * 9000)
+    buf = UserBuffer(20_000, b"\xff" * 20_000)
     done = kernel.bulk_strings.done
-    assert kernel.syscall(t, "read", fd, buf, 9000) == 9000
-    assert buf.data == bytes(9000) and kernel.bulk_strings.done == done + 1
+    assert kernel.syscall(t, "read", fd, buf, 20_000) == 20_000
+    assert buf.data == bytes(20_000) and kernel.bulk_strings.done == done + 1
 
 
 def _read_at_unmapped_tail(kernel, data, into, size):
@@ -94,9 +94,9 @@ def test_a_copy_that_runs_into_an_unmapped_page_stops_where_the_emulator_stops(m
 
 def test_a_buffer_wholly_unmapped_is_efault(kernel):
     t = kernel.spawn("efault")
-    fd = _file(kernel, t, "/tmp/efault", bytes(8192))
+    fd = _file(kernel, t, "/tmp/efault", bytes(20_000))
     assert kernel.syscall(t, "lseek", fd, 0, 0) == 0
-    assert kernel.syscall(t, "read", fd, t.window + 0x800000, 8192) == -errno.EFAULT
+    assert kernel.syscall(t, "read", fd, t.window + 0x800000, 20_000) == -errno.EFAULT
 
 
 def test_memory_the_host_may_not_write_is_left_to_the_emulator(kernel):
@@ -120,7 +120,7 @@ def test_overlapping_moves_give_memmoves_result(kernel):
     """memmove to a lower address of a direct-map range is memcpy's forward copy, done
     by the host from a copy of the source; to a higher address the byte loop."""
     base = PAGE_OFFSET + 0x900000
-    data = bytes(range(256)) * 32           # 8 KiB
+    data = bytes(range(256)) * 80           # 20 KiB
     for dst, src in ((base, base + 100), (base + 100, base)):
         kernel.write(base, data + bytes(256))
         done = kernel.bulk_strings.done

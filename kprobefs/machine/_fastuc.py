@@ -244,6 +244,10 @@ class RegisterFile:
         REG_WRITES[0] += 1
         self._raw[:] = snapshot
 
+    def direction_flag(self) -> bool:
+        """EFLAGS.DF (QEMU keeps it apart from the flags, as +1 or -1)."""
+        return self._raw[_DF] != 1
+
 
 def known_register_file(uc: Uc) -> RegisterFile | None:
     """uc's register file if :func:`register_file` found it, else None."""

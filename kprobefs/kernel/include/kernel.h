@@ -286,7 +286,7 @@ static __always_inline void cpu_relax_yield(void)
  * the last iteration leaves them, where every page it touches is mapped for the access
  * (else the instruction runs, and faults, as any other).  Shorter ones stay with the
  * emulator, which does them faster than a call to the host. */
-#define BULK_STRING_BYTES 1024
+#define BULK_STRING_BYTES 16384
 #define _ASM_BULK_STRING(insn) \
 	".pushsection __bulk_string,\"a\"\n\t.balign 8\n\t.quad " #insn "\n\t.popsection\n\t"
 void *memcpy(void *dst, const void *src, size_t n);
