@@ -15,7 +15,7 @@
 #define HOSTFS_DEBUG_ROOT 1
 #define HOSTFS_TRACE_ROOT 2
 #define HOSTFS_PROC_ROOT 3
-#define HOSTFS_READ_CHUNK (64 * 1024)
+#define HOSTFS_READ_CHUNK (128 * 1024)
 #define HOSTFS_WRITE_MAX (1024 * 1024)	/* one write() reaches the host as one call */
 #define HOSTFS_DIRENT_SIZE 264		/* name[256], then the u32 mode */
 #define HOSTFS_PERMANENT 0x80000000u	/* a lookup's mode flag: the name stays */
