@@ -218,19 +218,31 @@ def trim_host_heap() -> bool:
 
 
 #: Blocks this big or bigger are mapped on their own and unmapped when freed (glibc's
-#: M_MMAP_THRESHOLD, its default; -3 is the parameter's number).
-MMAP_THRESHOLD = 128 << 10
+#: M_MMAP_THRESHOLD; -3 is the parameter's number).  Above the largest block a request
+#: makes and drops (a 128 KiB read: its data, the user buffer read back, the reply),
+#: each of which, mapped, cost a mapping, 32 page faults and an unmapping with its TLB
+#: shootdown; below Unicorn's tables (megabytes).
+MMAP_THRESHOLD = 512 << 10
 _M_MMAP_THRESHOLD = -3
+#: Free memory at the heap's top kept rather than given back at once (M_TRIM_THRESHOLD,
+#: -1): a request's blocks freed at the top would otherwise be trimmed and faulted in
+#: again at the next one.  The reaper's trim_host_heap gives it back when idle.
+TRIM_THRESHOLD = 4 << 20
+_M_TRIM_THRESHOLD = -1
 
 
 def fix_host_heap_threshold() -> bool:
-    """Keeps glibc's threshold for mapping a block on its own at MMAP_THRESHOLD; whether
-    it took.  glibc raises the threshold to the size of each mapped block freed, after
-    which Unicorn's large tables (the translation hash table, resized at each flush of
-    the code buffer) come from the heap and leave holes there: a soak's RSS jumped by
-    megabytes at some of the flushes."""
+    """Keeps glibc's threshold for mapping a block on its own at MMAP_THRESHOLD, and its
+    heap-top trim threshold at TRIM_THRESHOLD; whether it took.  glibc raises the
+    mapping threshold to the size of each mapped block freed, after which Unicorn's
+    large tables (the translation hash table, resized at each flush of the code
+    buffer) come from the heap and leave holes there: a soak's RSS jumped by megabytes
+    at some of the flushes."""
     mallopt = getattr(_libc(), "mallopt", None)
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) if mallopt is not None else False
+    if mallopt is None:
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and \
+        bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
 def _libc():
