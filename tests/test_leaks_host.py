@@ -92,6 +92,39 @@ def test_big_blocks_stay_mapped_on_their_own_after_one_is_freed():
     assert run("fixed") == "True"
 
 
+_REQUEST_BLOCKS_CHECK = r"""
+import mmap, resource, threading
+from kprobefs.daemon import fix_host_heap_threshold
+
+assert fix_host_heap_threshold()
+text, ram = bytes(8 << 20), mmap.mmap(-1, 1 << 20)
+
+
+def requests():     # a 128 KiB read's blocks: its text, the user buffer, the reply
+    for i in range(200):
+        data = text[i * 4096:i * 4096 + 131072]
+        user = ram[4096:4096 + 131072]
+        reply = b"h" * 16 + user
+        del data, user, reply
+
+
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+thread = threading.Thread(target=requests)      # as a FUSE thread, in its own arena
+thread.start()
+thread.join()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / 200)
+"""
+
+
+def test_a_requests_blocks_are_not_faulted_in_again_at_every_request():
+    """A 128 KiB read's blocks (its data, the user buffer read back, the reply) come
+    from the heap and stay there once freed: mapped on their own each would be faulted
+    in again, 32 pages, at every request (about 67 faults a request, against 2)."""
+    out = subprocess.run([sys.executable, "-c", _REQUEST_BLOCKS_CHECK], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    assert float(out) < 16
+
+
 def test_the_status_says_where_the_daemons_own_memory_is():
     """kprobefs/status's host line: the resident set, the C heap in use, free in its
     arenas and mapped on their own, and the interpreter's blocks; a block mapped on its
