@@ -82,7 +82,8 @@ class BulkStrings:
                                                          UC_X86_REG_RDI, UC_X86_REG_RAX))
         else:
             get, put = kernel.fast.get, kernel.fast.set
-            rcx, rsi, rdi, rax = UC_X86_REG_RCX, UC_X86_REG_RSI, UC_X86_REG_RDI, UC_X86_REG_RAX
+            rcx, rsi, rdi, rax = (UC_X86_REG_RCX, UC_X86_REG_RSI, UC_X86_REG_RDI,
+                                  UC_X86_REG_RAX)
 
             def down() -> bool:
                 return bool(get(UC_X86_REG_RFLAGS) & _DF)
