@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from kprobefs.tracing.buffers.batch import merge_lines, struct_columns
+from kprobefs.tracing.buffers.batch import merge_lines, second_ranges, struct_columns
 
 
 @pytest.mark.parametrize("offset, codes, pad", [
@@ -75,3 +75,26 @@ def test_runs_out_of_time_order_merge_as_the_sort_does():
     stamps[1].sort()
     lines = [[f"{r}:{i}\n" for i in range(len(run))] for r, run in enumerate(stamps)]
     assert merge_lines(lines, stamps) == sorted_merge(lines, stamps)
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_second_ranges_are_where_the_rounded_second_is_one(in_order):
+    rng = random.Random(in_order)
+    stamps = sorted(rng.randrange(5 * 10**9) for _ in range(2000)) + [
+        10**9 - 501, 10**9 - 500, 10**9 - 499, 6 * 10**9 - 500]
+    if in_order:
+        stamps.sort()
+    else:
+        rng.shuffle(stamps)
+    ranges = second_ranges(stamps)
+    assert [start for start, _end, _second in ranges] == [0] + [
+        end for _start, end, _second in ranges[:-1]]
+    assert ranges[-1][1] == len(stamps)
+    for start, end, second in ranges:
+        assert start < end
+        assert {(ts + 500) // 1000 // 1_000_000 for ts in stamps[start:end]} == {second}
+    # each stretch as long as the second stays
+    assert all(a[2] != b[2] for a, b in zip(ranges, ranges[1:]))
+    if in_order:
+        assert [second for _start, _end, second in ranges] == [0, 1, 2, 3, 4, 6]
+    assert second_ranges([]) == []

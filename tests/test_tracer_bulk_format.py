@@ -8,7 +8,6 @@ import os
 import pytest
 
 from kprobefs.tracing.buffers import output
-from kprobefs.tracing.buffers.batch import struct_columns
 from kprobefs.tracing.buffers.output import TraceOptions, format_context
 from tracer_fakes import VFS_READ, echo, make_tracer, node
 
@@ -108,8 +107,8 @@ def test_each_cpus_records_merged_by_time_as_the_pairs_are(numeric, filled, opti
 
 @pytest.fixture
 def alike():
-    """Events whose arguments unpack alike (the arguments of all records read at once,
-    batch.struct_columns): aligned to their sizes, not aligned, and no argument."""
+    """Events whose arguments unpack alike: aligned to their sizes, not aligned, and no
+    argument; pairs of them whose arguments print alike but for their names."""
     t = make_tracer(nr_cpus=2)
     echo(t.root, "kprobe_events",
          "p:wa vfs_read a=%di:x64 b=%si:s64 c=%di:u64\n"
@@ -128,9 +127,10 @@ def alike():
     TraceOptions(in_ns=False)])
 def test_events_that_unpack_alike_match_the_per_record_path(alike, events, options,
                                                             monkeypatch):
-    read_at_once = []
-    monkeypatch.setattr(output, "struct_columns", lambda *args: read_at_once.append(
-        args) or struct_columns(*args))
+    made = []
+    args_text = output._args_text
+    monkeypatch.setattr(output, "_args_text", lambda *args: made.append(
+        args) or args_text(*args))
     for name in events:
         echo(alike.root, f"events/kprobes/{name}/enable", "1")
     for i, v in enumerate(VALUES * 6):      # enough records to read as columns
@@ -144,7 +144,44 @@ def test_events_that_unpack_alike_match_the_per_record_path(alike, events, optio
     assert {rec[3].name for _cpu, rec in pairs} == set(events)
     text = per_record(alike, pairs, options)
     assert top.render(pairs, options) == text
+    # the text of equal arguments made once per read and tail (the arguments' names)
+    assert made and len(made) == len(set(made)) < len(pairs)
     assert top.render_runs(top.buffer.runs(), options, top.buffer) == text
     assert top.render_runs(top.buffer.runs(), options, top.buffer) == text
-    # the arguments of records of events that unpack alike were read at once
-    assert bool(read_at_once) == (events in (("wa", "wb"), ("ua", "ub"), ("rets",)))
+
+
+@pytest.mark.parametrize("options", [TraceOptions(), TraceOptions(context_info=False)])
+def test_equal_bytes_of_other_types_print_each_its_own_way(options):
+    # the argument texts are kept by the arguments' bytes: events whose arguments print
+    # alike (" x=%d") but unpack as other types must not take each other's text
+    t = make_tracer(nr_cpus=1)
+    echo(t.root, "kprobe_events", "p:s vfs_read x=%di:s32\np:u vfs_read x=%di:u32\n"
+                                  "p:w vfs_read x=%di:s64\n")
+    echo(t.root, "events/enable", "1")
+    for v in VALUES:
+        t.engine.hit(VFS_READ, di=v)
+        t.clock.advance(1_000)
+    pairs = t.tracer.buffer.snapshot()
+    assert len({rec[6] for _cpu, rec in pairs}) < len(pairs)
+    text = t.tracer.render(pairs, options)
+    assert text == per_record(t, pairs, options)
+    assert " x=-1\n" in text and " x=4294967295\n" in text
+
+
+@pytest.mark.parametrize("options", [TraceOptions(), TraceOptions(in_ns=False)])
+@pytest.mark.parametrize("in_order", [True, False])
+def test_timestamps_about_a_second_print_as_each_record_does(options, in_order):
+    # the seconds part of the context is made once per second (batch.second_ranges):
+    # stamps about where the rounded microseconds reach the next second
+    t = make_tracer(nr_cpus=1)
+    echo(t.root, "kprobe_events", "p:num vfs_read a=%di:u8\n")
+    echo(t.root, "events/enable", "1")
+    t.engine.hit(VFS_READ, di=1)
+    (_cpu, rec), = t.tracer.buffer.snapshot()
+    stamps = [s * 1_000_000_000 + d for s in (0, 1, 2, 99_999, 100_000, 123_456)
+              for d in (-501, -500, -499, 0, 499, 500)]
+    stamps = [s for s in stamps if s >= 0]
+    if not in_order:
+        stamps = stamps[1::2] + stamps[::2]
+    pairs = [(0, (ts,) + rec[1:]) for ts in stamps * 20]
+    assert t.tracer.render(pairs, options) == per_record(t, pairs, options)

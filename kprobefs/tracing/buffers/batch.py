@@ -5,7 +5,8 @@ more than its line's formatting.  Records whose fields are laid out alike are re
 a field at a time: every record's value of one field in one list, taken from their bytes
 by a ``memoryview`` cast and slice (a field aligned to its size) or one
 ``struct.iter_unpack``.  The formatter then makes the lines with ``map`` and ``zip``
-over the columns, one ``%`` a line, and Python runs only where a line's format is new.
+over the columns, the texts of each column looked up by value, and Python runs only
+where a value is new.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from __future__ import annotations
 import struct
 import sys
 from bisect import bisect_left, bisect_right
-from itertools import chain, islice, repeat
-from operator import add, floordiv, le, mod
-from typing import Iterable, Iterator, Sequence
+from itertools import chain, compress, islice, repeat
+from operator import add, floordiv, le, ne
+from typing import Sequence
 
-__all__ = ["struct_columns", "line_values", "merge_lines"]
+__all__ = ["struct_columns", "second_ranges", "merge_lines"]
 
-_US_PER_S = 1_000_000
+_NS_PER_S = 1_000_000_000
 _LITTLE = sys.byteorder == "little"
 _SIZES = {code: struct.calcsize(code) for code in "bBhHiIqQ"}
 
@@ -50,27 +51,25 @@ def struct_columns(data: bytes, offset: int, stride: int, codes: str) -> list[Se
     return list(zip(*rows))
 
 
-def line_values(stamps: Sequence[int], columns: Sequence[Sequence] | None,
-                rows: Iterable[tuple] | None, options, contexts: Iterable[str] | None
-                ) -> Iterator[tuple]:
-    """What each line's ``%`` takes, in the records' order: with ``options.context_info``
-    the line's context columns (from ``contexts``) and the timestamp's numbers
-    (seconds and microseconds, rounded as format_timestamp rounds them, or the raw
-    count unless ``options.in_ns``), then the record's arguments, from ``columns``
-    (one sequence a field) or else ``rows`` (a tuple a record)."""
-    if not options.context_info:
-        if rows is not None:
-            return iter(rows)
-        return zip(*columns) if columns else repeat((), len(stamps))
-    if options.in_ns:
-        usecs = list(map(floordiv, map(add, stamps, repeat(500)), repeat(1000)))
-        head = (contexts, map(floordiv, usecs, repeat(_US_PER_S)),
-                map(mod, usecs, repeat(_US_PER_S)))
-    else:
-        head = (contexts, stamps)
-    if rows is not None:
-        return map(add, zip(*head), rows)
-    return zip(*head, *columns)
+def second_ranges(stamps: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(start, end, second) of each stretch of ``stamps`` (nanoseconds) whose timestamp
+    prints with one seconds part (microseconds rounded as format_timestamp rounds
+    them), in order: a few stretches found by bisection when the stamps are in time
+    order, else wherever the second changes."""
+    count = len(stamps)
+    if not count:
+        return []
+    if all(map(le, stamps, islice(stamps, 1, None))):
+        out, start = [], 0
+        while start < count:
+            second = (stamps[start] + 500) // _NS_PER_S
+            end = bisect_left(stamps, (second + 1) * _NS_PER_S - 500, start)
+            out.append((start, end, second))
+            start = end
+        return out
+    seconds = list(map(floordiv, map(add, stamps, repeat(500)), repeat(_NS_PER_S)))
+    starts = [0, *compress(range(1, count), map(ne, seconds, islice(seconds, 1, None)))]
+    return list(zip(starts, starts[1:] + [count], map(seconds.__getitem__, starts)))
 
 
 def merge_lines(lines: Sequence[list[str]], stamps: Sequence[Sequence[int]]) -> str:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import struct
 from functools import partial
 from itertools import chain, compress, groupby, repeat
-from operator import call, getitem, is_, itemgetter, mod
+from operator import add, floordiv, getitem, is_, itemgetter, mod, sub
 from typing import Callable, Iterable, NamedTuple, Sequence
 
-from kprobefs.tracing.buffers.batch import line_values, merge_lines, struct_columns
+from kprobefs.tracing.buffers.batch import merge_lines, second_ranges
 from kprobefs.tracing.buffers.ring_buffer import Chunk
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
 
 SAVED_CMDLINES = 128               # the kernel's default saved_cmdlines_size
 _US_PER_S = 1_000_000
+_NS_PER_S = 1_000_000_000
 
 # A record's context flags: struct trace_entry's flags byte, as 6.1's tracing_gen_ctx
 # sets it.  An int3 hit runs with interrupts off in an NMI-like trap ("d.Z..").
@@ -226,8 +227,8 @@ class CompiledText(NamedTuple):
     """A kprobe event's text as a ``%`` format over its unpacked argument bytes, with
     the probed address(es) folded in: ``fold(key) % unpack(record[6])`` is the text of
     a record whose address key is ``key`` (``record[4]``, or ``(record[5], record[4])``
-    for a return probe: ``is_return``).  The formatter folds that into the whole line's
-    format, per task and address, so a line is one ``%`` with no call in between."""
+    for a return probe: ``is_return``).  The formatter takes the part before ``tail``
+    per address and the arguments' text per distinct value."""
 
     is_return: bool
     unpack: Callable[[bytes], tuple]
@@ -235,6 +236,9 @@ class CompiledText(NamedTuple):
     #: ``unpack``'s struct codes, without the byte order (the same for events whose
     #: arguments unpack alike: NativeRecorder._rows reads their records at once)
     codes: str = ""
+    #: what every ``fold(key)`` ends with: the arguments' conversions and the newline
+    #: (the text of equal argument values is the same for events with equal tails)
+    tail: str = "\n"
 
     def key(self, rec: tuple):
         return (rec[5], rec[4]) if self.is_return else rec[4]
@@ -283,7 +287,7 @@ def compile_probe_text(name: str, is_return: bool, args: Sequence,
             fmt = folded[key] = f"{name}: ({head}){tail}"
         return fmt
 
-    return CompiledText(is_return, unpack, fold, codes)
+    return CompiledText(is_return, unpack, fold, codes, tail)
 
 
 class _Made(dict):
@@ -331,19 +335,24 @@ class _Contexts(dict):
                 map(self._find_comm, pids), pids, cpus, map(self._flags.__getitem__, flags)))))
 
 
-def _line_format(texts: dict, head: str, key: tuple) -> str:
-    """The format of a compiled event's line (``key``: (event, ip, return ip)): ``head``
-    (the context's ``%s`` and the timestamp's conversions, or nothing), then the
-    event's text, whose conversions take the arguments."""
+def _head_text(texts: dict, sep: str, key: tuple) -> str:
+    """A compiled event's line from ``sep`` (``": "`` after the timestamp, or nothing)
+    up to its arguments' text (``key``: (event, ip, return ip)): the event's name and
+    probed address(es)."""
     ev, ip, ret_ip = key
     text = texts[id(ev)]
-    return head + text.fold((ret_ip, ip) if text.is_return else ip)
+    fmt = text.fold((ret_ip, ip) if text.is_return else ip)
+    return sep + fmt[:len(fmt) - len(text.tail)] % ()
 
 
-def _staged_format(texts: dict, events: dict, head: str, key: tuple) -> str:
-    """_line_format of a staged entry's line: ``key`` is (its type, ip[, return ip]),
+def _staged_head_text(texts: dict, events: dict, sep: str, key: tuple) -> str:
+    """_head_text of a staged entry's line: ``key`` is (its type, ip[, return ip]),
     the type's event in ``events``."""
-    return _line_format(texts, head, (events[key[0]], key[1], key[2] if len(key) > 2 else 0))
+    return _head_text(texts, sep, (events[key[0]], key[1], key[2] if len(key) > 2 else 0))
+
+
+def _args_text(tail: str, unpack: Callable[[bytes], tuple], data: bytes) -> str:
+    return tail % unpack(data)
 
 
 _TS = itemgetter(0)
@@ -351,11 +360,11 @@ _PID = itemgetter(1)
 _FLAGS = itemgetter(2)
 _EVENT = itemgetter(3)
 _ARGS = itemgetter(6)
-_LINE_KEY = slice(3, 6)                   # (event, ip, return ip): a line's format
-#: the fewest records whose arguments are read as columns (fewer, as the latency
-#: format and function_graph render one at a time, unpack each: dearer a line, but
-#: without the columns' fixed cost)
-_COLUMNS_FROM = 64
+_LINE_KEY = slice(3, 6)                   # (event, ip, return ip): a line's event text
+#: the fewest records whose events are told apart by a set (fewer, as the latency
+#: format and function_graph render one at a time, by their ids: without the set's
+#: fixed cost)
+_SET_FROM = 64
 
 
 def _by_id(events: Iterable) -> dict:
@@ -363,7 +372,7 @@ def _by_id(events: Iterable) -> dict:
     eq=False dataclasses) are told apart by a set; others need not be hashable, or
     may be equal one to another: by their ids."""
     events = list(events)
-    if len(events) < _COLUMNS_FROM:
+    if len(events) < _SET_FROM:
         return dict(zip(map(id, events), events))
     try:
         once = set(events)
@@ -424,16 +433,16 @@ def _overlap(old: list, new: list) -> int | None:
 
 
 class TraceFormatter:
-    """Many records to ``trace`` lines at once, each line one ``%`` over a format made
-    once per (event, address): the timestamp's conversions and the event's compiled
-    text (``compile(ev)``), whose values are the line's context columns (made once
-    per cpu, pid and flags), the timestamp's numbers and the arguments.
-
-    When every event compiles (numeric kprobe events) the records are read a field
-    at a time (batch.py: the arguments of events that unpack alike from their bytes
-    joined, at once) and each step is a ``map`` or ``zip`` over all of them, so that
-    Python runs only for a format not made yet.  Other events take a loop over the
-    records, their text ``general(record)``.
+    """Many records to ``trace`` lines at once.  When every event compiles its text
+    (``compile(ev)``: numeric kprobe events) a line is the join of four texts, each
+    looked up in a dict and made only for a value not seen yet in the read: the
+    context columns with the timestamp's seconds (per context and second), the
+    timestamp's microseconds (the one text made for every line), the event's name
+    and address (per event and address), and the arguments' text (per argument
+    values, or a record's argument bytes, and the event's tail).  Each step is a
+    ``map`` or ``zip`` over all the records, so that Python runs only for a text not
+    made yet.  Other events take a loop over the records, their text
+    ``general(record)``.
 
     Records the kernel recorded may come as chunks of staged bytes (RingBuffer.runs
     with ``staged``): consecutive chunks whose entries are laid out alike
@@ -451,12 +460,19 @@ class TraceFormatter:
         self._compile = compile
         self._texts: dict = {}
         self._contexts = _Contexts(find_comm, options.irq_info)
-        #: what a compiled line's format has before the event's text
-        self._line_head = ("%s" + self._stamp_format()) if options.context_info else ""
-        self._formats = _Made(partial(_line_format, self._texts, self._line_head))
+        sep = ": " if options.context_info else ""
+        #: (event, ip, return ip) -> the line's text from the timestamp to the arguments
+        self._heads = _Made(partial(_head_text, self._texts, sep))
         self._staged_events: dict = {}          # type -> event, of the staged entries
-        self._staged_formats = _Made(partial(_staged_format, self._texts,
-                                             self._staged_events, self._line_head))
+        self._staged_heads = _Made(partial(_staged_head_text, self._texts,
+                                           self._staged_events, sep))
+        #: an event's tail -> argument values -> their text (columns of values)
+        self._values_texts: dict = {}
+        #: (struct codes, tail) -> argument bytes -> their text (records)
+        self._bytes_texts: dict = {}
+        #: (space, second) -> context key -> the context columns and the timestamp up
+        #: to its microseconds (_context_columns)
+        self._prefixes: dict = {}
         self._staged_contexts: dict = {}        # cpu -> context word -> its columns
         self._staged_pids: set = set()          # the pids of their lines
         self._types: dict = {}                  # chunk.rows' cache of the types seen
@@ -575,35 +591,94 @@ class TraceFormatter:
     def _staged_lines(self, cpu: int, got, extend: Callable[[Iterable[str]], None]
                       ) -> None:
         """Extend with the lines of staged entries read as columns (NativeRecorder._rows'
-        StagedColumns: compiled events, all unpacking alike): each line's format
-        looked up by (type, ip[, return ip]), its context by the entry's context word."""
+        StagedColumns: compiled events, all unpacking alike): each line's event text
+        looked up by (type, ip[, return ip]), its arguments' text by their values, its
+        context by the entry's context word."""
         if not got.stamps:
             return
         self._staged_events.update(got.events)
-        formats = self._staged_formats
+        heads = self._staged_heads
         count = len(got.stamps)
         types = repeat(got.type, count) if got.types is None else got.types
         ips = repeat(got.ip, count) if got.ips is None else got.ips
         if got.ret_ips is not None:
-            fmts = map(formats.__getitem__, zip(types, ips, got.ret_ips))
+            texts = map(heads.__getitem__, zip(types, ips, got.ret_ips))
         elif got.types is None and got.ips is None:
-            # one event at one address: every line of one format
-            fmts = repeat(formats[got.type, got.ip], count)
+            # one event at one address: every line's text the same
+            texts = repeat(heads[got.type, got.ip], count)
         else:
-            fmts = map(formats.__getitem__, zip(types, ips))
-        options = self._options
-        contexts = None
-        if options.context_info:
-            made = self._staged_contexts.setdefault(cpu, {})
-            new = list(set(got.heads).difference(made))
+            texts = map(heads.__getitem__, zip(types, ips))
+        values = zip(*got.args) if got.args else repeat((), count)
+        tails = {type_: self._texts[id(ev)].tail for type_, ev in got.events.items()}
+        if len(set(tails.values())) == 1:
+            args = map(self._values_text(tails.popitem()[1]).__getitem__, values)
+        else:
+            made = {type_: self._values_text(tail) for type_, tail in tails.items()}
+            args = map(getitem, map(made.__getitem__, got.types), values)
+        if not self._options.context_info:
+            extend(map(add, texts, args))
+            return
+        made = self._staged_contexts.setdefault(cpu, {})
+        new = list(set(got.heads).difference(made))
+        if new:
+            flags, pids = got.split(new)
+            keys = list(zip(repeat(cpu), pids, flags))
+            self._contexts.make(keys)
+            made.update(zip(new, map(self._contexts.__getitem__, keys)))
+            self._staged_pids.update(pids)
+        prefixes, micros = self._context_columns(cpu, got.heads, got.stamps, made)
+        extend(map("".join, zip(prefixes, micros, texts, args)))
+
+    def _values_text(self, tail: str) -> _Made:
+        """Argument values (a tuple) -> their text, for events whose tail is ``tail``."""
+        made = self._values_texts.get(tail)
+        if made is None:
+            made = self._values_texts[tail] = _Made(tail.__mod__)
+        return made
+
+    def _bytes_text(self, text: CompiledText) -> _Made:
+        """A record's argument bytes -> their text, for the events that unpack and
+        print their arguments as ``text`` does (equal bytes of events whose types
+        differ, s32 and u32, are told apart by the codes)."""
+        key = (text.codes, text.tail)
+        made = self._bytes_texts.get(key)
+        if made is None:
+            made = self._bytes_texts[key] = _Made(partial(_args_text, text.tail,
+                                                          text.unpack))
+        return made
+
+    def _context_columns(self, space: object, keys: list, stamps: list,
+                         contexts: dict) -> tuple[list, list]:
+        """Two columns of the lines of ``keys`` and ``stamps`` (in time order, mostly):
+        the context columns (``contexts[key]``) with the timestamp up to its
+        microseconds, made once per key and second, and the rest of the timestamp
+        (the raw count unless the clock counts nanoseconds).  ``space`` tells apart
+        keys whose context differs (a context word on each CPU)."""
+        prefixes: list = []
+        micros: list = []
+        if self._options.in_ns:
+            ranges = second_ranges(stamps)
+        else:
+            ranges = [(0, len(stamps), None)]
+        whole = len(ranges) == 1
+        for start, end, second in ranges:
+            made = self._prefixes.get((space, second))
+            if made is None:
+                made = self._prefixes[space, second] = {}
+            part = keys if whole else keys[start:end]
+            new = list(set(part).difference(made))
             if new:
-                flags, pids = got.split(new)
-                keys = list(zip(repeat(cpu), pids, flags))
-                self._contexts.make(keys)
-                made.update(zip(new, map(self._contexts.__getitem__, keys)))
-                self._staged_pids.update(pids)
-            contexts = map(made.__getitem__, got.heads)
-        extend(map(mod, fmts, line_values(got.stamps, got.args, None, options, contexts)))
+                suffix = " " if second is None else " %5d." % second
+                made.update(zip(new, map(add, map(contexts.__getitem__, new),
+                                         repeat(suffix))))
+            prefixes += map(made.__getitem__, part)
+            times = stamps if whole else stamps[start:end]
+            if second is None:
+                micros += map("%12d".__mod__, times)
+            else:
+                micros += map("%06d".__mod__, map(floordiv, map(sub, times, repeat(
+                    second * _NS_PER_S - 500)), repeat(1000)))
+        return prefixes, micros
 
     def _kept_lines(self, cpu: int, records: list, general: Callable[[tuple], str],
                     kept: dict[int, KeptLines], key: object) -> tuple[list[str], list[int]]:
@@ -694,29 +769,20 @@ class TraceFormatter:
             return self._lines_one_by_one(cpus, records)
         if not records:
             return []
-        # a field at a time, each a C loop over the records (zip(*records) makes an
-        # iterator a record, dearer than these together)
-        stamps = list(map(_TS, records))
-        args = list(map(_ARGS, records))
-        columns = rows = None
-        codes = {self._texts[id(ev)].codes for ev in unpack} \
-            if len(records) >= _COLUMNS_FROM else ()
-        if len(codes) == 1:
-            # every event unpacks alike: the arguments of all at once
-            codes = codes.pop()
-            size = struct.calcsize("<" + codes)
-            if size and len(args[0]) == size and len(set(map(len, args))) == 1:
-                columns = struct_columns(b"".join(args), 0, size, codes)
-            elif not size:
-                columns = []
-        if columns is None:
-            rows = map(call, map(unpack.__getitem__, map(_EVENT, records)), args)
-        options = self._options
-        contexts = map(self._contexts.__getitem__, zip(cpus, map(_PID, records),
-                                                       map(_FLAGS, records))) \
-            if options.context_info else None
-        formats = map(self._formats.__getitem__, map(getitem, records, repeat(_LINE_KEY)))
-        return list(map(mod, formats, line_values(stamps, columns, rows, options, contexts)))
+        texts = self._texts
+        made = {ev: self._bytes_text(texts[id(ev)]) for ev in unpack}
+        if len(set(map(id, made.values()))) == 1:
+            args = map(next(iter(made.values())).__getitem__, map(_ARGS, records))
+        else:
+            args = map(getitem, map(made.__getitem__, map(_EVENT, records)),
+                       map(_ARGS, records))
+        heads = map(self._heads.__getitem__, map(getitem, records, repeat(_LINE_KEY)))
+        if not self._options.context_info:
+            return list(map(add, heads, args))
+        keys = list(zip(cpus, map(_PID, records), map(_FLAGS, records)))
+        prefixes, micros = self._context_columns(None, keys, list(map(_TS, records)),
+                                                 self._contexts)
+        return list(map("".join, zip(prefixes, micros, heads, args)))
 
     def _context(self, cpu: int, pid: int, flags: int) -> str:
         return f"{self._find_comm(pid):>16s}-{pid:<7d} [{cpu:03d}] " + (
