@@ -185,3 +185,16 @@ def test_timestamps_about_a_second_print_as_each_record_does(options, in_order):
         stamps = stamps[1::2] + stamps[::2]
     pairs = [(0, (ts,) + rec[1:]) for ts in stamps * 20]
     assert t.tracer.render(pairs, options) == per_record(t, pairs, options)
+
+
+def test_reads_across_the_header_and_the_lines_are_the_texts_slices(filled):
+    # the handle keeps trace's header and lines apart (nodes._Handle's parts)
+    h = node(filled.root, "trace").open(os.O_RDONLY, 1, "cat")
+    whole = h.read(1 << 20, 0)
+    header = whole[:whole.index(b"\n", whole.rindex(b"#")) + 1]
+    for size in (1, 7, len(header) - 1, len(header), len(header) + 1, 4096):
+        for offset in (0, 3, len(header) - 5, len(header), len(header) + 2, len(whole) - 3,
+                       len(whole), len(whole) + 10):
+            assert h.read(size, offset) == whole[offset:offset + size]
+    h.release()
+    assert whole.count(b"\n") > 4 * len(VALUES)

@@ -44,7 +44,7 @@ class _TraceFile:
         header = t.trace_header(options, self.cpu, buffer)
         with gc_paused():
             runs = t.trace_runs(buffer, self.cpu)
-        return _Handle(lambda: header + t.render_runs(runs, options, buffer),
+        return _Handle(lambda: (header, t.render_runs(runs, options, buffer)),
                        lambda data: len(data),
                        t.unpause if paused else None)
 

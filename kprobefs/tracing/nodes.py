@@ -112,25 +112,43 @@ def _has_write(flags: int) -> bool:
 
 # --------------------------------------------------------------------- generic nodes
 
-class _Handle:
-    """An open file: content made once (at first read), writes applied per call."""
+def _encoded(content: str | bytes) -> bytes:
+    return content.encode("latin-1", "replace") if isinstance(content, str) else content
 
-    def __init__(self, produce: Callable[[], str | bytes] | None,
+
+class _Handle:
+    """An open file: content made once (at first read), writes applied per call.  The
+    content is text, bytes, or a tuple of them read as their join (``trace``'s header
+    and lines: a full buffer's lines are megabytes, which a join would copy again)."""
+
+    def __init__(self, produce: Callable[[], str | bytes | tuple] | None,
                  write: Callable[[bytes], int] | None,
                  release: Callable[[], None] | None = None):
         self._produce = produce
         self._write = write
         self._release = release
-        self._data: bytes | None = None
+        self._data: tuple[bytes, ...] | None = None
 
     def read(self, size: int, offset: int) -> bytes:
         if self._data is None:
             if self._produce is None:
                 raise OSError(errno.EINVAL, "not readable")
             content = self._produce()
-            self._data = content.encode("latin-1", "replace") if isinstance(
-                content, str) else content
-        return self._data[offset:offset + size]
+            self._data = tuple(map(_encoded, content)) if isinstance(content, tuple) \
+                else (_encoded(content),)
+        if len(self._data) == 1:
+            return self._data[0][offset:offset + size]
+        out = []
+        for part in self._data:
+            if offset >= len(part):
+                offset -= len(part)
+                continue
+            out.append(part[offset:offset + size])
+            size -= len(out[-1])
+            offset = 0
+            if size <= 0:
+                break
+        return b"".join(out)
 
     def write(self, data: bytes, offset: int) -> int:
         if self._write is None:

@@ -233,6 +233,9 @@ class CompiledText(NamedTuple):
     is_return: bool
     unpack: Callable[[bytes], tuple]
     fold: Callable[[object], str]
+    #: the text before ``tail`` of ``fold(key)`` (the name and the address(es)), made
+    #: once per key as ``fold``'s format is
+    head: Callable[[object], str]
     #: ``unpack``'s struct codes, without the byte order (the same for events whose
     #: arguments unpack alike: NativeRecorder._rows reads their records at once)
     codes: str = ""
@@ -286,8 +289,16 @@ def compile_probe_text(name: str, is_return: bool, args: Sequence,
                 head = sym(key, True)
             fmt = folded[key] = f"{name}: ({head}){tail}"
         return fmt
+    heads: dict = {}
 
-    return CompiledText(is_return, unpack, fold, codes, tail)
+    def head(key) -> str:
+        text = heads.get(key)
+        if text is None:
+            fmt = fold(key)
+            text = heads[key] = fmt[:len(fmt) - len(tail)] % ()
+        return text
+
+    return CompiledText(is_return, unpack, fold, head, codes, tail)
 
 
 class _Made(dict):
@@ -341,8 +352,7 @@ def _head_text(texts: dict, sep: str, key: tuple) -> str:
     probed address(es)."""
     ev, ip, ret_ip = key
     text = texts[id(ev)]
-    fmt = text.fold((ret_ip, ip) if text.is_return else ip)
-    return sep + fmt[:len(fmt) - len(text.tail)] % ()
+    return sep + text.head((ret_ip, ip) if text.is_return else ip)
 
 
 def _staged_head_text(texts: dict, events: dict, sep: str, key: tuple) -> str:
@@ -378,8 +388,9 @@ def _by_id(events: Iterable) -> dict:
         once = set(events)
     except TypeError:
         once = None
-    if once is not None and all(type(ev).__hash__ is object.__hash__ for ev in once):
-        return {id(ev): ev for ev in once}
+    if once is not None and all(kind.__hash__ is object.__hash__
+                                for kind in set(map(type, once))):
+        return dict(zip(map(id, once), once))
     return dict(zip(map(id, events), events))
 
 
@@ -470,6 +481,7 @@ class TraceFormatter:
         self._values_texts: dict = {}
         #: (struct codes, tail) -> argument bytes -> their text (records)
         self._bytes_texts: dict = {}
+        self._event_args: dict = {}             # id(event) -> its _bytes_text, or None
         #: (space, second) -> context key -> the context columns and the timestamp up
         #: to its microseconds (_context_columns)
         self._prefixes: dict = {}
@@ -524,9 +536,9 @@ class TraceFormatter:
         compiled event (may be kept), the lines of each item (``None`` when there is
         no chunk: one line a record))."""
         if Chunk not in set(map(type, items)):
-            unpack = self._unpackers(items, general)
-            return (self._lines(repeat(cpu), items, general, unpack),
-                    list(map(_TS, items)) if with_stamps else None, unpack is not None,
+            args = self._arg_texts(items, general)
+            return (self._lines(repeat(cpu), items, general, args),
+                    list(map(_TS, items)) if with_stamps else None, args is not None,
                     None)
         lines: list[str] = []
         stamps: list[int] = []
@@ -535,9 +547,9 @@ class TraceFormatter:
         for kind, group in groupby(items, type):
             if kind is not Chunk:
                 records = list(group)
-                unpack = self._unpackers(records, general)
-                keep = keep and unpack is not None
-                lines += self._lines(repeat(cpu), records, general, unpack)
+                args = self._arg_texts(records, general)
+                keep = keep and args is not None
+                lines += self._lines(repeat(cpu), records, general, args)
                 stamps += map(_TS, records)
                 counts += repeat(1, len(records))
                 continue
@@ -568,9 +580,9 @@ class TraceFormatter:
                                                              self._types)
             if got is None:
                 records = chunk.decode(chunk.data)
-                unpack = self._unpackers(records, general)
-                keep = keep and unpack is not None
-                lines += self._lines(repeat(cpu), records, general, unpack)
+                args = self._arg_texts(records, general)
+                keep = keep and args is not None
+                lines += self._lines(repeat(cpu), records, general, args)
                 stamps += map(_TS, records)
                 counts.append(len(records))
             else:
@@ -709,11 +721,11 @@ class TraceFormatter:
                     renamed = set()
         fresh = records[done:]
         if Chunk not in set(map(type, fresh)):
-            unpack = self._unpackers(fresh, general)
-            if unpack is None:
+            args = self._arg_texts(fresh, general)
+            if args is None:
                 made, made_stamps, _keep, _counts = self._run_lines(cpu, records, general)
                 return made, made_stamps
-            new_lines = self._lines(repeat(cpu), fresh, general, unpack)
+            new_lines = self._lines(repeat(cpu), fresh, general, args)
             new_stamps, new_counts = list(map(_TS, fresh)), None
         else:
             new_lines, new_stamps, keep, new_counts = self._run_lines(cpu, fresh, general)
@@ -747,30 +759,35 @@ class TraceFormatter:
         kept[cpu] = KeptLines(key, records, lines, comms, reused, stamps, counts)
         return lines, stamps
 
-    def _unpackers(self, records: list, general: Callable[[tuple], str]) -> dict | None:
-        """event -> its compiled text's ``unpack`` when every event of records has a
-        compiled text (numeric kprobe events: eq=False dataclasses, so hashable);
-        ``None`` otherwise."""
+    def _arg_texts(self, records: list, general: Callable[[tuple], str]) -> dict | None:
+        """event -> its argument bytes' texts (_bytes_text) when every event of
+        records has a compiled text (numeric kprobe events: eq=False dataclasses, so
+        hashable); ``None`` otherwise.  Each event is looked at once a read."""
         events = _by_id(map(_EVENT, records))
-        texts = self._texts
-        for key, ev in events.items():
-            if key not in texts:
-                texts[key] = self._compile(ev) or general
-        if not all(type(texts[key]) is CompiledText for key in events):
+        texts, made, compile_ = self._texts, self._event_args, self._compile
+        by_type = self._bytes_texts
+        for key in [key for key in events if key not in made]:
+            text = texts.get(key)
+            if text is None:
+                text = texts[key] = compile_(events[key]) or general
+            if type(text) is CompiledText:
+                made[key] = by_type.get((text.codes, text.tail)) or self._bytes_text(text)
+            else:
+                made[key] = None
+        args = list(map(made.__getitem__, events))
+        if None in args:
             return None
-        return {ev: texts[key].unpack for key, ev in events.items()}
+        return dict(zip(events.values(), args))
 
     def _lines(self, cpus: Iterable[int], records: list, general: Callable[[tuple], str],
-               unpack: dict | None = None) -> list[str]:
-        """The line of each record (on the CPU cpus gives for it); ``unpack`` is
-        _unpackers' answer for records, when known."""
-        unpack = unpack or self._unpackers(records, general)
-        if unpack is None:
+               arg_texts: dict | None = None) -> list[str]:
+        """The line of each record (on the CPU cpus gives for it); ``arg_texts`` is
+        _arg_texts' answer for records, when known."""
+        made = arg_texts or self._arg_texts(records, general)
+        if made is None:
             return self._lines_one_by_one(cpus, records)
         if not records:
             return []
-        texts = self._texts
-        made = {ev: self._bytes_text(texts[id(ev)]) for ev in unpack}
         if len(set(map(id, made.values()))) == 1:
             args = map(next(iter(made.values())).__getitem__, map(_ARGS, records))
         else:
