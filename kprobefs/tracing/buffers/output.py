@@ -485,7 +485,6 @@ class TraceFormatter:
         #: (space, second) -> context key -> the context columns and the timestamp up
         #: to its microseconds (_context_columns)
         self._prefixes: dict = {}
-        self._staged_contexts: dict = {}        # cpu -> context word -> its columns
         self._staged_pids: set = set()          # the pids of their lines
         self._types: dict = {}                  # chunk.rows' cache of the types seen
 
@@ -630,16 +629,20 @@ class TraceFormatter:
         if not self._options.context_info:
             extend(map(add, texts, args))
             return
-        made = self._staged_contexts.setdefault(cpu, {})
-        new = list(set(got.heads).difference(made))
-        if new:
-            flags, pids = got.split(new)
-            keys = list(zip(repeat(cpu), pids, flags))
-            self._contexts.make(keys)
-            made.update(zip(new, map(self._contexts.__getitem__, keys)))
-            self._staged_pids.update(pids)
-        prefixes, micros = self._context_columns(cpu, got.heads, got.stamps, made)
+        prefixes, micros = self._context_columns(
+            cpu, got.heads, got.stamps, partial(self._staged_context, cpu, got.split))
         extend(map("".join, zip(prefixes, micros, texts, args)))
+
+    def _staged_context(self, cpu: int, split: Callable, heads: list) -> Iterable[str]:
+        """The context columns of staged entries' context words ``heads`` on ``cpu``."""
+        flags, pids = split(heads)
+        self._staged_pids.update(pids)
+        return self._record_context(list(zip(repeat(cpu), pids, flags)))
+
+    def _record_context(self, keys: list) -> Iterable[str]:
+        """The context columns of (cpu, pid, flags) ``keys``."""
+        self._contexts.make(keys)
+        return map(self._contexts.__getitem__, keys)
 
     def _values_text(self, tail: str) -> _Made:
         """Argument values (a tuple) -> their text, for events whose tail is ``tail``."""
@@ -660,12 +663,13 @@ class TraceFormatter:
         return made
 
     def _context_columns(self, space: object, keys: list, stamps: list,
-                         contexts: dict) -> tuple[list, list]:
+                         contexts: Callable[[list], Iterable[str]]) -> tuple[list, list]:
         """Two columns of the lines of ``keys`` and ``stamps`` (in time order, mostly):
-        the context columns (``contexts[key]``) with the timestamp up to its
-        microseconds, made once per key and second, and the rest of the timestamp
-        (the raw count unless the clock counts nanoseconds).  ``space`` tells apart
-        keys whose context differs (a context word on each CPU)."""
+        the context columns (``contexts(keys)``: those of a list of keys) with the
+        timestamp up to its microseconds, made once per key and second, and the rest
+        of the timestamp (the raw count unless the clock counts nanoseconds).
+        ``space`` tells apart keys whose context differs (a context word on each
+        CPU)."""
         prefixes: list = []
         micros: list = []
         if self._options.in_ns:
@@ -681,8 +685,7 @@ class TraceFormatter:
             new = list(set(part).difference(made))
             if new:
                 suffix = " " if second is None else " %5d." % second
-                made.update(zip(new, map(add, map(contexts.__getitem__, new),
-                                         repeat(suffix))))
+                made.update(zip(new, map(add, contexts(new), repeat(suffix))))
             prefixes += map(made.__getitem__, part)
             times = stamps if whole else stamps[start:end]
             if second is None:
@@ -798,7 +801,7 @@ class TraceFormatter:
             return list(map(add, heads, args))
         keys = list(zip(cpus, map(_PID, records), map(_FLAGS, records)))
         prefixes, micros = self._context_columns(None, keys, list(map(_TS, records)),
-                                                 self._contexts)
+                                                 self._record_context)
         return list(map("".join, zip(prefixes, micros, heads, args)))
 
     def _context(self, cpu: int, pid: int, flags: int) -> str:
