@@ -1,27 +1,11 @@
-"""Records read as columns and lines merged by time (tracing/buffers/batch.py), against
-the plain ways: struct.iter_unpack record by record, a stable sort of every line."""
+"""Lines merged by time and stretches of one second (tracing/buffers/batch.py), against
+the plain ways: a stable sort of every line, each stamp's second."""
 
 import random
-import struct
 
 import pytest
 
-from kprobefs.tracing.buffers.batch import merge_lines, second_ranges, struct_columns
-
-
-@pytest.mark.parametrize("offset, codes, pad", [
-    (32, "QQQQ", 0), (32, "Qi", 4), (40, "bQhI", 1), (24, "BHIQ", 1), (0, "q", 0),
-    (8, "hh", 4), (24, "", 8)])
-def test_columns_are_the_fields_of_each_record(offset, codes, pad):
-    rng = random.Random(codes)
-    record = struct.Struct(f"<{offset}x{codes}{pad}x")
-    fields = struct.Struct("<" + codes)
-    rows = [fields.unpack(rng.randbytes(fields.size)) for _ in range(50)]
-    data = b"".join(record.pack(*row) for row in rows)
-    columns = struct_columns(data, offset, record.size, codes)
-    assert [tuple(column) for column in columns] == list(zip(*rows)) or \
-        (not codes and columns == [])
-    assert struct_columns(b"", offset, record.size, codes) == [[] for _code in codes]
+from kprobefs.tracing.buffers.batch import merge_lines, second_ranges
 
 
 def sorted_merge(lines, stamps):

@@ -1,54 +1,23 @@
-"""Records read as columns, for ``trace`` text made in bulk (output.TraceFormatter).
+"""The steps of ``trace`` text made in bulk (output.TraceFormatter) that are not a map.
 
 A full buffer holds tens of thousands of records, and a Python statement per record costs
-more than its line's formatting.  Records whose fields are laid out alike are read here
-a field at a time: every record's value of one field in one list, taken from their bytes
-by a ``memoryview`` cast and slice (a field aligned to its size) or one
-``struct.iter_unpack``.  The formatter then makes the lines with ``map`` and ``zip``
-over the columns, the texts of each column looked up by value, and Python runs only
-where a value is new.
+more than its line's formatting.  The formatter makes each column of the lines with
+``map`` and ``zip`` over all of a CPU's records, the texts of a column looked up by
+value, so that Python runs only where a value is new.  What is left: where the seconds
+of the timestamps change (second_ranges) and the merge of the CPUs' lines by time
+(merge_lines).
 """
 
 from __future__ import annotations
 
-import struct
-import sys
 from bisect import bisect_left, bisect_right
 from itertools import chain, compress, islice, repeat
 from operator import add, floordiv, le, ne
 from typing import Sequence
 
-__all__ = ["struct_columns", "second_ranges", "merge_lines"]
+__all__ = ["second_ranges", "merge_lines"]
 
 _NS_PER_S = 1_000_000_000
-_LITTLE = sys.byteorder == "little"
-_SIZES = {code: struct.calcsize(code) for code in "bBhHiIqQ"}
-
-
-def struct_columns(data: bytes, offset: int, stride: int, codes: str) -> list[Sequence]:
-    """The values of the fields ``codes`` gives (struct codes, little-endian, packed one
-    after another from ``offset``) of each record of ``data``, a record every
-    ``stride`` bytes (``len(data)`` a multiple of it): one sequence a field, in the
-    records' order."""
-    count = len(data) // stride
-    if not codes:
-        return []
-    if not count:
-        return [[] for _code in codes]
-    if _LITTLE:
-        view = memoryview(data)
-        columns, at = [], offset
-        for code in codes:
-            size = _SIZES[code]
-            if at % size or stride % size:
-                break
-            columns.append(view.cast(code)[at // size::stride // size].tolist())
-            at += size
-        else:
-            return columns
-    size = struct.calcsize("<" + codes)
-    rows = struct.Struct(f"<{offset}x{codes}{stride - offset - size}x").iter_unpack(data)
-    return list(zip(*rows))
 
 
 def second_ranges(stamps: Sequence[int]) -> list[tuple[int, int, int]]:

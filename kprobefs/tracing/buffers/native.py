@@ -31,7 +31,7 @@ import functools
 import struct
 from dataclasses import dataclass
 from itertools import repeat
-from operator import and_, rshift
+from operator import and_, itemgetter, rshift
 from typing import Callable, NamedTuple, Sequence
 
 from ...errors import ImageError
@@ -41,7 +41,6 @@ from ..events.fetch import (
     StoreRaw, StoreString,
 )
 from ..triggers.filter import as_field_type
-from .batch import struct_columns
 from .raw_page import TYPE_DATA_MAX, TYPE_TIME_EXTEND
 from .ring_buffer import Chunk
 
@@ -280,7 +279,7 @@ class StagedColumns(NamedTuple):
     ips: list | None
     #: a kretprobe's return addresses (the ips are then its function's), else None
     ret_ips: list | None
-    #: one sequence an argument (batch.struct_columns)
+    #: each entry's argument bytes (equal for equal arguments of events alike)
     args: list
     #: type -> event, of every type the entries have
     events: dict
@@ -298,6 +297,14 @@ class NativeProbe:
     ip: int
     is_return: bool = False
     filter: tuple | None = None     # (program, address, size) of its filter in the arena
+
+
+def _arg_bytes(size: int, at: int, length: int, data: bytes) -> list[bytes]:
+    """The ``length`` bytes ``at`` each entry of ``size`` bytes of ``data``: one
+    bytes object an entry, read by one struct (a list of columns of numbers, then a
+    tuple a line to look their text up by, costs twice as much)."""
+    entry = struct.Struct(f"<{at}x{length}s{size - at - length}x")
+    return list(map(itemgetter(0), entry.iter_unpack(data)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -584,7 +591,7 @@ class NativeRecorder:
         return StagedColumns(
             words[::step].tolist(), words[_ENTRY_TYPE_AT // 8::step].tolist(), type_, column,
             ips[0], _varied(ips), None if layout == _KPROBE else words[at + 1::step].tolist(),
-            struct_columns(data, _ENTRY_SIZE + head, size, codes), events, size)
+            _arg_bytes(size, _ENTRY_SIZE + head, length - head, data), events, size)
 
     def _raw(self, data: bytes, last: int | None):
         """Staged entries as trace_pipe_raw events (raw_page.py's layout): the bytes,

@@ -477,9 +477,7 @@ class TraceFormatter:
         self._staged_events: dict = {}          # type -> event, of the staged entries
         self._staged_heads = _Made(partial(_staged_head_text, self._texts,
                                            self._staged_events, sep))
-        #: an event's tail -> argument values -> their text (columns of values)
-        self._values_texts: dict = {}
-        #: (struct codes, tail) -> argument bytes -> their text (records)
+        #: (struct codes, tail) -> argument bytes -> their text
         self._bytes_texts: dict = {}
         self._event_args: dict = {}             # id(event) -> its _bytes_text, or None
         #: (space, second) -> context key -> the context columns and the timestamp up
@@ -603,7 +601,7 @@ class TraceFormatter:
                       ) -> None:
         """Extend with the lines of staged entries read as columns (NativeRecorder._rows'
         StagedColumns: compiled events, all unpacking alike): each line's event text
-        looked up by (type, ip[, return ip]), its arguments' text by their values, its
+        looked up by (type, ip[, return ip]), its arguments' text by their bytes, its
         context by the entry's context word."""
         if not got.stamps:
             return
@@ -619,13 +617,12 @@ class TraceFormatter:
             texts = repeat(heads[got.type, got.ip], count)
         else:
             texts = map(heads.__getitem__, zip(types, ips))
-        values = zip(*got.args) if got.args else repeat((), count)
-        tails = {type_: self._texts[id(ev)].tail for type_, ev in got.events.items()}
-        if len(set(tails.values())) == 1:
-            args = map(self._values_text(tails.popitem()[1]).__getitem__, values)
+        made = {type_: self._bytes_text(self._texts[id(ev)])
+                for type_, ev in got.events.items()}
+        if len(set(map(id, made.values()))) == 1:
+            args = map(made.popitem()[1].__getitem__, got.args)
         else:
-            made = {type_: self._values_text(tail) for type_, tail in tails.items()}
-            args = map(getitem, map(made.__getitem__, got.types), values)
+            args = map(getitem, map(made.__getitem__, got.types), got.args)
         if not self._options.context_info:
             extend(map(add, texts, args))
             return
@@ -643,13 +640,6 @@ class TraceFormatter:
         """The context columns of (cpu, pid, flags) ``keys``."""
         self._contexts.make(keys)
         return map(self._contexts.__getitem__, keys)
-
-    def _values_text(self, tail: str) -> _Made:
-        """Argument values (a tuple) -> their text, for events whose tail is ``tail``."""
-        made = self._values_texts.get(tail)
-        if made is None:
-            made = self._values_texts[tail] = _Made(tail.__mod__)
-        return made
 
     def _bytes_text(self, text: CompiledText) -> _Made:
         """A record's argument bytes -> their text, for the events that unpack and
