@@ -346,19 +346,34 @@ class _Contexts(dict):
                 map(self._find_comm, pids), pids, cpus, map(self._flags.__getitem__, flags)))))
 
 
-def _head_text(texts: dict, sep: str, key: tuple) -> str:
-    """A compiled event's line from ``sep`` (``": "`` after the timestamp, or nothing)
-    up to its arguments' text (``key``: (event, ip, return ip)): the event's name and
-    probed address(es)."""
-    ev, ip, ret_ip = key
-    text = texts[id(ev)]
-    return sep + text.head((ret_ip, ip) if text.is_return else ip)
+class _Heads(dict):
+    """(event, ip, return ip) -> a compiled event's line from ``sep`` (``": "`` after
+    the timestamp, or nothing) up to its arguments' text: the event's name and probed
+    address(es), made at the first lookup in one call (a read may meet thousands of
+    events, each once)."""
+
+    __slots__ = ("_texts", "_sep")
+
+    def __init__(self, texts: dict, sep: str):
+        super().__init__()
+        self._texts = texts
+        self._sep = sep
+
+    def __missing__(self, key: tuple) -> str:
+        ev, ip, ret_ip = key
+        text = self._texts[id(ev)]
+        value = self[key] = self._sep + text.head((ret_ip, ip) if text.is_return else ip)
+        return value
 
 
-def _staged_head_text(texts: dict, events: dict, sep: str, key: tuple) -> str:
-    """_head_text of a staged entry's line: ``key`` is (its type, ip[, return ip]),
-    the type's event in ``events``."""
-    return _head_text(texts, sep, (events[key[0]], key[1], key[2] if len(key) > 2 else 0))
+def _staged_head_text(heads: _Heads, events: dict, key: tuple) -> str:
+    """The head of a staged entry's line: ``key`` is (its type, ip[, return ip]), the
+    type's event in ``events``."""
+    return heads[events[key[0]], key[1], key[2] if len(key) > 2 else 0]
+
+
+def _prefix_text(contexts: dict, suffix: str, key: tuple) -> str:
+    return contexts[key] + suffix
 
 
 def _args_text(tail: str, unpack: Callable[[bytes], tuple], data: bytes) -> str:
@@ -473,10 +488,10 @@ class TraceFormatter:
         self._contexts = _Contexts(find_comm, options.irq_info)
         sep = ": " if options.context_info else ""
         #: (event, ip, return ip) -> the line's text from the timestamp to the arguments
-        self._heads = _Made(partial(_head_text, self._texts, sep))
+        self._heads = _Heads(self._texts, sep)
         self._staged_events: dict = {}          # type -> event, of the staged entries
-        self._staged_heads = _Made(partial(_staged_head_text, self._texts,
-                                           self._staged_events, sep))
+        self._staged_heads = _Made(partial(_staged_head_text, self._heads,
+                                           self._staged_events))
         #: (struct codes, tail) -> argument bytes -> their text
         self._bytes_texts: dict = {}
         self._event_args: dict = {}             # id(event) -> its _bytes_text, or None
@@ -634,10 +649,7 @@ class TraceFormatter:
         """The context columns of staged entries' context words ``heads`` on ``cpu``."""
         flags, pids = split(heads)
         self._staged_pids.update(pids)
-        return self._record_context(list(zip(repeat(cpu), pids, flags)))
-
-    def _record_context(self, keys: list) -> Iterable[str]:
-        """The context columns of (cpu, pid, flags) ``keys``."""
+        keys = list(zip(repeat(cpu), pids, flags))
         self._contexts.make(keys)
         return map(self._contexts.__getitem__, keys)
 
@@ -653,11 +665,15 @@ class TraceFormatter:
         return made
 
     def _context_columns(self, space: object, keys: list, stamps: list,
-                         contexts: Callable[[list], Iterable[str]]) -> tuple[list, list]:
+                         contexts: Callable[[list], Iterable[str]] | None = None
+                         ) -> tuple[list, list]:
         """Two columns of the lines of ``keys`` and ``stamps`` (in time order, mostly):
-        the context columns (``contexts(keys)``: those of a list of keys) with the
-        timestamp up to its microseconds, made once per key and second, and the rest
-        of the timestamp (the raw count unless the clock counts nanoseconds).
+        the context columns with the timestamp up to its microseconds, made once per
+        key and second, and the rest of the timestamp (the raw count unless the clock
+        counts nanoseconds).  ``contexts(keys)`` gives the context columns of a list
+        of keys, made for a second's new keys at once (a CPU's staged entries, whose
+        contexts are thousands); without it the keys are (cpu, pid, flags), each made
+        at its first line (records, whose contexts are a few: no set of the keys).
         ``space`` tells apart keys whose context differs (a context word on each
         CPU)."""
         prefixes: list = []
@@ -668,14 +684,16 @@ class TraceFormatter:
             ranges = [(0, len(stamps), None)]
         whole = len(ranges) == 1
         for start, end, second in ranges:
+            suffix = " " if second is None else " %5d." % second
             made = self._prefixes.get((space, second))
             if made is None:
-                made = self._prefixes[space, second] = {}
+                made = self._prefixes[space, second] = {} if contexts is not None \
+                    else _Made(partial(_prefix_text, self._contexts, suffix))
             part = keys if whole else keys[start:end]
-            new = list(set(part).difference(made))
-            if new:
-                suffix = " " if second is None else " %5d." % second
-                made.update(zip(new, map(add, contexts(new), repeat(suffix))))
+            if contexts is not None:
+                new = list(set(part).difference(made))
+                if new:
+                    made.update(zip(new, map(add, contexts(new), repeat(suffix))))
             prefixes += map(made.__getitem__, part)
             times = stamps if whole else stamps[start:end]
             if second is None:
@@ -764,7 +782,8 @@ class TraceFormatter:
             if text is None:
                 text = texts[key] = compile_(events[key]) or general
             if type(text) is CompiledText:
-                made[key] = by_type.get((text.codes, text.tail)) or self._bytes_text(text)
+                args = by_type.get((text.codes, text.tail))
+                made[key] = self._bytes_text(text) if args is None else args
             else:
                 made[key] = None
         args = list(map(made.__getitem__, events))
@@ -790,8 +809,7 @@ class TraceFormatter:
         if not self._options.context_info:
             return list(map(add, heads, args))
         keys = list(zip(cpus, map(_PID, records), map(_FLAGS, records)))
-        prefixes, micros = self._context_columns(None, keys, list(map(_TS, records)),
-                                                 self._record_context)
+        prefixes, micros = self._context_columns(None, keys, list(map(_TS, records)))
         return list(map("".join, zip(prefixes, micros, heads, args)))
 
     def _context(self, cpu: int, pid: int, flags: int) -> str:
