@@ -318,13 +318,12 @@ class _Made(dict):
 
 class _Contexts(dict):
     """(cpu, pid, flags) -> a line's context columns (``comm-pid [cpu] flags``), made at
-    the first lookup or for many keys at once (:meth:`make`); a line's ``%`` takes
-    them as its first value (``%s``), so that the formats are made per event and
-    address only.  It holds no reference to its formatter, nor do the format makers
+    the first lookup or for many keys at once (:meth:`make`); ``comms``: pid -> the
+    comm they printed.  It holds no reference to its formatter, nor do the text makers
     below: a read's caches are freed with it, by reference counting (a cycle would
     leave every key of them to the cyclic collector once the read is done)."""
 
-    __slots__ = ("_find_comm", "_format", "_flags")
+    __slots__ = ("_find_comm", "_format", "_flags", "comms")
 
     def __init__(self, find_comm: Callable[[int], str], irq_info: bool):
         super().__init__()
@@ -332,6 +331,7 @@ class _Contexts(dict):
         # as format_context's columns (its f-string's conversions, in % terms)
         self._format = "%16s-%-7d [%03d] %s" if irq_info else "%16s-%-7d [%03d] %.0s"
         self._flags = _Made(flags_text)
+        self.comms: dict[int, str] = {}
 
     def __missing__(self, key: tuple) -> str:
         self.make((key,))
@@ -342,8 +342,10 @@ class _Contexts(dict):
         new = [key for key in set(keys) if key not in self]
         if new:
             cpus, pids, flags = zip(*new)
+            comms = list(map(self._find_comm, pids))
+            self.comms.update(zip(pids, comms))
             self.update(zip(new, map(mod, repeat(self._format), zip(
-                map(self._find_comm, pids), pids, cpus, map(self._flags.__getitem__, flags)))))
+                comms, pids, cpus, map(self._flags.__getitem__, flags)))))
 
 
 class _Heads(dict):
@@ -766,7 +768,13 @@ class TraceFormatter:
                 # the pids of the chunks' lines kept: not known line by line, those of
                 # the last call (a pid gone from them stays until no line is kept)
                 pids.update(last.comms)
-            comms = {pid: find_comm(pid) for pid in pids}
+            # as printed: the comm each context was made with, else the comm now
+            printed = self._contexts.comms
+            known = pids.intersection(printed)
+            comms = dict(zip(known, map(printed.__getitem__, known)))
+            if len(known) < len(pids):
+                others = pids.difference(known)
+                comms.update(zip(others, map(find_comm, others)))
         kept[cpu] = KeptLines(key, records, lines, comms, reused, stamps, counts)
         return lines, stamps
 
