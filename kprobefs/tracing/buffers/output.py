@@ -240,7 +240,7 @@ class CompiledText(NamedTuple):
     #: arguments unpack alike: NativeRecorder._rows reads their records at once)
     codes: str = ""
     #: what every ``fold(key)`` ends with: the arguments' conversions and the newline
-    #: (the text of equal argument values is the same for events with equal tails)
+    #: (equal argument bytes print alike for events with equal codes and tails)
     tail: str = "\n"
 
     def key(self, rec: tuple):
@@ -467,7 +467,7 @@ class TraceFormatter:
     context columns with the timestamp's seconds (per context and second), the
     timestamp's microseconds (the one text made for every line), the event's name
     and address (per event and address), and the arguments' text (per argument
-    values, or a record's argument bytes, and the event's tail).  Each step is a
+    bytes, among the events that unpack and print them alike).  Each step is a
     ``map`` or ``zip`` over all the records, so that Python runs only for a text not
     made yet.  Other events take a loop over the records, their text
     ``general(record)``.
@@ -656,9 +656,9 @@ class TraceFormatter:
         return map(self._contexts.__getitem__, keys)
 
     def _bytes_text(self, text: CompiledText) -> _Made:
-        """A record's argument bytes -> their text, for the events that unpack and
-        print their arguments as ``text`` does (equal bytes of events whose types
-        differ, s32 and u32, are told apart by the codes)."""
+        """Argument bytes (a record's or a staged entry's) -> their text, for the
+        events that unpack and print their arguments as ``text`` does (equal bytes of
+        events whose types differ, s32 and u32, are told apart by the codes)."""
         key = (text.codes, text.tail)
         made = self._bytes_texts.get(key)
         if made is None:
