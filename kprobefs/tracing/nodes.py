@@ -119,7 +119,9 @@ def _encoded(content: str | bytes) -> bytes:
 class _Handle:
     """An open file: content made once (at first read), writes applied per call.  The
     content is text, bytes, or a tuple of them read as their join (``trace``'s header
-    and lines: a full buffer's lines are megabytes, which a join would copy again)."""
+    and lines: a full buffer's lines are megabytes, which a join would copy again).
+    Text is encoded a read at a time (latin-1: a character a byte), so that the
+    megabytes are not copied whole once more before the first read returns."""
 
     def __init__(self, produce: Callable[[], str | bytes | tuple] | None,
                  write: Callable[[bytes], int] | None,
@@ -127,23 +129,22 @@ class _Handle:
         self._produce = produce
         self._write = write
         self._release = release
-        self._data: tuple[bytes, ...] | None = None
+        self._data: tuple[str | bytes, ...] | None = None
 
     def read(self, size: int, offset: int) -> bytes:
         if self._data is None:
             if self._produce is None:
                 raise OSError(errno.EINVAL, "not readable")
             content = self._produce()
-            self._data = tuple(map(_encoded, content)) if isinstance(content, tuple) \
-                else (_encoded(content),)
+            self._data = content if isinstance(content, tuple) else (content,)
         if len(self._data) == 1:
-            return self._data[0][offset:offset + size]
+            return _encoded(self._data[0][offset:offset + size])
         out = []
         for part in self._data:
             if offset >= len(part):
                 offset -= len(part)
                 continue
-            out.append(part[offset:offset + size])
+            out.append(_encoded(part[offset:offset + size]))
             size -= len(out[-1])
             offset = 0
             if size <= 0:
