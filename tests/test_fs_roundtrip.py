@@ -20,7 +20,7 @@ from conftest import blocking_kprobe
 from kprobefs.daemon import Daemon
 from kprobefs.fs import Caller
 from kprobefs.fs.gateway import _STAT, AT_FDCWD, AT_SYMLINK_NOFOLLOW, STATUS_PATH
-from kprobefs.fs.procwatch import ProcessEvents
+from kprobefs.fs.procwatch import EXEC, FORK, ProcessEvent, ProcessEvents
 from kprobefs.machine.kernel import UserBuffer
 
 
@@ -325,3 +325,32 @@ def test_a_spawners_children_get_their_tasks_as_they_fork(daemon, unread_events)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
         shell.communicate("end\n", timeout=10)
+
+
+def test_a_known_callers_fork_has_its_task_made_as_the_fork_is_applied(daemon):
+    """A fork of a known process makes its child's task (clone3) as the FORK event is
+    applied, while the host child goes on to its exec, not at the EXEC or the child's
+    first request; the child keeps its parent's name until its exec is mirrored (no
+    rename from the comm it may already have on the host)."""
+    gateway, kernel = daemon.gateway, daemon.kernel
+    shell = subprocess.Popen(["sh", "-c", "read go"],
+                             stdin=subprocess.PIPE, text=True)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.2)
+        gateway.getattr("/tracing", Caller(shell.pid))          # the shell is known
+        with _submitted(kernel) as seen:
+            gateway._apply_process_event(
+                ProcessEvent(FORK, shell.pid, shell.pid, child.pid, child.pid))
+            made = gateway._callers[child.pid]
+            assert made.has_task and seen == ["clone3"]
+            assert kernel.tasks[child.pid] is made.task and made.task.comm == "sh"
+            gateway.mirror_host_processes()
+            assert seen == ["clone3"] and made.task.comm == "sh"
+            gateway._apply_process_event(ProcessEvent(EXEC, child.pid, child.pid,
+                                                      comm="sleep"))
+        assert seen == ["clone3", "execve"] and made.task.comm == "sleep"
+    finally:
+        child.kill()
+        child.wait()
+        shell.communicate("go\n", timeout=10)

@@ -419,7 +419,10 @@ class HostCallers:
         thread has queued, without a read of the socket of its own)."""
         self._sync_host_processes(read_socket=False)
         with self._lock:
-            execd = [c for c in self._callers.values() if c.exec_seen]
+            # Those an EXEC or COMM event renamed.  A child just forked is exec_seen too
+            # (its first request reads its comm), but the comm it has now may be that
+            # of an exec whose event is still to come: the mirrored execve names it.
+            execd = [c for c in self._callers.values() if c.exec_seen and c.comm_seen]
         for caller in execd:
             if caller.has_task and caller.task.state != "dead":
                 self._rename(caller)
@@ -465,6 +468,13 @@ class HostCallers:
                 with self._lock:
                     self._callers[event.child] = caller
             self._forked(event.child)
+            # Its clone3 runs now, in this thread, while the host child goes on to its
+            # exec: left queued, it ran when the EXEC was applied, and the child's
+            # first request waited for both.
+            try:
+                caller.task
+            except OSError as e:
+                log.debug("pid %d: no task made at its fork: %s", event.child, e)
         elif event.what in (EXEC, COMM):
             with self._lock:
                 caller = self._callers.get(event.pid)
