@@ -15,14 +15,14 @@ typedef long (*host_work_fn)(unsigned long, unsigned long, unsigned long, unsign
 /* How many calls the host has queued (it keeps the count): none, no hypercall. */
 volatile unsigned long host_work_queued;
 
-/* Runs every queued call, in order; returns result, or what the host made of it. */
+/* Runs every queued call, in order; returns result, or what the host made of it.  The
+ * count is read again before each HC_WORK_NEXT: once the last call has run, the queue
+ * is empty without a hypercall to say so (a call's completion may queue another). */
 long host_work_run(long result)
 {
 	struct host_work work;
 
-	if (!host_work_queued)
-		return result;
-	while (hypercall(HC_WORK_NEXT, &work, 0, 0, 0) > 0) {
+	while (host_work_queued && hypercall(HC_WORK_NEXT, &work, 0, 0, 0) > 0) {
 		long ret = ((host_work_fn)work.fn)(work.args[0], work.args[1], work.args[2],
 						   work.args[3], work.args[4], work.args[5]);
 
