@@ -485,6 +485,24 @@ def test_host_cpu_reads_an_unpinned_threads_cpu_again_only_after_a_while(monkeyp
     assert hostproc.host_cpu(2 ** 22 + 1) is None        # no such thread
 
 
+
+def test_the_cpu_a_process_read_gives_is_kept_for_host_cpu(monkeypatch):
+    """host_process's read of /proc/PID/stat (an EXEC's comm is read through it) keeps
+    the CPU it gives, as host_cpu's own read does: a request within HOST_CPU_KEEP makes
+    no read for it."""
+    from kprobefs.fs import hostproc
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one host CPU")
+    tid = threading.get_native_id()
+    hostproc._last_cpus.pop(tid, None)
+    assert hostproc.host_process(tid).comm
+    reads = []
+    real_read = hostproc.read_proc
+    monkeypatch.setattr(hostproc, "read_proc", lambda path: reads.append(path) or
+                        real_read(path))
+    cpu, pinned = hostproc.host_cpu(tid)
+    assert not pinned and cpu in os.sched_getaffinity(0) and reads == []
+
 def test_a_namespaces_mount_table_is_read_again_only_after_a_mount(tmp_path):
     """MountTables keeps a namespace's mountinfo open and reads it again when poll(2)
     says its mounts changed: a tmpfs mounted meanwhile shows, and goes with its

@@ -55,7 +55,7 @@ class HostProcess(NamedTuple):
 
 def host_process(pid: int) -> HostProcess | None:
     """The host process's comm, parent and start time in one read; None when it is
-    gone."""
+    gone.  The CPU the read gives is kept for :func:`host_cpu`, as its own read is."""
     try:
         data = read_proc(f"/proc/{pid}/stat")
     except OSError:
@@ -64,9 +64,11 @@ def host_process(pid: int) -> HostProcess | None:
         close = data.rindex(b")")
         comm = data[data.index(b"(") + 1:close].decode("utf-8", "replace")[:15]
         fields = data[close + 2:].split()
-        return HostProcess(comm, int(fields[1]), int(fields[19]))
+        proc = HostProcess(comm, int(fields[1]), int(fields[19]))
+        _keep_cpu(pid, int(fields[36]), time.monotonic())
     except (ValueError, IndexError):
         return None
+    return proc
 
 
 #: How long the CPU /proc/PID/stat gave an unpinned thread is taken again (seconds):
@@ -101,10 +103,14 @@ def host_cpu(pid: int) -> tuple[int, bool] | None:
     except (OSError, ValueError, IndexError):
         _last_cpus.pop(pid, None)
         return None
+    _keep_cpu(pid, cpu, now)
+    return cpu, False
+
+
+def _keep_cpu(pid: int, cpu: int, now: float) -> None:
     if len(_last_cpus) >= 4096:     # threads that made one request and went
         _last_cpus.clear()
     _last_cpus[pid] = (cpu, now)
-    return cpu, False
 
 
 def host_start_time(pid: int) -> int | None:

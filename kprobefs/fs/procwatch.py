@@ -28,7 +28,7 @@ import struct
 import threading
 from typing import Callable, NamedTuple
 
-from .hostproc import host_comm
+from .hostproc import host_process
 
 __all__ = ["ProcessEvents", "ProcessEvent", "FORK", "EXEC", "COMM", "EXIT", "host_exec_image"]
 
@@ -236,11 +236,13 @@ class ProcessEvents:
 
 def _with_exec_comm(event: ProcessEvent) -> ProcessEvent:
     """An EXEC event with the new comm, read now: a short command (``/bin/true``) may be
-    gone by the time the event is applied."""
+    gone by the time the event is applied.  Read from /proc/PID/stat, which gives the
+    CPU the process runs on after its exec too: its first request, a moment later, then
+    makes no read of its own for it (hostproc.host_cpu)."""
     if event.what != EXEC:
         return event
-    comm = host_comm(event.pid)
-    return event._replace(comm=comm) if comm else event
+    proc = host_process(event.pid)
+    return event._replace(comm=proc.comm) if proc is not None and proc.comm else event
 
 
 def _control(op: int) -> bytes:
