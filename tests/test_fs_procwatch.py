@@ -173,3 +173,21 @@ def test_the_path_search_of_a_comm_is_remembered(monkeypatch):
         assert host_exec_image(proc.pid, "sh") == first and searched == ["sh", "sh"]
     finally:
         proc.communicate(b"\n")
+
+
+def test_what_a_name_resolves_to_is_remembered(monkeypatch):
+    """The program a name resolves to (a stat of each of its components) is asked once
+    while it is the process's program, and again when it is not."""
+    from kprobefs.fs import procwatch
+
+    resolved = []
+    realpath = os.path.realpath
+    monkeypatch.setattr(procwatch.os.path, "realpath",
+                        lambda path: (resolved.append(path), realpath(path))[1])
+    monkeypatch.setattr(procwatch, "_RESOLVED", {})
+    sh = realpath("/bin/sh")
+    assert procwatch._resolves_to("/bin/sh", sh) and resolved == ["/bin/sh"]
+    assert procwatch._resolves_to("/bin/sh", sh) and resolved == ["/bin/sh"]
+    assert not procwatch._resolves_to("/bin/sh", "/usr/bin/other")
+    assert resolved == ["/bin/sh"] * 2
+    assert procwatch._resolves_to("/bin/sh", sh) and resolved == ["/bin/sh"] * 2

@@ -289,19 +289,46 @@ def host_exec_image(pid: int, comm: str) -> tuple[str, list[str]] | None:
     /usr/bin/dash) and its argv; None when the process is gone."""
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0")[:-1]]
+        argv = [a.decode("utf-8", "replace") for a in _read_all(f"/proc/{pid}/cmdline")
+                .split(b"\0")[:-1]]
     except OSError:
         return None
     exe = exe.removesuffix(" (deleted)")
     if argv and argv[0].startswith("/") and os.path.basename(argv[0])[:15] == comm \
-            and os.path.realpath(argv[0]) == exe:
+            and _resolves_to(argv[0], exe):
         return argv[0], argv
     return (comm and _on_path(comm, exe)) or exe, argv
 
 
+def _read_all(path: str) -> bytes:
+    """A /proc file, whatever its size, through os.read (a file object's read costs
+    three times as much)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 _WHICH: dict[str, str | None] = {}
 _WHICH_MAX = 512
+#: path -> the program it resolved to last (os.path.realpath: a stat of each component).
+_RESOLVED: dict[str, str] = {}
+
+
+def _resolves_to(path: str, exe: str) -> bool:
+    """Whether path names the program exe.  What it resolved to is remembered, and
+    resolved again when that is not exe: a mirrored exec of the same program by the
+    same name (every `sh` of a shell loop) makes no stat."""
+    if _RESOLVED.get(path) == exe:
+        return True
+    if len(_RESOLVED) >= _WHICH_MAX:
+        _RESOLVED.clear()
+    _RESOLVED[path] = resolved = os.path.realpath(path)
+    return resolved == exe
 
 
 def _on_path(comm: str, exe: str) -> str | None:
@@ -309,9 +336,9 @@ def _on_path(comm: str, exe: str) -> str | None:
     search of PATH is a stat per directory, and every mirrored exec of a program asks
     it again; PATH is searched anew when what was remembered is not exe."""
     found = _WHICH.get(comm)
-    if found is not None and os.path.realpath(found) == exe:
+    if found is not None and _resolves_to(found, exe):
         return found
     if len(_WHICH) >= _WHICH_MAX:
         _WHICH.clear()
     found = _WHICH[comm] = shutil.which(comm)
-    return found if found is not None and os.path.realpath(found) == exe else None
+    return found if found is not None and _resolves_to(found, exe) else None
