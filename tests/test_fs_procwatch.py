@@ -130,22 +130,27 @@ def test_comm_events_carry_the_new_name():
 def test_an_exec_image_is_named_as_the_process_named_it():
     """/bin/sh runs dash on Debian: /proc/PID/exe says /usr/bin/dash, but the comm is
     "sh", so the name the process was exec'd by (argv[0], or the PATH's) is kept."""
-    proc = subprocess.Popen(["/bin/sh", "-c", "read x"], stdin=subprocess.PIPE)
+    proc = _running(["/bin/sh", "-c", "echo running; read x"])
     try:
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:      # until the child has exec'd
-            with open(f"/proc/{proc.pid}/comm") as f:
-                comm = f.read().strip()
-            if comm == "sh":
-                break
-            time.sleep(0.01)
+        with open(f"/proc/{proc.pid}/comm") as f:
+            comm = f.read().strip()
         filename, argv = host_exec_image(proc.pid, comm)
     finally:
         proc.communicate(b"\n")
     assert os.path.basename(filename) == comm == "sh"
     assert os.path.realpath(filename) == os.path.realpath("/bin/sh")
-    assert argv == ["/bin/sh", "-c", "read x"]
+    assert argv == ["/bin/sh", "-c", "echo running; read x"]
     assert host_exec_image(proc.pid, comm) is None      # gone
+
+
+def _running(argv: list[str]) -> subprocess.Popen:
+    """A child started with argv that has printed its first line: its exec is done,
+    its arguments in place.  (Its comm changes earlier in the exec, and Popen returns
+    earlier too, as the exec closes the descriptors marked close-on-exec: /proc's
+    cmdline may be empty then.)"""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc.stdout.readline()
+    return proc
 
 
 def test_the_path_search_of_a_comm_is_remembered(monkeypatch):
@@ -158,14 +163,8 @@ def test_the_path_search_of_a_comm_is_remembered(monkeypatch):
     monkeypatch.setattr(procwatch.shutil, "which",
                         lambda name: (searched.append(name), which(name))[1])
     monkeypatch.setattr(procwatch, "_WHICH", {})
-    proc = subprocess.Popen(["sh", "-c", "read x"], stdin=subprocess.PIPE)
+    proc = _running(["sh", "-c", "echo running; read x"])
     try:
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            with open(f"/proc/{proc.pid}/comm") as f:
-                if f.read().strip() == "sh":
-                    break
-            time.sleep(0.01)
         first = host_exec_image(proc.pid, "sh")
         assert host_exec_image(proc.pid, "sh") == first and searched == ["sh"]
         assert os.path.basename(first[0]) == "sh"
