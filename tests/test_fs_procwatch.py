@@ -143,6 +143,16 @@ def test_an_exec_image_is_named_as_the_process_named_it():
     assert host_exec_image(proc.pid, comm) is None      # gone
 
 
+def test_a_long_command_line_is_read_whole():
+    """An argv past one read of /proc/PID/cmdline (16 KiB) comes whole."""
+    argv = ["/bin/sh", "-c", "echo running; read x", "sh", "a" * 20_000, "b" * 30_000]
+    proc = _running(argv)
+    try:
+        assert host_exec_image(proc.pid, "sh")[1] == argv
+    finally:
+        proc.communicate(b"\n")
+
+
 def _running(argv: list[str]) -> subprocess.Popen:
     """A child started with argv that has printed its first line: its exec is done,
     its arguments in place.  (Its comm changes earlier in the exec, and Popen returns

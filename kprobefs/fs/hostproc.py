@@ -28,11 +28,18 @@ KPROBEFS_FSTYPE = "fuse.kprobefs"
 
 
 def read_proc(path: str) -> bytes:
-    """A small /proc file in one read(2) (an os.read costs a third of a file object's
-    read; the sampler and every new caller read some).  OSError when it is gone."""
+    """A /proc file, a small one in one read(2) (an os.read costs a third of a file
+    object's read; the sampler and every new caller read some), a larger one (a long
+    cmdline) read on until its end.  OSError when it is gone."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return os.read(fd, 16384)
+        data = os.read(fd, 16384)
+        if len(data) < 16384:
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
     finally:
         os.close(fd)
 

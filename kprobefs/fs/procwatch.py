@@ -28,7 +28,7 @@ import struct
 import threading
 from typing import Callable, NamedTuple
 
-from .hostproc import host_process
+from .hostproc import host_process, read_proc
 
 __all__ = ["ProcessEvents", "ProcessEvent", "FORK", "EXEC", "COMM", "EXIT", "host_exec_image"]
 
@@ -289,7 +289,7 @@ def host_exec_image(pid: int, comm: str) -> tuple[str, list[str]] | None:
     /usr/bin/dash) and its argv; None when the process is gone."""
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
-        argv = [a.decode("utf-8", "replace") for a in _read_all(f"/proc/{pid}/cmdline")
+        argv = [a.decode("utf-8", "replace") for a in read_proc(f"/proc/{pid}/cmdline")
                 .split(b"\0")[:-1]]
     except OSError:
         return None
@@ -298,19 +298,6 @@ def host_exec_image(pid: int, comm: str) -> tuple[str, list[str]] | None:
             and _resolves_to(argv[0], exe):
         return argv[0], argv
     return (comm and _on_path(comm, exe)) or exe, argv
-
-
-def _read_all(path: str) -> bytes:
-    """A /proc file, whatever its size, through os.read (a file object's read costs
-    three times as much)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 _WHICH: dict[str, str | None] = {}
