@@ -220,14 +220,22 @@ class AddressSpace:
         start, end, _delta = self._linear
         if start <= va < end:
             return pa, min(size, end - va)
-        vpn, frame, pages = va >> 12, pa - (va & 0xFFF), self._pages
-        while n < size:     # an unmapped page ends it: the caller meets it next
+        # an unmapped page ends it: the caller meets it next
+        return pa, self._following(va >> 12, pa - (va & 0xFFF), n, size)
+
+    def _following(self, vpn: int, frame: int, n: int, size: int,
+                   refused: frozenset | set = frozenset()) -> int:
+        """``n``, the bytes of a run to the end of virtual page ``vpn`` (at physical
+        ``frame``), taken on over the pages that follow it physically but those in
+        ``refused``, up to ``size``."""
+        pages = self._pages
+        while n < size:
             vpn += 1
             frame += PAGE
-            if pages.get(vpn) != frame:
+            if pages.get(vpn) != frame or vpn in refused:
                 break
             n += PAGE
-        return pa, min(n, size)
+        return min(n, size)
 
     def spans(self, va: int, size: int, write: bool) -> tuple[list[tuple[int, int]], int]:
         """The physical runs ``[(pa, length)]`` of the longest start of [va, va+size)
@@ -252,14 +260,9 @@ class AddressSpace:
                 frame = pages.get(vpn)
                 if frame is None or (write and vpn in read_only):
                     break
-                pa, n = frame | (at & 0xFFF), PAGE - (at & 0xFFF)
-                while n < want:         # the pages that follow it physically
-                    vpn += 1
-                    frame += PAGE
-                    if pages.get(vpn) != frame or (write and vpn in read_only):
-                        break
-                    n += PAGE
-                n = min(n, want)
+                pa = frame | (at & 0xFFF)
+                n = self._following(vpn, frame, PAGE - (at & 0xFFF), want,
+                                    read_only if write else frozenset())
             if write and code and not code.keys().isdisjoint(
                     range(pa >> 12, ((pa + n - 1) >> 12) + 1)):
                 break
