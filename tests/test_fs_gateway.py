@@ -621,10 +621,7 @@ def test_a_flush_the_fuse_loop_can_answer_looks_in_its_own_thread(setup, monkeyp
     assert not flushing.is_alive()
     gateway.release(fh)
     gateway.close()
-    deadline = time.monotonic() + 5
-    while any(t.name == "kprobefs-flush-watch" for t in threading.enumerate()):
-        assert time.monotonic() < deadline, "the look watch left after close()"
-        time.sleep(0.01)
+    _gone_after_close("kprobefs-flush-watch")
 
 
 def test_an_open_file_used_by_another_process_meanwhile_is_still_checked(monkeypatch):
@@ -675,7 +672,12 @@ def test_flush_closes_the_callers_last_descriptor_on_its_threads(setup, monkeypa
     gateway.release(other)
     gateway.release(fh)
     gateway.close()
+    _gone_after_close("kprobefs-flush")
+
+
+def _gone_after_close(name: str) -> None:
+    """Waits (5 s at most) for the gateway's threads called name to end."""
     deadline = time.monotonic() + 5
-    while any(t.name == "kprobefs-flush" for t in threading.enumerate()):
-        assert time.monotonic() < deadline, "flush threads left after close()"
+    while any(t.name == name for t in threading.enumerate()):
+        assert time.monotonic() < deadline, f"{name} threads left after close()"
         time.sleep(0.01)
