@@ -185,6 +185,29 @@ def _preads(path: Path, n: int) -> float:
         os.close(fd)
 
 
+def _daemon_pid(mnt: Path) -> int:
+    """The pid of the daemon serving mnt (the one whose command line names it)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"mount" in argv and str(mnt).encode() in argv and int(entry) != os.getpid():
+                return int(entry)
+    raise RuntimeError(f"no daemon serves {mnt}")
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of pid may run on ``cpus`` only (threads it starts later inherit
+    their starter's)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass            # a thread that has ended
+
+
 def request_rows(rounds: int, cpus: int) -> list[tuple[str, str]]:
     base = Path(tempfile.mkdtemp(prefix="kprobefs-r3-"))
     mnt, null = base / "mnt", base / "null"
@@ -210,11 +233,27 @@ def request_rows(rounds: int, cpus: int) -> list[tuple[str, str]]:
                              ("echo", lambda: _sh_loop(ECHO.format(i=f"{r}_$i", tr=tr), 40))):
                 samples.setdefault(name, []).append(fn())
             write(tr / "kprobe_events", "", trunc=True)
+        # The same preads with the caller and both filesystems on one CPU: no wake-up
+        # crosses CPUs, so each figure is the work a request costs.
+        every = os.sched_getaffinity(0)
+        servers = (_daemon_pid(mnt), nullfs.pid)
+        try:
+            for pid in (*servers, os.getpid()):
+                _pin(pid, {min(every)})
+            for r in range(rounds):
+                for name, path in (("pread null one CPU", ntr), ("pread one CPU", tr)):
+                    samples.setdefault(name, []).append(_preads(path / "tracing_on", 2000))
+        finally:
+            for pid in (*servers, os.getpid()):
+                _pin(pid, every)
         m = {name: statistics.median(v) for name, v in samples.items()}
         return [
             ("`pread(tracing_on)` on an open file, × the same on a null fusepy filesystem",
              f"{m['pread'] / m['pread null']:.2f} ({m['pread']:.0f} µs / "
              f"{m['pread null']:.0f} µs)"),
+            ("the same, the caller and both filesystems on one CPU (no wake-up crosses CPUs)",
+             f"{m['pread one CPU'] / m['pread null one CPU']:.2f} ({m['pread one CPU']:.0f} µs"
+             f" / {m['pread null one CPU']:.0f} µs)"),
             ("`echo 'p:…' >> kprobe_events` in `sh -c`, × bare `echo > /dev/null`",
              f"{m['echo'] / m['bare']:.2f} ({m['echo']:.0f} µs / {m['bare']:.0f} µs; "
              f"into the null filesystem {m['echo null'] / m['bare']:.2f})"),
