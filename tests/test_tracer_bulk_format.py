@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from kprobefs.tracing.buffers import output
+from kprobefs.tracing.buffers import text_caches
 from kprobefs.tracing.buffers.output import TraceOptions, format_context
 from tracer_fakes import VFS_READ, echo, make_tracer, node
 
@@ -128,8 +128,8 @@ def alike():
 def test_events_that_unpack_alike_match_the_per_record_path(alike, events, options,
                                                             monkeypatch):
     made = []
-    args_text = output._args_text
-    monkeypatch.setattr(output, "_args_text", lambda *args: made.append(
+    args_text = text_caches._args_text
+    monkeypatch.setattr(text_caches, "_args_text", lambda *args: made.append(
         args) or args_text(*args))
     for name in events:
         echo(alike.root, f"events/kprobes/{name}/enable", "1")
@@ -146,8 +146,11 @@ def test_events_that_unpack_alike_match_the_per_record_path(alike, events, optio
     assert top.render(pairs, options) == text
     # the text of equal arguments made once per read and tail (the arguments' names)
     assert made and len(made) == len(set(made)) < len(pairs)
+    made.clear()
     assert top.render_runs(top.buffer.runs(), options, top.buffer) == text
     assert top.render_runs(top.buffer.runs(), options, top.buffer) == text
+    # and once over the reads of trace
+    assert len(made) == len(set(made))
 
 
 @pytest.mark.parametrize("options", [TraceOptions(), TraceOptions(context_info=False)])

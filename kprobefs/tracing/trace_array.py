@@ -36,7 +36,9 @@ from kprobefs.tracing.tracers.latency_format import (
 from kprobefs.tracing.buffers.marker import write_marker_raw
 from kprobefs.tracing.buffers.output import (
     FLAGS_NONE, KeptTrace, TraceFormatter, TraceOptions, format_header, format_ip_sym,
+    new_text_caches,
 )
+from kprobefs.tracing.buffers.text_caches import SharedTextCaches, TextCaches
 from kprobefs.tracing.pid_filter import PidFilter
 from kprobefs.tracing.buffers.raw_output import LINE_MODES, render_line_mode
 from kprobefs.tracing.buffers.raw_page import raw_common
@@ -224,6 +226,8 @@ class TraceArray:
         self.max_tr = MaxTrace(self.buffer)
         #: buffer -> cpu -> the lines its records printed as at the last read.
         self._kept_lines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        #: the texts of lines, kept from one read of ``trace`` to the next
+        self._text_caches = SharedTextCaches()
         self.error_log = ErrorLog(registry.clock)
         self.options = dict(OPTION_DEFAULTS)
         #: current_tracer's choices (tracers/plugin.py), in registration order.
@@ -946,10 +950,14 @@ class TraceArray:
             kept = self._kept_lines.get(buffer)
             if kept is None:
                 kept = self._kept_lines[buffer] = KeptTrace()
-        with gc_paused():
-            return self._formatter(options).render_runs(
-                runs, lambda rec: rec[3].render(rec, self, options), kept,
-                (options, self.symbols.modules_token()))
+        symbolize, token = self.symbols.symbolize, self.symbols.modules_token()
+        find_comm = self.comm_cache.find
+        with gc_paused(), self._text_caches.lend(
+                (options, symbolize, token),
+                lambda: new_text_caches((options, symbolize, token), find_comm,
+                                        options)) as caches:
+            return self._formatter(options, caches).render_runs(
+                runs, lambda rec: rec[3].render(rec, self, options), kept, (options, token))
 
     def _render_latency(self, pairs: list[tuple[int, tuple]], options: TraceOptions) -> str:
         """``trace`` with options/latency-format: each record's text after the latency
@@ -965,13 +973,16 @@ class TraceArray:
                                   self.comm_cache.find,
                                   lambda rec: formatter.render(((0, rec),), general), options)
 
-    def _formatter(self, options: TraceOptions) -> TraceFormatter:
+    def _formatter(self, options: TraceOptions,
+                   caches: TextCaches | None = None) -> TraceFormatter:
+        """A formatter of this array's records under ``options``, its texts kept in
+        ``caches`` (those that reads of ``trace`` share), else its own."""
         symbolize, token = self.symbols.symbolize, self.symbols.modules_token()
 
         def compile_text(ev):
             compile_ = getattr(ev, "compile_text", None)
             return compile_(symbolize, token) if compile_ is not None else None
-        return TraceFormatter(self.comm_cache.find, options, compile_text)
+        return TraceFormatter(self.comm_cache.find, options, compile_text, caches)
 
     def trace_header(self, options: TraceOptions, cpu: int | None = None,
                      buffer: RingBuffer | None = None) -> str:

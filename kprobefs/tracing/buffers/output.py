@@ -16,6 +16,7 @@ from typing import Callable, Iterable, NamedTuple, Sequence
 
 from kprobefs.tracing.buffers.batch import merge_lines, second_ranges
 from kprobefs.tracing.buffers.ring_buffer import Chunk
+from kprobefs.tracing.buffers.text_caches import TextCaches, _Made, bytes_text
 
 __all__ = [
     "TraceOptions",
@@ -26,6 +27,7 @@ __all__ = [
     "flags_text",
     "CommCache",
     "TraceFormatter",
+    "new_text_caches",
     "compile_probe_text",
     "FLAGS_NONE",
     "FLAGS_INT3",
@@ -301,85 +303,8 @@ def compile_probe_text(name: str, is_return: bool, args: Sequence,
     return CompiledText(is_return, unpack, fold, head, codes, tail)
 
 
-class _Made(dict):
-    """A dict that makes a missing value as ``make(key)`` and keeps it: looked up with
-    ``map(made.__getitem__, keys)``, only the misses run Python."""
-
-    __slots__ = ("_make",)
-
-    def __init__(self, make: Callable[[object], object]):
-        super().__init__()
-        self._make = make
-
-    def __missing__(self, key):
-        value = self[key] = self._make(key)
-        return value
-
-
-class _Contexts(dict):
-    """(cpu, pid, flags) -> a line's context columns (``comm-pid [cpu] flags``), made at
-    the first lookup or for many keys at once (:meth:`make`); ``comms``: pid -> the
-    comm they printed.  It holds no reference to its formatter, nor do the text makers
-    below: a read's caches are freed with it, by reference counting (a cycle would
-    leave every key of them to the cyclic collector once the read is done)."""
-
-    __slots__ = ("_find_comm", "_format", "_flags", "comms")
-
-    def __init__(self, find_comm: Callable[[int], str], irq_info: bool):
-        super().__init__()
-        self._find_comm = find_comm
-        # as format_context's columns (its f-string's conversions, in % terms)
-        self._format = "%16s-%-7d [%03d] %s" if irq_info else "%16s-%-7d [%03d] %.0s"
-        self._flags = _Made(flags_text)
-        self.comms: dict[int, str] = {}
-
-    def __missing__(self, key: tuple) -> str:
-        self.make((key,))
-        return self[key]
-
-    def make(self, keys: Iterable[tuple]) -> None:
-        """Make the columns of each of ``keys`` not made yet."""
-        new = [key for key in set(keys) if key not in self]
-        if new:
-            cpus, pids, flags = zip(*new)
-            comms = list(map(self._find_comm, pids))
-            self.comms.update(zip(pids, comms))
-            self.update(zip(new, map(mod, repeat(self._format), zip(
-                comms, pids, cpus, map(self._flags.__getitem__, flags)))))
-
-
-class _Heads(dict):
-    """(event, ip, return ip) -> a compiled event's line from ``sep`` (``": "`` after
-    the timestamp, or nothing) up to its arguments' text: the event's name and probed
-    address(es), made at the first lookup in one call (a read may meet thousands of
-    events, each once)."""
-
-    __slots__ = ("_texts", "_sep")
-
-    def __init__(self, texts: dict, sep: str):
-        super().__init__()
-        self._texts = texts
-        self._sep = sep
-
-    def __missing__(self, key: tuple) -> str:
-        ev, ip, ret_ip = key
-        text = self._texts[id(ev)]
-        value = self[key] = self._sep + text.head((ret_ip, ip) if text.is_return else ip)
-        return value
-
-
-def _staged_head_text(heads: _Heads, events: dict, key: tuple) -> str:
-    """The head of a staged entry's line: ``key`` is (its type, ip[, return ip]), the
-    type's event in ``events``."""
-    return heads[events[key[0]], key[1], key[2] if len(key) > 2 else 0]
-
-
 def _prefix_text(contexts: dict, suffix: str, key: tuple) -> str:
     return contexts[key] + suffix
-
-
-def _args_text(tail: str, unpack: Callable[[bytes], tuple], data: bytes) -> str:
-    return tail % unpack(data)
 
 
 _TS = itemgetter(0)
@@ -460,6 +385,12 @@ def _overlap(old: list, new: list) -> int | None:
     return at
 
 
+def new_text_caches(key: object, find_comm: Callable[[int], str],
+                    options: TraceOptions) -> TextCaches:
+    """Empty caches for TraceFormatter's texts under ``options`` (kept under ``key``)."""
+    return TextCaches(key, find_comm, options.irq_info, options.context_info, flags_text)
+
+
 class TraceFormatter:
     """Many records to ``trace`` lines at once.  When every event compiles its text
     (``compile(ev)``: numeric kprobe events) a line is the join of four texts, each
@@ -477,29 +408,31 @@ class TraceFormatter:
     (``chunk.rows``) are read as columns from their bytes together, without record
     tuples; another chunk is decoded and formatted as records are.
 
-    The formatter's caches hold no reference back to it, so a read's are freed as the
-    read ends (_Contexts).
+    The texts looked up by value are kept in ``caches`` (text_caches.TextCaches: a
+    trace array's reads share them), else the formatter's own; they hold no reference
+    back to it, so the formatter's own are freed as the read ends.
     """
 
     def __init__(self, find_comm: Callable[[int], str], options: TraceOptions,
-                 compile: Callable[[object], Callable[[tuple], str] | None]):
+                 compile: Callable[[object], Callable[[tuple], str] | None],
+                 caches: TextCaches | None = None):
         self._find_comm = find_comm
         self._options = options
         self._compile = compile
-        self._texts: dict = {}
-        self._contexts = _Contexts(find_comm, options.irq_info)
-        sep = ": " if options.context_info else ""
-        #: (event, ip, return ip) -> the line's text from the timestamp to the arguments
-        self._heads = _Heads(self._texts, sep)
-        self._staged_events: dict = {}          # type -> event, of the staged entries
-        self._staged_heads = _Made(partial(_staged_head_text, self._heads,
-                                           self._staged_events))
-        #: (struct codes, tail) -> argument bytes -> their text
-        self._bytes_texts: dict = {}
+        self._texts: dict = {}                  # id(event) -> its text at this read
+        if caches is None:
+            caches = new_text_caches(None, find_comm, options)
+        caches.begin(find_comm, self._texts)
+        self._caches = caches
+        self._contexts = caches.contexts
+        self._heads = caches.heads
+        self._staged_heads = caches.staged_heads
+        self._bytes_texts = caches.bytes_texts
         self._event_args: dict = {}             # id(event) -> its _bytes_text, or None
         #: (space, second) -> context key -> the context columns and the timestamp up
-        #: to its microseconds (_context_columns)
+        #: to its microseconds (_context_columns): staged entries', and records'
         self._prefixes: dict = {}
+        self._record_prefixes = caches.prefixes
         self._staged_pids: set = set()          # the pids of their lines
         self._types: dict = {}                  # chunk.rows' cache of the types seen
 
@@ -608,11 +541,33 @@ class TraceFormatter:
     def _codes_of(self, ev, general: Callable[[tuple], str]) -> str | None:
         """The struct codes of ``ev``'s compiled text's arguments, ``None`` when its
         text is not compiled."""
-        key = id(ev)
-        text = self._texts.get(key)
+        text = self._texts.get(id(ev))
         if text is None:
-            text = self._texts[key] = self._compile(ev) or general
+            text = self._text_of(ev, general)
         return text.codes if type(text) is CompiledText else None
+
+    def _texts_of(self, evs: list, general: Callable[[tuple], str]) -> None:
+        """Make the texts of ``evs`` at this read (_text_of): at once when each is
+        the compiled text the caches' heads were made from."""
+        compiled = list(map(self._compile, evs))
+        if None not in compiled and all(map(is_, compiled,
+                                            map(self._caches.events.get, evs))):
+            self._texts.update(zip(map(id, evs), compiled))
+            return
+        for ev, text in zip(evs, compiled):
+            self._text_of(ev, general, text)
+
+    def _text_of(self, ev, general: Callable[[tuple], str], text=None):
+        """``ev``'s text at this read (compiled, else ``general``), made once a read
+        (``text``: its compiled text, when made already)."""
+        if text is None:
+            text = self._compile(ev)
+        if text is None:
+            text = general
+        elif type(text) is CompiledText:
+            self._caches.saw(ev, text)
+        self._texts[id(ev)] = text
+        return text
 
     def _staged_lines(self, cpu: int, got, extend: Callable[[Iterable[str]], None]
                       ) -> None:
@@ -622,7 +577,7 @@ class TraceFormatter:
         context by the entry's context word."""
         if not got.stamps:
             return
-        self._staged_events.update(got.events)
+        self._caches.saw_types(got.events)
         heads = self._staged_heads
         count = len(got.stamps)
         types = repeat(got.type, count) if got.types is None else got.types
@@ -659,12 +614,7 @@ class TraceFormatter:
         """Argument bytes (a record's or a staged entry's) -> their text, for the
         events that unpack and print their arguments as ``text`` does (equal bytes of
         events whose types differ, s32 and u32, are told apart by the codes)."""
-        key = (text.codes, text.tail)
-        made = self._bytes_texts.get(key)
-        if made is None:
-            made = self._bytes_texts[key] = _Made(partial(_args_text, text.tail,
-                                                          text.unpack))
-        return made
+        return bytes_text(self._bytes_texts, text)
 
     def _context_columns(self, space: object, keys: list, stamps: list,
                          contexts: Callable[[list], Iterable[str]] | None = None
@@ -687,9 +637,12 @@ class TraceFormatter:
         whole = len(ranges) == 1
         for start, end, second in ranges:
             suffix = " " if second is None else " %5d." % second
-            made = self._prefixes.get((space, second))
+            # a staged entry's context word's columns are made at once a read; a
+            # record's key's kept over reads (the caches')
+            kept = self._prefixes if contexts is not None else self._record_prefixes
+            made = kept.get((space, second))
             if made is None:
-                made = self._prefixes[space, second] = {} if contexts is not None \
+                made = kept[space, second] = {} if contexts is not None \
                     else _Made(partial(_prefix_text, self._contexts, suffix))
             part = keys if whole else keys[start:end]
             if contexts is not None:
@@ -783,17 +736,20 @@ class TraceFormatter:
         records has a compiled text (numeric kprobe events: eq=False dataclasses, so
         hashable); ``None`` otherwise.  Each event is looked at once a read."""
         events = _by_id(map(_EVENT, records))
-        texts, made, compile_ = self._texts, self._event_args, self._compile
-        by_type = self._bytes_texts
-        for key in [key for key in events if key not in made]:
-            text = texts.get(key)
-            if text is None:
-                text = texts[key] = compile_(events[key]) or general
-            if type(text) is CompiledText:
-                args = by_type.get((text.codes, text.tail))
-                made[key] = self._bytes_text(text) if args is None else args
+        made = self._event_args
+        new = [key for key in events if key not in made]
+        if new:
+            texts = self._texts
+            unseen = [events[key] for key in new if key not in texts]
+            if unseen:
+                self._texts_of(unseen, general)
+            new_texts = list(map(texts.__getitem__, new))
+            if all(map(is_, map(type, new_texts), repeat(CompiledText))):
+                made.update(zip(new, map(self._caches.event_args.__getitem__,
+                                         map(events.__getitem__, new))))
             else:
-                made[key] = None
+                made.update(zip(new, [self._bytes_text(text) if type(text) is CompiledText
+                                      else None for text in new_texts]))
         args = list(map(made.__getitem__, events))
         if None in args:
             return None
