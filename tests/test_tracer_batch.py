@@ -30,6 +30,13 @@ def test_merged_lines_are_a_stable_sort_of_them(stretch, nruns):
             lines[run].append(f"{run}:{now}:{len(lines[run])}\n")
     assert merge_lines(lines, stamps) == sorted_merge(lines, stamps)
     assert merge_lines([[]] + lines, [[]] + stamps) == sorted_merge(lines, stamps)
+    assert merge_lines(texts_of(lines), stamps, 4) == sorted_merge(lines, stamps)
+
+
+def texts_of(lines):
+    """Each run's lines as four texts a line (output.LINE_TEXTS), some empty."""
+    return [[text for line in run for text in (line[:2], "", line[2:-1], line[-1])]
+            for run in lines]
 
 
 def test_events_are_told_apart_by_identity():
@@ -59,6 +66,7 @@ def test_runs_out_of_time_order_merge_as_the_sort_does():
     stamps[1].sort()
     lines = [[f"{r}:{i}\n" for i in range(len(run))] for r, run in enumerate(stamps)]
     assert merge_lines(lines, stamps) == sorted_merge(lines, stamps)
+    assert merge_lines(texts_of(lines), stamps, 4) == sorted_merge(lines, stamps)
 
 
 @pytest.mark.parametrize("in_order", [True, False])

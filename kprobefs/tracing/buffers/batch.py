@@ -41,17 +41,19 @@ def second_ranges(stamps: Sequence[int]) -> list[tuple[int, int, int]]:
     return list(zip(starts, starts[1:] + [count], map(seconds.__getitem__, starts)))
 
 
-def merge_lines(lines: Sequence[list[str]], stamps: Sequence[Sequence[int]]) -> str:
-    """The lines of several runs (``lines[r]``, in time order, ``stamps[r]`` their
-    timestamps) joined in timestamp order, a tie going to the earlier run: the
-    order a stable sort of all of them by timestamp gives.  Taken a stretch of one run
-    at a time (where the next run's line falls, by bisection) while the stretches are
-    long, as CPUs' records mostly are (a task runs a while on one CPU); the rest, when
-    they turn out short (or a run is out of time order), by that sort."""
+def merge_lines(lines: Sequence[list[str]], stamps: Sequence[Sequence[int]],
+                width: int = 1) -> str:
+    """The lines of several runs (``lines[r]``, ``width`` texts a line one after
+    another, in time order, ``stamps[r]`` their timestamps) joined in timestamp order,
+    a tie going to the earlier run: the order a stable sort of all of them by
+    timestamp gives.  Taken a stretch of one run at a time (where the next run's line
+    falls, by bisection) while the stretches are long, as CPUs' records mostly are (a
+    task runs a while on one CPU); the rest, when they turn out short (or a run is out
+    of time order), by that sort."""
     parts: list = []
     at = [0] * len(lines)
     live = [r for r in range(len(lines)) if lines[r]]
-    steps = sum(map(len, lines)) >> 8
+    steps = sum(map(len, stamps)) >> 8
     if not all(all(map(le, stamps[r], islice(stamps[r], 1, None))) for r in live):
         steps = 0               # a run out of time order: the sort alone
     while len(live) > 1 and steps > 0:
@@ -66,16 +68,19 @@ def merge_lines(lines: Sequence[list[str]], stamps: Sequence[Sequence[int]]) -> 
                 # it is a later run, before them when an earlier one
                 end = min(end, bisect_right(mine, head, start) if other > r
                           else bisect_left(mine, head, start))
-        parts.append(lines[r][start:end])
+        parts.append(lines[r][start * width:end * width])
         at[r] = end
         if end == len(mine):
             live.remove(r)
-    rest = [lines[r][at[r]:] for r in live]
+    rest = [lines[r][at[r] * width:] for r in live]
     if len(rest) == 1:
         parts += rest
     elif rest:
         rest_lines = list(chain.from_iterable(rest))
+        if width > 1:           # a tuple a line
+            rest_lines = list(zip(*[iter(rest_lines)] * width))
         rest_stamps = list(chain.from_iterable(stamps[r][at[r]:] for r in live))
-        parts.append(map(rest_lines.__getitem__, sorted(range(len(rest_stamps)),
-                                                        key=rest_stamps.__getitem__)))
+        order = map(rest_lines.__getitem__, sorted(range(len(rest_stamps)),
+                                                   key=rest_stamps.__getitem__))
+        parts.append(chain.from_iterable(order) if width > 1 else order)
     return "".join(chain.from_iterable(parts))

@@ -336,17 +336,34 @@ def _by_id(events: Iterable) -> dict:
     return dict(zip(map(id, events), events))
 
 
+#: The texts a line is made of in the formatter's lists of lines, one after another:
+#: the context columns with the timestamp's seconds, its microseconds, the event's
+#: name and address(es), the arguments (a line made whole is its last, the rest
+#: empty).  The lists are joined once, into the whole text: no string a line.
+LINE_TEXTS = 4
+
+
+def _line_texts(count: int, *columns: Iterable[str]) -> list[str]:
+    """The texts of ``count`` lines, LINE_TEXTS a line: ``columns`` (each ``count``
+    long) are each line's last texts, those before them empty."""
+    texts = [""] * (LINE_TEXTS * count)
+    for at, column in enumerate(columns, LINE_TEXTS - len(columns)):
+        texts[at::LINE_TEXTS] = column
+    return texts
+
+
 class KeptLines(NamedTuple):
     """What one CPU's records printed as, kept for the next read of the same buffer
     (TraceFormatter.render_runs): the key the lines were made under, the records
-    (and chunks: :class:`~kprobefs.tracing.buffers.ring_buffer.Chunk`), their lines and the
-    lines' timestamps, and the comm each pid of them printed with."""
+    (and chunks: :class:`~kprobefs.tracing.buffers.ring_buffer.Chunk`), their lines
+    (LINE_TEXTS texts a line) and the lines' timestamps, and the comm each pid of them
+    printed with."""
 
     key: object
     records: list
     lines: list
     comms: dict
-    #: how many of the lines, from the first, were the last call's, unchanged
+    #: how many of the lines' texts, from the first, were the last call's, unchanged
     reused: int = 0
     stamps: list | None = None
     #: the lines of each item of ``records``; ``None`` when each is one record's
@@ -393,15 +410,15 @@ def new_text_caches(key: object, find_comm: Callable[[int], str],
 
 class TraceFormatter:
     """Many records to ``trace`` lines at once.  When every event compiles its text
-    (``compile(ev)``: numeric kprobe events) a line is the join of four texts, each
-    looked up in a dict and made only for a value not seen yet in the read: the
-    context columns with the timestamp's seconds (per context and second), the
-    timestamp's microseconds (the one text made for every line), the event's name
-    and address (per event and address), and the arguments' text (per argument
-    bytes, among the events that unpack and print them alike).  Each step is a
-    ``map`` or ``zip`` over all the records, so that Python runs only for a text not
-    made yet.  Other events take a loop over the records, their text
-    ``general(record)``.
+    (``compile(ev)``: numeric kprobe events) a line is four texts (LINE_TEXTS), each
+    looked up in a dict and made only for a value not seen yet: the context columns
+    with the timestamp's seconds (per context and second), the timestamp's
+    microseconds (the one text made for every line), the event's name and address
+    (per event and address), and the arguments' text (per argument bytes, among the
+    events that unpack and print them alike).  Each step is a ``map`` or ``zip`` over
+    all the records, so that Python runs only for a text not made yet; the lines'
+    texts are joined once, into the whole text.  Other events take a loop over the
+    records, their text ``general(record)``.
 
     Records the kernel recorded may come as chunks of staged bytes (RingBuffer.runs
     with ``staged``): consecutive chunks whose entries are laid out alike
@@ -471,7 +488,8 @@ class TraceFormatter:
         cpus = tuple(cpu for cpu, _records in runs)
         if whole and kept.whole is not None and kept.whole[0] == cpus:
             return kept.whole[1]
-        text = merge_lines(lines, stamps) if merge else "".join(chain.from_iterable(lines))
+        text = merge_lines(lines, stamps, LINE_TEXTS) if merge \
+            else "".join(chain.from_iterable(lines))
         if kept is not None:
             kept.whole = (cpus, text)
         return text
@@ -596,11 +614,11 @@ class TraceFormatter:
         else:
             args = map(getitem, map(made.__getitem__, got.types), got.args)
         if not self._options.context_info:
-            extend(map(add, texts, args))
+            extend(_line_texts(count, texts, args))
             return
         prefixes, micros = self._context_columns(
             cpu, got.heads, got.stamps, partial(self._staged_context, cpu, got.split))
-        extend(map("".join, zip(prefixes, micros, texts, args)))
+        extend(_line_texts(count, prefixes, micros, texts, args))
 
     def _staged_context(self, cpu: int, split: Callable, heads: list) -> Iterable[str]:
         """The context columns of staged entries' context words ``heads`` on ``cpu``."""
@@ -678,7 +696,7 @@ class TraceFormatter:
                 renamed = {pid for pid, comm in last.comms.items() if find_comm(pid) != comm}
                 if not renamed or last.counts is None:
                     at = start if last.counts is None else sum(last.counts[:start])
-                    lines, stamps = last.lines[at:], last.stamps[at:]
+                    lines, stamps = last.lines[at * LINE_TEXTS:], last.stamps[at:]
                     counts = None if last.counts is None else last.counts[start:]
                     done = len(last.records) - start
                     # from the first line: none gone from the front, none made again
@@ -700,11 +718,12 @@ class TraceFormatter:
                 return made, made_stamps
         if renamed:
             # the records of a renamed pid (saved_cmdlines changed since), made again
-            again = list(compress(range(len(lines)), map(renamed.__contains__,
-                                                         map(_PID, records))))
-            for at, line in zip(again, self._lines(repeat(cpu), list(map(
-                    records.__getitem__, again)), general)):
-                lines[at] = line
+            again = list(compress(range(len(stamps)), map(renamed.__contains__,
+                                                          map(_PID, records))))
+            made = self._lines(repeat(cpu), list(map(records.__getitem__, again)), general)
+            for at, start in zip(again, range(0, len(made), LINE_TEXTS)):
+                lines[at * LINE_TEXTS:(at + 1) * LINE_TEXTS] = \
+                    made[start:start + LINE_TEXTS]
         if counts is not None or new_counts is not None:
             counts = (counts if counts is not None else [1] * done) + (
                 new_counts if new_counts is not None else [1] * len(fresh))
@@ -757,8 +776,8 @@ class TraceFormatter:
 
     def _lines(self, cpus: Iterable[int], records: list, general: Callable[[tuple], str],
                arg_texts: dict | None = None) -> list[str]:
-        """The line of each record (on the CPU cpus gives for it); ``arg_texts`` is
-        _arg_texts' answer for records, when known."""
+        """The line of each record (on the CPU cpus gives for it), LINE_TEXTS texts a
+        line; ``arg_texts`` is _arg_texts' answer for records, when known."""
         made = arg_texts or self._arg_texts(records, general)
         if made is None:
             return self._lines_one_by_one(cpus, records)
@@ -771,10 +790,10 @@ class TraceFormatter:
                        map(_ARGS, records))
         heads = map(self._heads.__getitem__, map(getitem, records, repeat(_LINE_KEY)))
         if not self._options.context_info:
-            return list(map(add, heads, args))
+            return _line_texts(len(records), heads, args)
         keys = list(zip(cpus, map(_PID, records), map(_FLAGS, records)))
         prefixes, micros = self._context_columns(None, keys, list(map(_TS, records)))
-        return list(map("".join, zip(prefixes, micros, heads, args)))
+        return _line_texts(len(records), prefixes, micros, heads, args)
 
     def _context(self, cpu: int, pid: int, flags: int) -> str:
         return f"{self._find_comm(pid):>16s}-{pid:<7d} [{cpu:03d}] " + (
@@ -787,7 +806,7 @@ class TraceFormatter:
         options = self._options
         texts = self._texts
         if not options.context_info:
-            return [texts[id(rec[3])](rec) for rec in records]
+            return _line_texts(len(records), [texts[id(rec[3])](rec) for rec in records])
         in_ns = options.in_ns
         stamp = self._stamp_format()
         # (pid, cpu, flags, event) -> (the line's format before the event text, the
@@ -818,4 +837,4 @@ class TraceFormatter:
                 append(fmt % (usecs // _US_PER_S, usecs % _US_PER_S, *args))
             else:
                 append(fmt % (rec[0], *args))
-        return out
+        return _line_texts(len(out), out)
