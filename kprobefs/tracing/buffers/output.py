@@ -565,27 +565,26 @@ class TraceFormatter:
         return text.codes if type(text) is CompiledText else None
 
     def _texts_of(self, evs: list, general: Callable[[tuple], str]) -> None:
-        """Make the texts of ``evs`` at this read (_text_of): at once when each is
-        the compiled text the caches' heads were made from."""
+        """Make the texts of ``evs`` at this read, each compiled, else ``general``: at
+        once when each is the compiled text the caches' texts were made from."""
         compiled = list(map(self._compile, evs))
+        texts = self._texts
         if None not in compiled and all(map(is_, compiled,
                                             map(self._caches.events.get, evs))):
-            self._texts.update(zip(map(id, evs), compiled))
+            texts.update(zip(map(id, evs), compiled))
             return
+        saw = self._caches.saw
         for ev, text in zip(evs, compiled):
-            self._text_of(ev, general, text)
+            if text is None:
+                text = general
+            elif type(text) is CompiledText:
+                saw(ev, text)
+            texts[id(ev)] = text
 
-    def _text_of(self, ev, general: Callable[[tuple], str], text=None):
-        """``ev``'s text at this read (compiled, else ``general``), made once a read
-        (``text``: its compiled text, when made already)."""
-        if text is None:
-            text = self._compile(ev)
-        if text is None:
-            text = general
-        elif type(text) is CompiledText:
-            self._caches.saw(ev, text)
-        self._texts[id(ev)] = text
-        return text
+    def _text_of(self, ev, general: Callable[[tuple], str]):
+        """``ev``'s text at this read (_texts_of)."""
+        self._texts_of([ev], general)
+        return self._texts[id(ev)]
 
     def _staged_lines(self, cpu: int, got, extend: Callable[[Iterable[str]], None]
                       ) -> None:

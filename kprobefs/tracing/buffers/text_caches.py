@@ -126,10 +126,6 @@ def bytes_text(bytes_texts: dict, text) -> _Made:
     return made
 
 
-def _event_bytes_text(events: dict, bytes_texts: dict, event) -> _Made:
-    return bytes_text(bytes_texts, events[event])
-
-
 def _staged_head_text(heads: _Heads, events: dict, key: tuple) -> str:
     """The head of a staged entry's line: ``key`` is (its type, ip[, return ip]), the
     type's event in ``events``."""
@@ -155,7 +151,7 @@ class TextCaches:
         #: (struct codes, tail) -> argument bytes -> their text
         self.bytes_texts: dict = {}
         #: event -> its arguments' texts (bytes_text of its compiled text)
-        self.event_args = _Made(partial(_event_bytes_text, self.events, self.bytes_texts))
+        self.event_args: dict = {}
         #: (None, second) -> (cpu, pid, flags) -> a record's context columns and
         #: timestamp up to its microseconds
         self.prefixes: dict = {}
@@ -192,8 +188,8 @@ class TextCaches:
         if old is not text:
             if old is not None:
                 self._forget_heads()
-                self.event_args.pop(event, None)
             self.events[event] = text
+            self.event_args[event] = bytes_text(self.bytes_texts, text)
 
     def saw_types(self, events: dict) -> None:
         """The staged entries' types name ``events`` (type -> event): the staged heads
