@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from kprobefs.tracing.buffers import text_caches
 from kprobefs.tracing.buffers.output import compile_probe_text
 from test_tracer_e2e import read, write
 from test_tracer_kept_lines import hits
@@ -141,3 +142,20 @@ def test_a_read_while_another_has_the_texts_makes_its_own():
     with tr._text_caches.lend(None, lambda: None):
         assert cat(t.root, "trace", chunk=1 << 20) == first
     assert read_fresh(t) == first
+
+
+def test_texts_past_their_bounds_are_dropped_and_made_again(monkeypatch):
+    for name in ("EVENTS_KEPT", "CONTEXTS_KEPT", "ARGS_KEPT", "SECONDS_KEPT"):
+        monkeypatch.setattr(text_caches, name, 1)
+    t = fake_tracer()
+    caches = []
+    for round_ in range(3):
+        hits(t, 12, start=12 * round_)
+        read_fresh(t)
+        caches.append(t.tracer.top._text_caches._caches)
+        kept = caches[-1]
+        # what one read made: 2 events, 3 pids, 12 argument values each
+        assert len(kept.events) == 2 and len(kept.contexts) <= 6
+        assert sum(map(len, kept.bytes_texts.values())) <= 24
+        echo(t.root, "trace", "", append=False)
+    assert caches[0] is caches[1] is caches[2]

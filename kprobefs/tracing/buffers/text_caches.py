@@ -28,7 +28,7 @@ EVENTS_KEPT = 16384
 CONTEXTS_KEPT = 16384
 #: The most seconds whose records' context columns are kept.
 SECONDS_KEPT = 64
-#: The most argument texts kept of events that unpack and print them alike.
+#: The most argument texts kept (of all the events).
 ARGS_KEPT = 65536
 
 
@@ -167,14 +167,13 @@ class TextCaches:
             self.prefixes.clear()
         if len(self.prefixes) > SECONDS_KEPT:
             self.prefixes.clear()
-        if len(self.events) > EVENTS_KEPT:
+        if len(self.events) > EVENTS_KEPT \
+                or sum(map(len, self.bytes_texts.values())) > ARGS_KEPT:
             self._forget_heads()
             self.events.clear()
             self.event_args.clear()
             self.staged_events.clear()
-        for made in self.bytes_texts.values():
-            if len(made) > ARGS_KEPT:
-                made.clear()
+            self.bytes_texts.clear()
         self.heads.texts = texts
 
     def end(self) -> None:
