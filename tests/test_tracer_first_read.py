@@ -144,18 +144,27 @@ def test_a_read_while_another_has_the_texts_makes_its_own():
     assert read_fresh(t) == first
 
 
-def test_texts_past_their_bounds_are_dropped_and_made_again(monkeypatch):
-    for name in ("EVENTS_KEPT", "CONTEXTS_KEPT", "ARGS_KEPT", "SECONDS_KEPT"):
-        monkeypatch.setattr(text_caches, name, 1)
-    t = fake_tracer()
+@pytest.mark.parametrize("bound", ["EVENTS_KEPT", "CONTEXTS_KEPT", "ARGS_KEPT"])
+def test_texts_past_their_bounds_are_dropped_and_made_again(monkeypatch, bound):
+    # each round other events (defined again), other pids and other argument values:
+    # past its bound, what was kept is dropped as the next read starts
+    monkeypatch.setattr(text_caches, bound, 0)
+    t = make_tracer(nr_cpus=2)
     caches = []
     for round_ in range(3):
-        hits(t, 12, start=12 * round_)
+        echo(t.root, "kprobe_events", f"p:num vfs_read a=%di b=%si:s{8 << round_}\n",
+             append=False)
+        echo(t.root, "events/kprobes/enable", "1")
+        for i in range(12):
+            t.kernel.run_as(100 + 10 * round_ + i % 3, f"task{i % 3}", cpu=i % 2)
+            t.engine.hit(VFS_READ, di=12 * round_ + i, si=-i)
+            t.clock.advance(1_000)
         read_fresh(t)
         caches.append(t.tracer.top._text_caches._caches)
-        kept = caches[-1]
-        # what one read made: 2 events, 3 pids, 12 argument values each
-        assert len(kept.events) == 2 and len(kept.contexts) <= 6
-        assert sum(map(len, kept.bytes_texts.values())) <= 24
+        sizes = {"EVENTS_KEPT": len(caches[-1].events),
+                 "CONTEXTS_KEPT": len(caches[-1].contexts),
+                 "ARGS_KEPT": sum(map(len, caches[-1].bytes_texts.values()))}
+        assert sizes[bound] == {"EVENTS_KEPT": 1, "CONTEXTS_KEPT": 6, "ARGS_KEPT": 12}[bound]
+        echo(t.root, "events/kprobes/enable", "0")
         echo(t.root, "trace", "", append=False)
     assert caches[0] is caches[1] is caches[2]
