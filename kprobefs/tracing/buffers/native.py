@@ -31,7 +31,7 @@ import functools
 import struct
 from dataclasses import dataclass
 from itertools import repeat
-from operator import and_, itemgetter, rshift
+from operator import and_, rshift
 from typing import Callable, NamedTuple, Sequence
 
 from ...errors import ImageError
@@ -304,7 +304,7 @@ def _arg_bytes(size: int, at: int, length: int, data: bytes) -> list[bytes]:
     bytes object an entry, read by one struct (a list of columns of numbers, then a
     tuple a line to look their text up by, costs twice as much)."""
     entry = struct.Struct(f"<{at}x{length}s{size - at - length}x")
-    return list(map(itemgetter(0), entry.iter_unpack(data)))
+    return [arg for (arg,) in entry.iter_unpack(data)]
 
 
 @functools.lru_cache(maxsize=256)
