@@ -502,9 +502,9 @@ class TraceFormatter:
         no chunk: one line a record))."""
         if Chunk not in set(map(type, items)):
             args = self._arg_texts(items, general)
-            return (self._lines(repeat(cpu), items, general, args),
-                    list(map(_TS, items)) if with_stamps else None, args is not None,
-                    None)
+            stamps = list(map(_TS, items)) if with_stamps else None
+            return (self._lines(repeat(cpu), items, general, args, stamps), stamps,
+                    args is not None, None)
         lines: list[str] = []
         stamps: list[int] = []
         counts: list[int] = []
@@ -708,8 +708,8 @@ class TraceFormatter:
             if args is None:
                 made, made_stamps, _keep, _counts = self._run_lines(cpu, records, general)
                 return made, made_stamps
-            new_lines = self._lines(repeat(cpu), fresh, general, args)
             new_stamps, new_counts = list(map(_TS, fresh)), None
+            new_lines = self._lines(repeat(cpu), fresh, general, args, new_stamps)
         else:
             new_lines, new_stamps, keep, new_counts = self._run_lines(cpu, fresh, general)
             if not keep:
@@ -726,8 +726,11 @@ class TraceFormatter:
         if counts is not None or new_counts is not None:
             counts = (counts if counts is not None else [1] * done) + (
                 new_counts if new_counts is not None else [1] * len(fresh))
-        lines += new_lines
-        stamps += new_stamps
+        if lines:
+            lines += new_lines
+            stamps += new_stamps
+        else:
+            lines, stamps = new_lines, new_stamps
         if reused and not fresh:
             comms = last.comms      # the same records, each pid's comm as printed
         else:
@@ -774,9 +777,10 @@ class TraceFormatter:
         return dict(zip(events.values(), args))
 
     def _lines(self, cpus: Iterable[int], records: list, general: Callable[[tuple], str],
-               arg_texts: dict | None = None) -> list[str]:
+               arg_texts: dict | None = None, stamps: list | None = None) -> list[str]:
         """The line of each record (on the CPU cpus gives for it), LINE_TEXTS texts a
-        line; ``arg_texts`` is _arg_texts' answer for records, when known."""
+        line; ``arg_texts`` is _arg_texts' answer for records, and ``stamps`` their
+        timestamps, when known."""
         made = arg_texts or self._arg_texts(records, general)
         if made is None:
             return self._lines_one_by_one(cpus, records)
@@ -791,7 +795,9 @@ class TraceFormatter:
         if not self._options.context_info:
             return _line_texts(len(records), heads, args)
         keys = list(zip(cpus, map(_PID, records), map(_FLAGS, records)))
-        prefixes, micros = self._context_columns(None, keys, list(map(_TS, records)))
+        if stamps is None:
+            stamps = list(map(_TS, records))
+        prefixes, micros = self._context_columns(None, keys, stamps)
         return _line_texts(len(records), prefixes, micros, heads, args)
 
     def _context(self, cpu: int, pid: int, flags: int) -> str:
