@@ -695,7 +695,9 @@ class TraceFormatter:
                 renamed = {pid for pid, comm in last.comms.items() if find_comm(pid) != comm}
                 if not renamed or last.counts is None:
                     at = start if last.counts is None else sum(last.counts[:start])
-                    lines, stamps = last.lines[at * LINE_TEXTS:], last.stamps[at:]
+                    # last's lists are this call's to change (it is no longer kept)
+                    lines, stamps = ((last.lines, last.stamps) if not at else
+                                     (last.lines[at * LINE_TEXTS:], last.stamps[at:]))
                     counts = None if last.counts is None else last.counts[start:]
                     done = len(last.records) - start
                     # from the first line: none gone from the front, none made again
