@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from functools import partial
-from itertools import chain, compress, groupby, repeat
+from itertools import chain, compress, groupby, islice, repeat
 from operator import add, floordiv, getitem, is_, itemgetter, mod, sub
 from typing import Callable, Iterable, NamedTuple, Sequence
 
@@ -397,7 +397,8 @@ def _overlap(old: list, new: list) -> int | None:
         except ValueError:
             return None
     both = len(old) - at
-    if both == 0 or both > len(new) or not all(map(is_, old[at:], new[:both])):
+    # map stops at old's end: both items compared, none copied
+    if both == 0 or both > len(new) or not all(map(is_, islice(old, at, None), new)):
         return None
     return at
 
