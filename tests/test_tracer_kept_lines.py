@@ -201,3 +201,16 @@ def test_a_cpu_emptied_since_leaves_the_text(t, formatted):
     text = read(t, formatted)
     assert "[001]" not in text and "[000]" in text
     assert text == formatted_anew(t, formatted=formatted)
+
+
+def test_the_overlap_of_two_reads_is_where_the_same_records_start():
+    from kprobefs.tracing.buffers.output import _overlap
+    recs = [(i, 100, 0) for i in range(6)]
+    assert _overlap(recs, list(recs)) == 0
+    assert _overlap(recs, recs[2:] + [(6, 100, 0)]) == 2          # gone, and added
+    assert _overlap(recs, recs[5:]) == 5
+    assert _overlap(recs, recs[2:4]) is None                       # one gone from the back
+    assert _overlap(recs, [(2, 100, 0)] + recs[3:]) is None        # equal, not the same
+    assert _overlap(recs, recs[:3] + [(3, 100, 0)] + recs[4:]) is None
+    assert _overlap(recs, []) is None and _overlap([], recs) is None
+    assert _overlap(recs, [(9, 1, 1)]) is None
