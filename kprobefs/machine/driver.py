@@ -1,4 +1,9 @@
-"""Who drives the machine: a machine thread of its own, or the caller that waits.
+"""Running the machine: its slices and the CPUs' turns, and who drives them (a machine
+thread of its own, or the caller that waits).
+
+A slice takes the work posted, hands queued wake-ups to idle CPUs and gives each CPU
+that has work one turn of the emulator (:meth:`MachineDriver.run_slice`); a turn ends at
+a hypercall (idle, a yield, a call's end while someone waits, its time up).
 
 In a daemon, :meth:`MachineDriver.serve` starts the one thread that ever runs emulated
 code; everyone else posts work and waits on it with a bound, so a kernel that never returns
@@ -18,7 +23,11 @@ import time
 import weakref
 from typing import Callable
 
+from unicorn import UcError
+from unicorn.x86_const import UC_X86_REG_RAX, UC_X86_REG_RIP
+
 from ..errors import KernelStuck, KernelWedged, MachineError
+from .task import Cpu
 
 __all__ = ["MachineDriver"]
 
@@ -26,8 +35,187 @@ log = logging.getLogger("kprobefs.machine")
 
 
 class MachineDriver:
-    """Running the machine: the machine thread, periodic work, bounded waits."""
+    """Running the machine: slices, turns and wake-ups; the machine thread, periodic
+    work, bounded waits."""
 
+    # ==== the run loop: slices and turns ==================================================
+    def _switch_cpu(self, cpu: Cpu) -> None:
+        if self._loaded_cpu is cpu:
+            return
+        if self._loaded_cpu is not None:
+            self.fast.context_update(self._loaded_cpu.ctx)
+        self.fast.context_restore(cpu.ctx)
+        self._loaded_cpu = cpu
+
+    def runnable(self) -> bool:
+        """Whether any CPU has work (or could take some), or work is posted."""
+        if self._inbox or any(c.state == "running" for c in self.cpus):
+            return True
+        return bool(self._wakeups or self._upcalls or self.irq.has_work()) and any(
+            c.state == "idle" for c in self.cpus)
+
+    def _post(self, work: Callable[[], None], wake: bool = True) -> None:
+        """Hand work to whoever drives the machine next (it runs under the lock, at the
+        start of a slice).  Never blocks.  wake False, where waiting callers drive
+        (drive_waits): the machine thread is not woken for it, since its poster is
+        about to run it (see _drive_while_idle, which wakes the thread when it cannot,
+        or leaves work behind)."""
+        self._inbox.append(work)
+        if wake or not self.drive_waits:
+            self._work.set()
+
+    def _take_posted(self) -> None:
+        while self._inbox:
+            self._inbox.popleft()()
+
+    def _queue_wakeup(self, word: int, cpu: int | None = None, only: bool = False) -> None:
+        """Queue an idle-loop wake-up word; given ``cpu`` (an index), that CPU takes
+        it, so the task wakes on its run queue (try_to_wake_up enqueues on the CPU that
+        runs it): with ``only``, that CPU alone (a task whose affinity is that CPU),
+        else another idle CPU while that one is busy (select_idle_sibling's choice);
+        any CPU once that one is out of service."""
+        self._wakeups.append(word)
+        if cpu is not None and 0 <= cpu < len(self.cpus):
+            self._wakeup_cpus[word] = (cpu, only)
+
+    def _take_wakeup(self, cpu: Cpu, any_cpu: bool = True) -> int | None:
+        """The first queued wake-up word ``cpu`` may take: one bound to it, or (with
+        ``any_cpu``) one bound to no CPU in service.  None when there is none.  A bound
+        one waits while another CPU's task has gone back to user mode and not yet
+        switched out (Cpu.idling): woken meanwhile, that task would go on there
+        (try_to_wake_up leaves a task still on a CPU where it is)."""
+        bound = self._wakeup_cpus
+        if not bound:
+            return self._wakeups.popleft() if any_cpu and self._wakeups else None
+        switching = None        # asked only of a wake-up bound to this CPU
+        cpus, mine = self.cpus, cpu.index
+        for i, word in enumerate(self._wakeups):
+            want, only = bound.get(word, (None, False))
+            if want is not None:
+                state = cpus[want].state
+                if state != "idle" and (state != "running" or not only):
+                    want = None
+            if want == mine:
+                if switching is None:
+                    switching = any(c.idling and c.state == "running" and c is not cpu
+                                    for c in cpus)
+                if switching:
+                    continue
+            if want == mine or (want is None and any_cpu):
+                del self._wakeups[i]
+                bound.pop(word, None)
+                return word
+        return None
+
+    def _dispatch_wakeups(self) -> None:
+        """Hand queued work to idle CPUs.  A task's wake-up is left queued while a CPU
+        whose task just went back to user mode runs: it takes the wake-up at its idle
+        loop in the same turn, as Linux's sync wake-ups stay on the waker's CPU about
+        to go idle; woken elsewhere, that CPU would take one more turn only to idle.
+        A wake-up bound to a CPU (_queue_wakeup) waits for that one."""
+        syncing = any(c.idling and c.state == "running" for c in self.cpus)
+        for cpu in self.cpus:
+            if not ((self._wakeups and (not syncing or self._wakeup_cpus))
+                    or self._upcalls or self.irq.has_work()):
+                return
+            if cpu.state != "idle":
+                continue
+            if self.irq.wake_idle(cpu):
+                cpu.resume_rax = 0      # HC_IDLE returns nothing: the interrupt is the work
+            elif self._upcalls:         # before wake-ups, as _hc_idle takes them
+                self._start_upcall(cpu, self._upcalls.popleft())
+            elif self._wakeups and (word := self._take_wakeup(cpu, not syncing)) is not None:
+                cpu.resume_rax = word
+            else:
+                continue
+            cpu.state = "running"
+
+    def run_slice(self) -> bool:
+        """Take the posted work, then give every CPU that has work one turn; work posted
+        during a turn (which it ended), and wake-ups queued, are taken and handed to
+        idle CPUs before the next CPU's turn.  Returns False when the machine is
+        quiescent (every CPU idle and nothing queued).  Caller holds ``lock``."""
+        if self._in_emulation:
+            raise MachineError("the machine cannot be driven from inside a hook")
+        if self.panicked:
+            raise MachineError(f"kernel panic: {self.panicked}")
+        ran = False
+        irq = self.irq
+        for cpu in self.cpus:
+            if self._inbox:
+                self._take_posted()
+            if self._wakeups or self._upcalls or irq.has_work():
+                self._dispatch_wakeups()
+            if cpu.state != "running":
+                continue
+            ran = True
+            self._switch_cpu(cpu)
+            if cpu.resume_rax is not None:
+                self.fast.set(UC_X86_REG_RAX, cpu.resume_rax)
+                cpu.resume_rax = None
+            irq.before_turn(cpu)
+            self._emulate(cpu)
+        self._update_jiffies()
+        for tick in self.tick_listeners:
+            tick()
+        return ran
+
+    def _emulate(self, cpu: Cpu) -> None:
+        """Run cpu until it ends its turn at a hypercall (idle, yield, a return to user
+        mode while another CPU waits, or TURN_SECONDS are up), or the watchdog stops it."""
+        self.cpu = cpu
+        cpu.idling = False
+        self._in_emulation += 1
+        self._emu_thread = threading.get_ident()
+        self._turn_id += 1
+        self._turn_started = self._progress = time.monotonic()
+        try:
+            rip = self.fast.get(UC_X86_REG_RIP)
+            self.uc.emu_start(rip, 0)
+        except UcError as e:
+            self._cpu_error(cpu, e)
+        finally:
+            self._turn_started = None
+            self._in_emulation -= 1
+            self.cpu = None
+            if self._finished:
+                finished, self._finished = self._finished, []
+                for req in finished:
+                    req.done.set()
+        if self.stuck is not None and any(c.state != "wedged" for c in self.cpus):
+            log.error("the machine runs again (it was stuck: %s)", self.stuck)
+            self.stuck = None
+        if self._wedge is cpu:
+            self._wedge = None
+            self.watchdog.lockup(cpu, self.WEDGE_SECONDS,
+                                 f"no hypercall for {self.WEDGE_SECONDS:g} s")
+
+    def _others_running(self) -> bool:
+        cur = self.cpu
+        return any(c.state == "running" and c is not cur for c in self.cpus) or (
+            bool(self._wakeups or self._upcalls or self.irq.has_work()) and any(
+                c.state == "idle" for c in self.cpus))
+
+    def _end_turn(self) -> None:
+        """End this CPU's turn after the hypercall returns (round-robin) when work is
+        posted, the turn has lasted TURN_SECONDS, or another CPU has work and a loaded
+        call is awaited or this CPU has run a multiple of TURN_CALLS calls in a row."""
+        if self._scratch_depth:
+            return          # inside Kernel.call: the nested run must reach its return
+        in_row = self.cpu.calls_in_row
+        if self._inbox or time.monotonic() - self._turn_started > self.TURN_SECONDS or (
+                (self._awaited or (in_row and not in_row % self.TURN_CALLS))
+                and self._others_running()):
+            self.fast.emu_stop()
+
+    def _cpu_error(self, cpu: Cpu, err: UcError) -> None:
+        rip = self.uc.reg_read(UC_X86_REG_RIP)
+        log.error("cpu%d: emulator error %s at %s", cpu.index, err,
+                  self.image.format_address(rip))
+        self.panicked = f"cpu{cpu.index}: {err} at {self.image.format_address(rip)}"
+        cpu.state = "halted"
+
+    # ==== who drives ======================================================================
     def serve(self) -> None:
         """From now on a machine thread of its own drives the machine; callers only
         post work and wait for it (with a bound).  Idempotent."""

@@ -178,7 +178,7 @@ class SystemCalls:
         elif self._in_emulation:
             # The waiter is another thread: woken now, it would take the GIL from every
             # hook that ends this turn, one by one.  The turn ends at once and the
-            # waiter is woken then (Kernel._emulate).
+            # waiter is woken then (MachineDriver._emulate).
             self._finished.append(req)
             if not self._scratch_depth:
                 self.fast.emu_stop()
@@ -211,7 +211,7 @@ class SystemCalls:
                wake: bool = True, child_comm: bytes = b"",
                child_autoreap: bool = False) -> SyscallRequest:
         """Queue a system call for task without waiting for it.  wake False: the
-        caller waits for it next, and drives it (see Kernel._post).  child_comm and
+        caller waits for it next, and drives it (see MachineDriver._post).  child_comm and
         child_autoreap: a clone3's, the name its child gets and whether it is
         autoreaped (see start_spawn)."""
         try:
