@@ -167,6 +167,17 @@ def test_a_spawned_task_has_its_name_from_its_fork_and_no_prctl(kernel):
     assert name.data.rstrip(b"\0") == b"cat"
 
 
+def test_syscall_registers_are_a_pt_regs():
+    """pack_syscall_regs: the pt_regs entry code leaves for a system call (its number in
+    orig_ax, -ENOSYS in ax, the arguments in di si dx r10 r8 r9, the rest zero)."""
+    from kprobefs.machine.cpu import pack_pt_regs, pack_syscall_regs
+
+    for n in range(8):
+        args = [(i + 1) * 0x1111 - (i % 2 << 63) for i in range(n)]
+        regs = dict(zip(("di", "si", "dx", "r10", "r8", "r9"), args), orig_ax=17, ax=-38)
+        assert pack_syscall_regs(17, args) == pack_pt_regs(regs)
+
+
 def _read_int(kernel, name, fmt="<i"):
     addr = kernel.image.symbol_value(name)
     return struct.unpack(fmt, kernel.read(addr, struct.calcsize(fmt)))[0]

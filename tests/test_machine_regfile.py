@@ -111,6 +111,31 @@ def test_without_a_register_file_the_api_serves():
     assert struct.unpack("<Q", uc.mem_read(DATA, 8))[0] == 0x7777
 
 
+@pytest.mark.parametrize("with_file", [True, False])
+def test_a_reader_and_a_writer_are_get_and_set(with_file):
+    """FastRegs.reader/writer: one register's get() and set() (a write counted in
+    REG_WRITES), through the register file or the API alike."""
+    code = b"\x90" + _store(0, DATA)
+    uc = _machine(code)
+    if with_file:
+        register_file(uc)
+    fast = FastRegs(uc)
+    rax, set_rax, rip = (fast.reader(UC_X86_REG_RAX), fast.writer(UC_X86_REG_RAX),
+                         fast.reader(UC_X86_REG_RIP))
+    seen = []
+
+    def hook(*_):
+        writes = _fastuc.REG_WRITES[0]
+        seen.append((rax(), rip()))
+        set_rax(-1)
+        seen.append((fast.get(UC_X86_REG_RAX), _fastuc.REG_WRITES[0] - writes))
+
+    uc.hook_add(UC_HOOK_CODE, hook, begin=CODE, end=CODE)
+    _run(uc, code)
+    assert seen == [(0x1111, CODE), (2 ** 64 - 1, 1)]
+    assert struct.unpack("<Q", uc.mem_read(DATA, 8))[0] == 2 ** 64 - 1
+
+
 def test_a_place_that_only_looks_like_the_registers_is_refused(monkeypatch):
     """The search finds the sixteen marks; the checks then write through that place and
     read back through the API, so a copy of the values elsewhere is not taken."""

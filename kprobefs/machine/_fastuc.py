@@ -81,6 +81,29 @@ class FastRegs:
 
         return set_ip
 
+    def reader(self, reg_id: int):
+        """read() -> int, the value of one register for a path that reads it every
+        time (a hypercall's number): the register file's word read without a Python
+        frame where get() would read it there, else get() itself."""
+        index = _READ_INDEX.get(reg_id) if self._words is not None else None
+        if index is None:
+            return functools.partial(self.get, reg_id)
+        return functools.partial(operator.getitem, self._words, index)
+
+    def writer(self, reg_id: int):
+        """write(value), set() of one register less its lookups (a hypercall's
+        result)."""
+        index = GPR_INDEX.get(reg_id) if self._words is not None else None
+        if index is None:
+            return functools.partial(self.set, reg_id)
+        words, writes = self._words, REG_WRITES
+
+        def write(value: int) -> None:
+            writes[0] += 1
+            words[index] = value & 0xFFFFFFFFFFFFFFFF
+
+        return write
+
     def get(self, reg_id: int) -> int:
         words = self._words
         if words is not None:

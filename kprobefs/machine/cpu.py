@@ -40,21 +40,20 @@ def pack_pt_regs(values: dict) -> bytes:
     return _PT_REGS.pack(*(values.get(f, 0) & 0xFFFFFFFFFFFFFFFF for f in PT_REGS_FIELDS))
 
 
-_SYSCALL_ARG_SLOTS = tuple(PT_REGS_FIELDS.index(f) for f in ("di", "si", "dx", "r10", "r8",
-                                                              "r9"))
-_ORIG_AX, _AX = PT_REGS_FIELDS.index("orig_ax"), PT_REGS_FIELDS.index("ax")
+_NO_ARGS = (0,) * 6
+_ENOSYS = -38 & 0xFFFFFFFFFFFFFFFF
 
 
 def pack_syscall_regs(nr: int, args) -> bytes:
     """The pt_regs of a system call about to run: its number in orig_ax, -ENOSYS in ax
     (as entry code leaves it), up to six arguments in di, si, dx, r10, r8, r9, the rest
     zero."""
-    values = [0] * len(PT_REGS_FIELDS)
-    for slot, value in zip(_SYSCALL_ARG_SLOTS, args):
-        values[slot] = value & 0xFFFFFFFFFFFFFFFF
-    values[_ORIG_AX] = nr & 0xFFFFFFFFFFFFFFFF
-    values[_AX] = -38 & 0xFFFFFFFFFFFFFFFF
-    return _PT_REGS.pack(*values)
+    m = 0xFFFFFFFFFFFFFFFF
+    di, si, dx, r10, r8, r9 = (*args[:6], *_NO_ARGS[len(args):])
+    # in PT_REGS_FIELDS' order: r15 r14 r13 r12 bp bx r11 r10 r9 r8 ax cx dx si di
+    # orig_ax ip cs flags sp ss
+    return _PT_REGS.pack(0, 0, 0, 0, 0, 0, 0, r10 & m, r9 & m, r8 & m, _ENOSYS, 0, dx & m,
+                         si & m, di & m, nr & m, 0, 0, 0, 0, 0)
 
 
 def unpack_pt_regs(data: bytes) -> dict:

@@ -24,7 +24,7 @@ import weakref
 from typing import Callable
 
 from unicorn import UcError
-from unicorn.x86_const import UC_X86_REG_RAX, UC_X86_REG_RIP
+from unicorn.x86_const import UC_X86_REG_RIP
 
 from ..errors import KernelStuck, KernelWedged, MachineError
 from .task import Cpu
@@ -107,17 +107,23 @@ class MachineDriver:
                 return word
         return None
 
-    def _dispatch_wakeups(self) -> None:
+    def _dispatch_wakeups(self) -> bool:
         """Hand queued work to idle CPUs.  A task's wake-up is left queued while a CPU
         whose task just went back to user mode runs: it takes the wake-up at its idle
         loop in the same turn, as Linux's sync wake-ups stay on the waker's CPU about
         to go idle; woken elsewhere, that CPU would take one more turn only to idle.
-        A wake-up bound to a CPU (_queue_wakeup) waits for that one."""
-        syncing = any(c.idling and c.state == "running" for c in self.cpus)
+        A wake-up bound to a CPU (_queue_wakeup) waits for that one.  Returns whether
+        it started a CPU; when not, it changed nothing."""
+        syncing = False
+        for cpu in self.cpus:
+            if cpu.idling and cpu.state == "running":
+                syncing = True
+                break
+        started = False
         for cpu in self.cpus:
             if not ((self._wakeups and (not syncing or self._wakeup_cpus))
                     or self._upcalls or self.irq.has_work()):
-                return
+                break
             if cpu.state != "idle":
                 continue
             if self.irq.wake_idle(cpu):
@@ -129,6 +135,8 @@ class MachineDriver:
             else:
                 continue
             cpu.state = "running"
+            started = True
+        return started
 
     def run_slice(self) -> bool:
         """Take the posted work, then give every CPU that has work one turn; work posted
@@ -141,17 +149,21 @@ class MachineDriver:
             raise MachineError(f"kernel panic: {self.panicked}")
         ran = False
         irq = self.irq
+        settled = False     # the last dispatch started no CPU, and nothing changed since
         for cpu in self.cpus:
             if self._inbox:
                 self._take_posted()
-            if self._wakeups or self._upcalls or irq.has_work():
-                self._dispatch_wakeups()
+                settled = False
+            if not settled and (self._wakeups or self._upcalls or irq.has_work()):
+                settled = not self._dispatch_wakeups()
             if cpu.state != "running":
                 continue
+            settled = False
             ran = True
-            self._switch_cpu(cpu)
+            if self._loaded_cpu is not cpu:
+                self._switch_cpu(cpu)
             if cpu.resume_rax is not None:
-                self.fast.set(UC_X86_REG_RAX, cpu.resume_rax)
+                self._set_rax(cpu.resume_rax)
                 cpu.resume_rax = None
             irq.before_turn(cpu)
             self._emulate(cpu)
@@ -170,8 +182,7 @@ class MachineDriver:
         self._turn_id += 1
         self._turn_started = self._progress = time.monotonic()
         try:
-            rip = self.fast.get(UC_X86_REG_RIP)
-            self.uc.emu_start(rip, 0)
+            self.uc.emu_start(self._rip(), 0)
         except UcError as e:
             self._cpu_error(cpu, e)
         finally:
@@ -283,16 +294,14 @@ class MachineDriver:
     #: system call asks.
     _machine_running = False
 
-    def _serving_elsewhere(self) -> bool:
-        """Whether another thread drives the machine (the caller must only wait)."""
-        return self._machine_running and \
-            self._machine_thread.ident != threading.get_ident()
-
-    def _await(self, done, timeout: float | None, what: str) -> None:
-        """Wait for done (a Flag or threading.Event), driving the machine unless the
-        machine thread does.  Raises KernelStuck at once while the machine is stuck,
-        KernelWedged after timeout."""
-        if not self._serving_elsewhere():
+    def _await(self, done, timeout: float | None, what) -> None:
+        """Wait for done (a Flag or threading.Event), driving the machine unless another
+        thread drives it (the machine thread, when it runs and is not the caller: then
+        the caller only waits).  Raises KernelStuck at once while the machine is stuck,
+        KernelWedged after timeout; ``what`` names the awaited work in its message: a
+        str, or a callable that makes one (formatted only then)."""
+        if not self._machine_running or \
+                self._machine_thread.ident == threading.get_ident():
             with self._locked(timeout):
                 self._drive(done.is_set, timeout)
             return
@@ -304,7 +313,8 @@ class MachineDriver:
                 raise KernelStuck(f"the machine is stuck: {self.stuck}")
             left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
             if left <= 0:
-                raise KernelWedged(f"{what} has not finished in {timeout:g} s")
+                raise KernelWedged(f"{what() if callable(what) else what} has not "
+                                   f"finished in {timeout:g} s")
             done.wait(left)
 
     #: Whether a caller that waits may drive the machine while its thread is idle (see
@@ -323,24 +333,25 @@ class MachineDriver:
         drives now (its poster may not have woken the machine thread).  What the call
         posted as it ended (its completion's follow-up) gets one more slice here: it
         runs before the next call its caller is about to make."""
-        if self.stuck is not None or not self.lock.acquire(False):
+        if self.stuck is not None or not self.lock.try_acquire():
             self._work.set()
             return
         now = time.monotonic()
         end = now + self.DRIVE_SLICE
         self.driver = (threading.get_ident(), now)
+        is_set = done.is_set
         try:
-            while not done.is_set() and self.stuck is None and time.monotonic() < end:
+            while not is_set() and self.stuck is None and time.monotonic() < end:
                 if not self.run_slice():
                     break
-            if done.is_set() and self._inbox and self.stuck is None:
+            if self._inbox and is_set() and self.stuck is None:
                 self.run_slice()    # what the call posted as it ended
         except MachineError:
             pass        # the machine thread meets it too, and declares the machine stuck
         finally:
             self.driver = None
             self.lock.release()
-            if not done.is_set() or self._inbox:
+            if self._inbox or not is_set():
                 self._work.set()
 
     @contextlib.contextmanager

@@ -65,6 +65,7 @@ __all__ = ["Kernel", "Task", "UserBuffer", "SyscallRequest", "Cpu", "ProcessExit
 log = logging.getLogger("kprobefs.machine")
 
 MSR_EFER = 0xC0000080
+_HYPERCALL_VECTOR = abi.HYPERCALL_VECTOR
 _QWORD, _PID = struct.Struct("<Q"), struct.Struct("<i")
 _VECTOR_STUB = {0: "asm_exc_divide_error", 1: "asm_exc_debug", 2: "asm_exc_nmi",
                 3: "asm_exc_int3", 6: "asm_exc_invalid_op",
@@ -138,10 +139,19 @@ class Kernel(MachineDriver, SystemCalls):
         self.uc.ctl_set_tcg_buffer_size(self.TCG_BUFFER_SIZE)
         self.layout = PhysicalLayout(ram_mb=ram_mb, kernel_heap_mb=heap_mb)
         self.mem = AddressSpace(self.uc, self.layout)
+        #: read(addr, size) -> bytes, kernel or user memory at a virtual address
+        #: (FaultError if unmapped), and write(addr, data), ignoring page protections:
+        #: the address space's own (hooks call them at every hit).
+        self.read, self.write = self.mem.read, self.mem.write
         # Hooks reach the general registers as memory where that is shown to work.
         self.register_file = register_file(self.uc)
         self.regs = Registers(self.uc)
         self.fast = FastRegs(self.uc)
+        # %rax as every hypercall reads its number and writes its result, %rip as a
+        # turn starts.
+        self._rax = self.fast.reader(UC_X86_REG_RAX)
+        self._set_rax = self.fast.writer(UC_X86_REG_RAX)
+        self._rip = self.fast.reader(UC_X86_REG_RIP)
         self._breakpoints: dict[int, int] = {}          # addr -> code hook
         self._trap_breakpoints: dict[int, Callable] = {}  # addr -> handler, via #BP
         self._raw_hooks: set[int] = set()
@@ -295,8 +305,10 @@ class Kernel(MachineDriver, SystemCalls):
             self.save_cpu_state, self.restore_cpu_state = gprs.read, gprs.write
         self.entry_arguments = RegSet(self.uc, [UC_REG[name] for name in (
             "di", "si", "dx", "cx", "r8", "r9", "sp")]).read
-        self._hc_args = RegSet(self.uc, [UC_X86_REG_RDI, UC_X86_REG_RSI, UC_X86_REG_RDX,
-                                         UC_X86_REG_R10, UC_X86_REG_R8])
+        #: _args() -> the hypercall's five arguments (rdi, rsi, rdx, r10, r8), in one
+        #: C call.
+        self._args = RegSet(self.uc, [UC_X86_REG_RDI, UC_X86_REG_RSI, UC_X86_REG_RDX,
+                                      UC_X86_REG_R10, UC_X86_REG_R8]).read
 
     def _read_kabi(self) -> dict[str, int]:
         out, p = {}, self._sym("kabi")
@@ -375,8 +387,8 @@ class Kernel(MachineDriver, SystemCalls):
     def _on_interrupt(self, _handle, intno, _user_data) -> None:
         uc = self.uc
         try:
-            if intno == abi.HYPERCALL_VECTOR:
-                nr = self.fast.get(UC_X86_REG_RAX)
+            if intno == _HYPERCALL_VECTOR:
+                nr = self._rax()
                 handler = self._hypercalls.get(nr)
                 self._hc_started = time.monotonic()
                 try:
@@ -385,7 +397,7 @@ class Kernel(MachineDriver, SystemCalls):
                     self._progress = time.monotonic()
                     self._hc_started = None
                 if ret is not None:
-                    self.fast.set(UC_X86_REG_RAX, ret)
+                    self._set_rax(ret)
                 return
             if intno in _CONTRIBUTORY:
                 clear_exception_state(uc)
@@ -449,10 +461,6 @@ class Kernel(MachineDriver, SystemCalls):
 
     def remove_trap_handler(self, vector: int, handler: Callable) -> None:
         self._trap_handlers[vector].remove(handler)
-
-    def _args(self):
-        """The hypercall's five arguments (rdi, rsi, rdx, r10, r8), in one C call."""
-        return self._hc_args.read()
 
     def add_hypercall(self, name: str, handler: Callable[..., int]) -> None:
         """Serve the hypercall ``HC_<name>`` of include/kernel.h (``abi.HC``) with
@@ -788,13 +796,6 @@ class Kernel(MachineDriver, SystemCalls):
         with self.lock:
             self._raw_hooks.discard(handle)
             self.uc.hook_del(handle)
-
-    def read(self, addr: int, size: int) -> bytes:
-        """Kernel or user memory at a virtual address; raises FaultError if unmapped."""
-        return self.mem.read(addr, size)
-
-    def write(self, addr: int, data: bytes) -> None:
-        self.mem.write(addr, data)
 
     def view(self, addr: int, size: int) -> memoryview:
         """A live, writable view of kernel memory that is physically contiguous (the

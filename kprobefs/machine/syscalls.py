@@ -8,8 +8,10 @@ back when the kernel reports the call done.  A mixin of
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
+import threading
 import time
 from typing import Callable
 
@@ -26,6 +28,7 @@ __all__ = ["SystemCalls"]
 log = logging.getLogger("kprobefs.machine")
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
+_SYSCALLS = abi.SYSCALLS
 
 
 class SystemCalls:
@@ -149,7 +152,8 @@ class SystemCalls:
             cpu.calls_in_row += 1
             if cpu.calls_in_row == 1:   # a run starts: did other tasks run during it?
                 cpu.switches_seen = _U64.unpack_from(self.mem.ram, cpu.switches_pa)[0]
-            self._copy_out(req)
+            for buf in req.outputs:     # copied out
+                buf.data = self.mem.read(buf.addr, buf.size)
             self._finish(req)
         self._end_turn()
         while task.pending:
@@ -203,10 +207,6 @@ class SystemCalls:
             self._awaited.add(req)
         return True
 
-    def _copy_out(self, req: SyscallRequest) -> None:
-        for buf in req.outputs:
-            buf.data = self.mem.read(buf.addr, buf.size)
-
     def submit(self, task: Task, name: str, *args, on_done: Callable | None = None,
                wake: bool = True, child_comm: bytes = b"",
                child_autoreap: bool = False) -> SyscallRequest:
@@ -215,7 +215,7 @@ class SystemCalls:
         child_autoreap: a clone3's, the name its child gets and whether it is
         autoreaped (see start_spawn)."""
         try:
-            nr = abi.SYSCALLS[name] if isinstance(name, str) else int(name)
+            nr = _SYSCALLS[name] if isinstance(name, str) else int(name)
         except KeyError:
             raise ValueError(f"unknown system call {name!r}") from None
         check_syscall_args(args)
@@ -223,17 +223,21 @@ class SystemCalls:
             raise ProcessExited(task.pid, task.exit_code)
         if self.stuck is not None:
             raise KernelStuck(f"the machine is stuck: {self.stuck}")
-        req = SyscallRequest(task, nr, str(name), args, on_done=on_done,
-                             child_comm=child_comm, child_autoreap=child_autoreap)
+        req = SyscallRequest(task, nr, str(name), args)
         if on_done is None:
             self._foreground.add(req)
-        if self.in_emulation() and self._may_go_on():
+        else:
+            req.on_done = on_done
+        if child_comm or child_autoreap:
+            req.child_comm, req.child_autoreap = child_comm, child_autoreap
+        if self._in_emulation and threading.get_ident() == self._emu_thread and \
+                self._may_go_on():
             # From a hook (a call's on_done that issues the task's next call): taken
             # now, in order, so that a task whose call just ended goes on to this one
             # in the same turn, without sleeping and being woken again.
             self._accept(req)
         else:
-            self._post(lambda: self._accept(req), wake)
+            self._post(functools.partial(self._accept, req), wake)
         return req
 
     def _may_go_on(self) -> bool:
@@ -318,7 +322,7 @@ class SystemCalls:
         """Wait until req completes (driving the machine unless its own thread does);
         returns its raw result.  Raises what the task died of, KernelStuck at once while
         the machine is stuck, or KernelWedged if req does not complete within timeout."""
-        self._await(req.done, timeout, f"{req.name} of pid {req.task.pid}")
+        self._await(req.done, timeout, lambda: f"{req.name} of pid {req.task.pid}")
         if req.error is not None:
             raise req.error
         return req.result

@@ -26,7 +26,7 @@ class UserBuffer:
 
     def __init__(self, size: int, initial: bytes = b""):
         self.size = size
-        self.data = bytes(initial[:size])
+        self.data = bytes(initial[:size]) if initial else b""
         self.addr: int | None = None
 
 
@@ -142,29 +142,26 @@ def marshal(mem, task: Task, req: SyscallRequest) -> list[int]:
     NULL-ended array of string pointers, as execve's argv); returns the register
     values.  KernelError(E2BIG) when they do not fit."""
     cursor = task.window + PAGE
+    end = task.window + USER_WINDOW_SIZE
     out = []
     for a in req.args:
-        if type(a) is int:          # most arguments (fds, sizes, flags)
+        kind = type(a)
+        if kind is int:             # most arguments (fds, sizes, flags)
             out.append(a & _U64)
             continue
-        if isinstance(a, (list, tuple)):
-            pointers = []
-            for s in a:
-                data = (s.encode() if isinstance(s, str) else bytes(s)) + b"\0"
-                mem.ensure_user_pages(cursor, len(data))
-                mem.write(cursor, data)
-                pointers.append(cursor)
-                cursor += (len(data) + 15) & ~15
-            a = struct.pack(f"<{len(pointers) + 1}Q", *pointers, 0)
-        if isinstance(a, str):
-            a = a.encode() + b"\0"
-        if isinstance(a, (bytes, bytearray, memoryview)):
-            data = bytes(a)
-            mem.ensure_user_pages(cursor, len(data))
-            mem.write(cursor, data)
-            out.append(cursor)
-            cursor += (len(data) + 15) & ~15
-        elif isinstance(a, UserBuffer):
+        if kind is not UserBuffer:  # the next most (a read's buffer) is none of these
+            if isinstance(a, (list, tuple)):
+                pointers = []
+                for s in a:
+                    data = (s.encode() if isinstance(s, str) else bytes(s)) + b"\0"
+                    mem.ensure_user_pages(cursor, len(data))
+                    mem.write(cursor, data)
+                    pointers.append(cursor)
+                    cursor += (len(data) + 15) & ~15
+                a = struct.pack(f"<{len(pointers) + 1}Q", *pointers, 0)
+            if isinstance(a, str):
+                a = a.encode() + b"\0"
+        if isinstance(a, UserBuffer):
             mem.ensure_user_pages(cursor, a.size)
             if a.data:
                 mem.write(cursor, a.data)
@@ -172,8 +169,14 @@ def marshal(mem, task: Task, req: SyscallRequest) -> list[int]:
             req.outputs.append(a)
             out.append(cursor)
             cursor += (a.size + 15) & ~15
+        elif isinstance(a, (bytes, bytearray, memoryview)):
+            data = bytes(a)
+            mem.ensure_user_pages(cursor, len(data))
+            mem.write(cursor, data)
+            out.append(cursor)
+            cursor += (len(data) + 15) & ~15
         else:
             out.append(a & _U64)
-        if cursor > task.window + USER_WINDOW_SIZE:
+        if cursor > end:
             raise KernelError(7, "system call arguments exceed the user window")
     return out

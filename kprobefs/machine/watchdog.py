@@ -23,6 +23,7 @@ The watchdog samples the machine's turn state (``Kernel._turn_id``, ``_progress`
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import struct
@@ -51,6 +52,11 @@ class MachineLock:
         self._lock = threading.RLock()
         self._count_lock = threading.Lock()
         self.waiting = 0
+        # The RLock's own methods, called with no frame of ours in between (a waiting
+        # caller takes and releases the lock at every system call it drives):
+        #: release(); try_acquire() -> bool, acquire(False).
+        self.release = self._lock.release
+        self.try_acquire = functools.partial(self._lock.acquire, False)
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         if self._lock.acquire(False):
@@ -64,9 +70,6 @@ class MachineLock:
         finally:
             with self._count_lock:
                 self.waiting -= 1
-
-    def release(self) -> None:
-        self._lock.release()
 
     __enter__ = acquire
 
