@@ -167,6 +167,23 @@ def test_a_spawned_task_has_its_name_from_its_fork_and_no_prctl(kernel):
     assert name.data.rstrip(b"\0") == b"cat"
 
 
+def test_a_read_buffer_copies_back_what_the_call_read(kernel):
+    """UserBuffer(upto_result=True) gets the bytes the call returned, none on an error;
+    a plain one the whole buffer, what the call did not write as the memory held it."""
+    from kprobefs.machine.abi import AT_FDCWD, O_CREAT, O_RDWR
+
+    t = kernel.spawn("rd")
+    fd = kernel.syscall(t, "openat", AT_FDCWD, "/tmp/upto", O_CREAT | O_RDWR, 0o644)
+    assert kernel.syscall(t, "write", fd, b"abcdef", 6) == 6
+    whole, upto = UserBuffer(16, b"x" * 16), UserBuffer(16, b"x" * 16, upto_result=True)
+    assert kernel.syscall(t, "pread64", fd, whole, 16, 2) == 4
+    assert kernel.syscall(t, "pread64", fd, upto, 16, 2) == 4
+    assert whole.data == b"cdef" + b"x" * 12 and upto.data == b"cdef"
+    failed = UserBuffer(16, upto_result=True)
+    assert kernel.syscall(t, "pread64", 999, failed, 16, 0) == -errno.EBADF
+    assert failed.data == b""
+
+
 def test_syscall_registers_are_a_pt_regs():
     """pack_syscall_regs: the pt_regs entry code leaves for a system call (its number in
     orig_ax, -ENOSYS in ax, the arguments in di si dx r10 r8 r9, the rest zero)."""

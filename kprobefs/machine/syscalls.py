@@ -148,12 +148,13 @@ class SystemCalls:
         cpu = self.cpu
         if task.active is not None and not no_call:
             req, task.active = task.active, None
-            req.result = signed64(ret)
+            req.result = result = signed64(ret)
             cpu.calls_in_row += 1
             if cpu.calls_in_row == 1:   # a run starts: did other tasks run during it?
                 cpu.switches_seen = _U64.unpack_from(self.mem.ram, cpu.switches_pa)[0]
             for buf in req.outputs:     # copied out
-                buf.data = self.mem.read(buf.addr, buf.size)
+                size = buf.size if not buf.upto_result else min(max(result, 0), buf.size)
+                buf.data = self.mem.read(buf.addr, size) if size else b""
             self._finish(req)
         self._end_turn()
         while task.pending:

@@ -22,12 +22,17 @@ class UserBuffer:
     """An output buffer for a system call: size bytes of user memory whose contents are
     copied back into ``data`` when the call returns.  Only ``initial`` (when given) is
     written there first: as for a process's own buffer, what the call does not write
-    is what the memory held."""
+    is what the memory held.  With ``upto_result``, only as many bytes as the call
+    returned are copied back (none on an error): a read's buffer, whose bytes past
+    those it read nobody wants."""
 
-    def __init__(self, size: int, initial: bytes = b""):
+    __slots__ = ("size", "data", "addr", "upto_result")
+
+    def __init__(self, size: int, initial: bytes = b"", upto_result: bool = False):
         self.size = size
         self.data = bytes(initial[:size]) if initial else b""
         self.addr: int | None = None
+        self.upto_result = upto_result
 
 
 _PASSED_TYPES = _ARG_TYPES + (UserBuffer,)
