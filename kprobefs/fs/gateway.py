@@ -76,6 +76,8 @@ READABLE = POLLIN | POLLRDNORM
 #: Largest read or write handed to the kernel at once (the task's user window is 16 MiB).
 MAX_IO = 1 << 20
 DIR_BUFFER = 32 * 1024
+#: The positioned call of each plain one (see Gateway._io).
+_POSITIONED = {"read": "pread64", "write": "pwrite64"}
 
 #: Where each mount-relative prefix lives in the emulated kernel.
 DEBUGFS_PATH = "/sys/kernel/debug"
@@ -117,6 +119,11 @@ class _Fd:
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: False once pread64 or pwrite64 said ESPIPE: the file has no positions.
     positioned: bool = True
+    #: Whether the handle has a wait() (a blocking reader's: trace_pipe's).
+    waitable: bool = field(init=False)
+
+    def __post_init__(self):
+        self.waitable = callable(getattr(self.handle, "wait", None))
 
 
 @dataclass(eq=False)
@@ -429,20 +436,30 @@ class Gateway(HostCallers):
         """The fd to use for fh on behalf of the caller: its own, else (another process
         that inherited the open file) one opened for it now, without the open-time
         actions."""
+        of, fd = self._held(fh, ctx)
+        return of, fd if fd is not None else self._inherited(of, ctx)
+
+    def _held(self, fh: int, ctx: Caller) -> tuple[_OpenFile, _Fd | None]:
+        """The open file fh and the caller's live fd on it (the opener's for a caller
+        without a pid), None when it has none; OSError(EBADF) when fh is not open."""
         with self._lock:
             of = self._files.get(fh)
-        if of is None:
-            raise OSError(errno.EBADF, "Bad file descriptor")
+            if of is None:
+                raise OSError(errno.EBADF, "Bad file descriptor")
+            fd = of.fds.get(ctx.pid if ctx.pid > 0 else of.opener)
+        if fd is not None and fd.caller.task.state == "dead":
+            return of, None
+        return of, fd
+
+    def _inherited(self, of: _OpenFile, ctx: Caller) -> _Fd:
+        """A new fd on ``of`` for the caller, which has none (it inherited the open
+        file), opened without the open-time actions."""
         pid = ctx.pid if ctx.pid > 0 else of.opener
-        with self._lock:
-            fd = of.fds.get(pid) or (of.fds.get(of.opener) if ctx.pid <= 0 else None)
-        if fd is not None and fd.caller.task.state != "dead":
-            return of, fd
         caller = self._caller(Caller(pid, ctx.uid, ctx.gid))
         fd = self._open_fd(caller, of.path, of.flags & ~(O_TRUNC | O_CREAT | O_EXCL), 0)
         with self._lock:
             of.fds[pid] = fd
-        return of, fd
+        return fd
 
     def _io(self, fd: _Fd, name: str, data, size: int, offset: int) -> int:
         """One ``read`` or ``write`` (name) of fd at offset: the plain call where the
@@ -453,7 +470,7 @@ class Gateway(HostCallers):
         fd.lock."""
         if offset != fd.pos and fd.positioned:
             try:
-                return self._sys(fd.caller, "p" + name + "64", fd.fd, data, size, offset)
+                return self._sys(fd.caller, _POSITIONED[name], fd.fd, data, size, offset)
             except OSError as e:
                 if e.errno != errno.ESPIPE:
                     raise
@@ -466,17 +483,17 @@ class Gateway(HostCallers):
              flags: int | None = None) -> bytes:
         """``flags``: the file's status flags at this read (FUSE sends them with each
         READ, so an fcntl(F_SETFL, O_NONBLOCK) after open counts); None: the open's."""
-        with self._lock:
-            of = self._files.get(fh)
-        if of is not None and of.text is not None:
+        of, fd = self._held(fh, ctx)
+        if of.text is not None:
             return of.text[offset:offset + size]
-        of, fd = self._fd(fh, ctx)
+        if fd is None:
+            fd = self._inherited(of, ctx)
         size = min(size, MAX_IO)
         nonblock = bool((of.flags if flags is None else flags) & O_NONBLOCK)
-        waitable = callable(getattr(fd.handle, "wait", None))
+        waitable = fd.waitable
         with fd.lock:
             while True:
-                buf = UserBuffer(size)
+                buf = UserBuffer(size, upto_result=True)
                 try:
                     n = self._io(fd, "read", buf, size, offset)
                 except OSError as e:
