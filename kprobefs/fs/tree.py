@@ -643,8 +643,10 @@ class HostFS:
         return entry
 
     def _hc_read(self, kernel, hid, kbuf, count, pos, *_):
-        entry = self._entry(hid)
-        if not wants_read(entry.flags):
+        # _entry() and wants_read(), written out: every read of a file comes here.
+        with self._lock:
+            entry = self._handles.get(hid)
+        if entry is None or (entry.flags & O_ACCMODE) == O_WRONLY:
             raise OSError(errno.EBADF, "Bad file descriptor")
         data = entry.handle.read(int(count), _signed64(pos))
         if data is None:

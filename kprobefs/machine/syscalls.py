@@ -138,7 +138,7 @@ class SystemCalls:
         return 0
 
     def _hc_syscall_done(self):
-        ret, pid, regs_ptr, no_call = self._args()[:4]
+        ret, pid, regs_ptr, no_call, _ = self._args()
         task = self.tasks.get(signed64(pid))
         if task is None:
             return 0
@@ -155,8 +155,10 @@ class SystemCalls:
             for buf in req.outputs:     # copied out
                 size = buf.size if not buf.upto_result else min(max(result, 0), buf.size)
                 buf.data = self.mem.read(buf.addr, size) if size else b""
-            self._finish(req)
-        self._end_turn()
+            if not self._finish(req):
+                self._end_turn()
+        else:
+            self._end_turn()
         while task.pending:
             if self._load_request(task, task.pending.popleft()):
                 return 1
@@ -165,7 +167,9 @@ class SystemCalls:
         cpu.calls_in_row = 0
         return 0
 
-    def _finish(self, req: SyscallRequest) -> None:
+    def _finish(self, req: SyscallRequest) -> bool:
+        """req is done (its result or error set): its waiter is woken, now or (in the
+        emulation) as the turn ends.  Returns whether it ended the turn in progress."""
         self._awaited.discard(req)
         if req in self._foreground:
             self._foreground.discard(req)
@@ -187,8 +191,10 @@ class SystemCalls:
             self._finished.append(req)
             if not self._scratch_depth:
                 self.fast.emu_stop()
+                return True
         else:
             req.done.set()
+        return False
 
     # ---- requests --------------------------------------------------------------------
     def _load_request(self, task: Task, req: SyscallRequest) -> bool:
