@@ -368,6 +368,8 @@ class AddressSpace:
     def ensure_user_pages(self, va: int, size: int) -> None:
         """Back [va, va+size) with zeroed user pages where not yet mapped."""
         first, last = va & ~(PAGE - 1), (va + max(size, 1) - 1) & ~(PAGE - 1)
+        if first == last and first >> 12 in self._pages:
+            return      # one page, mapped (a system call's arguments, mostly)
         for page in range(first, last + PAGE, PAGE):
             if page >> 12 not in self._pages:
                 pa = self._alloc_user_page()
