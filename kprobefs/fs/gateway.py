@@ -436,10 +436,10 @@ class Gateway(HostCallers):
         """The fd to use for fh on behalf of the caller: its own, else (another process
         that inherited the open file) one opened for it now, without the open-time
         actions."""
-        of, fd = self._held(fh, ctx)
+        of, fd = self._file_and_fd(fh, ctx)
         return of, fd if fd is not None else self._inherited(of, ctx)
 
-    def _held(self, fh: int, ctx: Caller) -> tuple[_OpenFile, _Fd | None]:
+    def _file_and_fd(self, fh: int, ctx: Caller) -> tuple[_OpenFile, _Fd | None]:
         """The open file fh and the caller's live fd on it (the opener's for a caller
         without a pid), None when it has none; OSError(EBADF) when fh is not open."""
         with self._lock:
@@ -483,7 +483,7 @@ class Gateway(HostCallers):
              flags: int | None = None) -> bytes:
         """``flags``: the file's status flags at this read (FUSE sends them with each
         READ, so an fcntl(F_SETFL, O_NONBLOCK) after open counts); None: the open's."""
-        of, fd = self._held(fh, ctx)
+        of, fd = self._file_and_fd(fh, ctx)
         if of.text is not None:
             return of.text[offset:offset + size]
         if fd is None:
