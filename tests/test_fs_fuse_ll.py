@@ -363,3 +363,20 @@ def _dirent_types(path) -> dict:
                 at += reclen
     finally:
         os.close(fd)
+
+
+def test_unmounting_starts_no_program(monkeypatch):
+    """libc is found as the module loads: ctypes.util.find_library runs a helper program,
+    and its fork at unmount held the daemon's files on the mount (a FLUSH that waited
+    for the stopped threads, the connection held by the child)."""
+    import ctypes.util
+
+    def no_program(_name):
+        raise AssertionError("find_library at unmount")
+
+    monkeypatch.setattr(ctypes.util, "find_library", no_program)
+    fuse_ll._libc.cache_clear()
+    try:
+        assert fuse_ll._libc().umount2 is not None
+    finally:
+        fuse_ll._libc.cache_clear()

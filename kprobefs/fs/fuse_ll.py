@@ -39,6 +39,7 @@ import array
 import ctypes
 import ctypes.util
 import errno
+import functools
 import logging
 import os
 import shutil
@@ -760,8 +761,16 @@ def _failing(err: int) -> Callable:
     return handler
 
 
+#: libc's file, found once as the module loads: ctypes.util.find_library runs a helper
+#: program, and the fork that starts it at unmount would hold the daemon's files on the
+#: mount (and /dev/fuse) while the mount goes: a FLUSH of a file the child closes would
+#: then wait forever for the threads that have stopped, the connection held by the child.
+_LIBC_PATH = ctypes.util.find_library("c")
+
+
+@functools.cache
 def _libc():
-    return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    return ctypes.CDLL(_LIBC_PATH, use_errno=True)
 
 
 def _gil_keeping_write():
@@ -775,7 +784,7 @@ def _gil_keeping_write():
     since after them a shell goes on with its own work meanwhile (the daemon's other
     threads, which mirror its forks and execs, would wait; an `echo >>` took a tenth
     longer)."""
-    write = ctypes.PyDLL(ctypes.util.find_library("c"), use_errno=True).write
+    write = ctypes.PyDLL(_LIBC_PATH, use_errno=True).write
     write.restype = ctypes.c_ssize_t
     write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
     return write
