@@ -168,3 +168,28 @@ def test_texts_past_their_bounds_are_dropped_and_made_again(monkeypatch, bound):
         echo(t.root, "events/kprobes/enable", "0")
         echo(t.root, "trace", "", append=False)
     assert caches[0] is caches[1] is caches[2]
+
+
+def test_dropped_texts_are_made_again():
+    """SharedTextCaches.drop: the next read gets caches made for it, not the kept ones."""
+    from kprobefs.tracing.buffers.text_caches import SharedTextCaches
+    shared, made = SharedTextCaches(), []
+
+    def make():
+        made.append(_Caches())
+        return made[-1]
+
+    class _Caches:
+        key = "k"
+
+        def end(self):
+            pass
+
+    with shared.lend("k", make) as first:
+        pass
+    with shared.lend("k", make) as again:
+        assert again is first
+    shared.drop()
+    with shared.lend("k", make) as fresh:
+        assert fresh is not first
+    assert len(made) == 2

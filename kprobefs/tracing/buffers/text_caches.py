@@ -212,6 +212,11 @@ class SharedTextCaches:
         self._lock = threading.Lock()
         self._caches: TextCaches | None = None
 
+    def drop(self) -> None:
+        """Forget every text kept: the next read makes each text it needs."""
+        with self._lock:
+            self._caches = None
+
     @contextmanager
     def lend(self, key: object, make: Callable[[], TextCaches]
              ) -> Iterator[TextCaches | None]:
