@@ -160,8 +160,7 @@ class MachineDriver:
                 continue
             settled = False
             ran = True
-            if self._loaded_cpu is not cpu:
-                self._switch_cpu(cpu)
+            self._switch_cpu(cpu)
             if cpu.resume_rax is not None:
                 self._set_rax(cpu.resume_rax)
                 cpu.resume_rax = None

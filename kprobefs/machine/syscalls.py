@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import logging
 import struct
-import threading
 import time
 from typing import Callable
 
@@ -237,8 +236,7 @@ class SystemCalls:
             req.on_done = on_done
         if child_comm or child_autoreap:
             req.child_comm, req.child_autoreap = child_comm, child_autoreap
-        if self._in_emulation and threading.get_ident() == self._emu_thread and \
-                self._may_go_on():
+        if self.in_emulation() and self._may_go_on():
             # From a hook (a call's on_done that issues the task's next call): taken
             # now, in order, so that a task whose call just ended goes on to this one
             # in the same turn, without sleeping and being woken again.
